@@ -1,0 +1,1 @@
+"""Framework-neutral infrastructure shared by the TF and PyTorch runners and the device emulator."""

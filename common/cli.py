@@ -1,0 +1,85 @@
+"""The one command line of every run.py, TF and PyTorch alike, and the error guard around a run.
+
+    python <framework>/<model>/run.py --mode train [--params FILE] [section.key=value ...]
+
+Flags name what a run does; everything about the model and its training lives in params
+(overridable with trailing ``section.key=value`` arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import traceback
+from typing import Any, Callable, Mapping, Sequence
+
+from common.errors import UserError
+from common.params import MODES, FrozenDict, load_params
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the usage text is one ``--help`` away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = _OneLineParser(prog=prog, description="Train, evaluate, predict with or compile a zoo model.")
+    parser.add_argument("--mode", choices=MODES, default="train",
+                        help="train (default), eval (latest checkpoint), eval_all (every checkpoint), "
+                             "train_and_eval, predict")
+    parser.add_argument("--params", help="params YAML (default: configs/params.yaml beside run.py)")
+    parser.add_argument("--model_dir", help="where checkpoints, summaries and params land (runconfig.model_dir)")
+    parser.add_argument("--checkpoint_path",
+                        help="checkpoint to start from (default: the latest in model_dir)")
+    parser.add_argument("--max_steps", type=int, help="train until this global step (runconfig.max_steps)")
+    parser.add_argument("--steps", type=int, help="train this many steps more (runconfig.steps)")
+    parser.add_argument("--eval_steps", type=int, help="eval batches (runconfig.eval_steps; default: all)")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--validate_only", action="store_true",
+                      help="compile up to kernel matching: is every op supported? (fast)")
+    only.add_argument("--compile_only", action="store_true",
+                      help="compile completely: placement, memory and performance estimate in model_dir/compile")
+    parser.add_argument("--device", choices=("cpu", "gpu", "emulator"), default="cpu",
+                        help="where the run executes (emulator: the numpy model of the wafer)")
+    parser.add_argument("--verbose", action="store_true", help="debug logging and tracebacks for errors")
+    parser.add_argument("overrides", nargs="*", metavar="section.key=value",
+                        help="override any params key, e.g. runconfig.max_steps=100 model.dropout=0.0")
+    return parser
+
+
+def parse_command_line(argv: Sequence[str] | None = None, prog: str | None = None) -> argparse.Namespace:
+    args = build_parser(prog).parse_args(argv)
+    for flag in ("max_steps", "steps", "eval_steps"):
+        value = getattr(args, flag)
+        if value is not None and value <= 0:
+            raise SystemExit(f"{prog or 'run.py'}: error: --{flag} must be positive, got {value}")
+    return args
+
+
+def effective_params(args: argparse.Namespace, default_params: Mapping, model_folder: str) -> FrozenDict:
+    """Defaults -> the params file -> flags -> ``section.key=value`` overrides, validated and frozen."""
+    path = args.params or os.path.join(model_folder, "configs", "params.yaml")
+    overrides = [f"runconfig.{flag}={getattr(args, flag)}" for flag in ("model_dir", "max_steps", "steps", "eval_steps")
+                 if getattr(args, flag) is not None]
+    return load_params(path, default_params, [*overrides, *args.overrides])
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S", force=True)
+
+
+def guarded(body: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> Any:
+    """Run ``body(args)``; bad input becomes one ``error:`` line and a non-zero exit."""
+    try:
+        return body(args)
+    except UserError as e:
+        if args.verbose:
+            traceback.print_exc()
+        # one line; a validation report that lists several findings adds one line per finding
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None

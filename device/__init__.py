@@ -1,0 +1,1 @@
+"""A numpy emulator of the wafer-scale device: capture -> IR -> validate -> match -> place -> cost -> runtime."""

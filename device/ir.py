@@ -1,0 +1,210 @@
+"""The device IR: one framework-neutral graph of a model's forward pass and loss.
+
+Both capture frontends (``device/capture/torch.py``, ``device/capture/tf.py``) lower a
+framework graph to this IR; every later stage (validate, match, place, cost, runtime)
+reads only this. Every value has a static shape and a dtype; every node keeps the
+framework op it came from and the user's source location, so that a report can point
+at the line the user wrote.
+
+The backward pass is not captured: the runtime differentiates the forward IR with one
+gradient table (``device/runtime/kernels.py``), which keeps the frontends thin (see
+device/README.md).
+
+The op vocabulary, with inputs and attributes, is the table ``OPS`` below; an op not in
+it is "unsupported" and the validator reports it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# dtypes a value may have in the IR (framework names are mapped to these by the frontends)
+DTYPES = ("float32", "float16", "bfloat16", "cb16", "int64", "int32", "bool", "float64")
+# dtypes the device's compute supports; float64 exists only so validation can reject it
+DEVICE_DTYPES = ("float32", "float16", "bfloat16", "cb16", "int32", "int64", "bool")
+
+# op -> (input names, attribute names). The living definition of each op's semantics is
+# its numpy forward kernel in device/runtime/kernels.py.
+OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # elementwise, numpy broadcasting
+    "add": (("a", "b"), ()),
+    "sub": (("a", "b"), ()),
+    "mul": (("a", "b"), ()),
+    "div": (("a", "b"), ()),
+    "maximum": (("a", "b"), ()),
+    "neg": (("x",), ()),
+    "exp": (("x",), ()),
+    "log": (("x",), ()),
+    "sqrt": (("x",), ()),
+    "rsqrt": (("x",), ()),
+    "square": (("x",), ()),
+    "identity": (("x",), ()),
+    "cast": (("x",), ("dtype",)),
+    # activations
+    "relu": (("x",), ()),
+    "tanh": (("x",), ()),
+    "sigmoid": (("x",), ()),
+    "elu": (("x",), ("alpha",)),
+    "selu": (("x",), ()),
+    "gelu": (("x",), ("approximate",)),  # "none" (erf) or "tanh"
+    "dropout": (("x",), ("rate",)),  # inverted dropout, identity at eval
+    # linear algebra: batched numpy matmul semantics (a @ b)
+    "matmul": (("a", "b"), ()),
+    "einsum": (("*operands",), ("equation",)),
+    # shape
+    "reshape": (("x",), ("shape",)),
+    "transpose": (("x",), ("perm",)),
+    "concat": (("*operands",), ("axis",)),
+    "slice": (("x",), ("begin", "end", "step")),  # per-axis lists
+    "broadcast_to": (("x",), ("shape",)),
+    # reductions
+    "reduce_sum": (("x",), ("axes", "keepdims")),
+    "reduce_mean": (("x",), ("axes", "keepdims")),
+    "reduce_max": (("x",), ("axes", "keepdims")),
+    # normalisation and softmax
+    "softmax": (("x",), ("axis",)),
+    "log_softmax": (("x",), ("axis",)),
+    "layer_norm": (("x", "gamma", "beta"), ("axes", "eps")),
+    # batch_norm: training uses batch statistics and updates the running ones (state)
+    "batch_norm": (("x", "gamma", "beta", "running_mean", "running_var"), ("axis", "eps", "momentum")),
+    # vision; layout is "NCHW" (torch) or "NHWC" (tf); weight layout "OIHW" or "HWIO"
+    "conv2d": (("x", "w"), ("strides", "padding", "dilations", "layout", "weight_layout")),
+    "max_pool2d": (("x",), ("kernel", "strides", "padding", "layout")),
+    "avg_pool2d": (("x",), ("kernel", "strides", "padding", "layout")),
+    # language
+    "embedding": (("table", "ids"), ()),
+    # losses: per-example loss (N,) from logits (N, C) and integer labels (N,)
+    "sparse_softmax_cross_entropy": (("logits", "labels"), ()),
+    # eval helpers
+    "argmax": (("x",), ("axis",)),
+    "equal": (("a", "b"), ()),
+}
+
+
+@dataclass(frozen=True)
+class SourceLoc:
+    """Where a node came from: the framework op and the user's file and line."""
+
+    framework_op: str
+    file: str = "<unknown>"
+    line: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line} ({self.framework_op})"
+
+
+@dataclass
+class Value:
+    name: str
+    shape: tuple[int | None, ...]  # None marks a dynamic dimension (rejected by validate)
+    dtype: str
+
+
+@dataclass
+class Node:
+    name: str
+    op: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    loc: SourceLoc = SourceLoc("<unknown>")
+
+
+@dataclass
+class OptimizerSpec:
+    """The update rule read from the framework (torch.optim / TF Apply* ops).
+
+    kind: "sgd", "momentum", "adam" or "adamw"; semantics: "torch" or "tf" (the two
+    frameworks place Adam's epsilon differently, and the device follows the framework
+    the model came from so that numbers match).
+    """
+
+    kind: str
+    semantics: str
+    hyper: dict[str, float] = field(default_factory=dict)  # lr, momentum, beta1, beta2, eps, weight_decay, nesterov
+    weight_decay_exclude: tuple[str, ...] = ()  # param names without weight decay (adamw)
+    max_gradient_norm: float | None = None
+    max_gradient_value: float | None = None
+    # loss scaling for 16-bit compute: None, a fixed number, or "dynamic"
+    loss_scale: float | str | None = None
+    initial_loss_scale: float = 2.0**15
+    steps_per_increase: int = 2000
+    min_loss_scale: float = 1.0
+    max_loss_scale: float = 2.0**24
+
+
+@dataclass
+class Graph:
+    """A captured training step: forward ops up to a scalar loss."""
+
+    frontend: str  # "torch" or "tf"
+    values: dict[str, Value] = field(default_factory=dict)
+    nodes: list[Node] = field(default_factory=list)  # topological order
+    inputs: list[str] = field(default_factory=list)  # batch inputs, in feed order
+    params: dict[str, str] = field(default_factory=dict)  # value name -> framework variable name (trainable)
+    state: dict[str, str] = field(default_factory=dict)  # value name -> framework name (non-trainable, e.g. BN stats)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+    loss: str | None = None
+    outputs: dict[str, str] = field(default_factory=dict)  # e.g. {"logits": value name}
+    optimizer: OptimizerSpec | None = None
+    precision: str = "float32"  # compute format: float32, float16, bfloat16, cb16
+    # findings of the frontend that validation reports (unsupported ops, metrics in a
+    # training graph, ...): each {"kind", "message", "loc"}
+    issues: list[dict[str, Any]] = field(default_factory=list)
+
+    def add_value(self, name: str, shape, dtype: str) -> str:
+        if name in self.values:
+            raise ValueError(f"IR value {name!r} defined twice")
+        self.values[name] = Value(name, tuple(shape), dtype)
+        return name
+
+    def add_node(self, op: str, inputs: list[str], outputs: list[str], attrs=None, loc=None, name=None) -> Node:
+        node = Node(name or f"{op}_{len(self.nodes)}", op, list(inputs), list(outputs), dict(attrs or {}),
+                    loc or SourceLoc(op))
+        self.nodes.append(node)
+        return node
+
+    def producers(self) -> dict[str, Node]:
+        return {out: n for n in self.nodes for out in n.outputs}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        result: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                result.setdefault(i, []).append(n)
+        return result
+
+    def num_params(self) -> int:
+        return sum(int(np.prod(self.values[v].shape)) for v in self.params)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dump (the IR file in model_dir/compile/)."""
+        return {
+            "frontend": self.frontend,
+            "precision": self.precision,
+            "inputs": self.inputs,
+            "loss": self.loss,
+            "outputs": self.outputs,
+            "params": self.params,
+            "state": self.state,
+            "optimizer": dataclasses.asdict(self.optimizer) if self.optimizer else None,
+            "values": {k: {"shape": list(v.shape), "dtype": v.dtype} for k, v in self.values.items()},
+            "constants": {k: {"shape": list(np.shape(c)), "dtype": str(np.asarray(c).dtype)}
+                          for k, c in self.constants.items()},
+            "nodes": [{"name": n.name, "op": n.op, "inputs": n.inputs, "outputs": n.outputs,
+                       "attrs": _jsonable(n.attrs), "loc": str(n.loc)} for n in self.nodes],
+        }
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj

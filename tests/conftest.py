@@ -1,0 +1,16 @@
+"""Test-wide set-up.
+
+torch must be imported before TensorFlow in a process that holds both: importing
+TensorFlow first and then anything that loads triton (torchvision, torch.compile)
+crashes. Importing torch here, first, when it is installed, makes the order right for
+every test module. The decoupled environments (tox -e tf, tox -e pytorch) have one
+framework only; there this is a no-op.
+"""
+
+import importlib.util
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
+
+if importlib.util.find_spec("torch") is not None:
+    import torch  # noqa: F401  (import order: torch before tensorflow)
