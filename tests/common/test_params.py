@@ -1,0 +1,116 @@
+"""The strict config path: defaults -> YAML -> overrides -> validated, frozen params."""
+
+import pytest
+import yaml
+
+from common.errors import UserError
+from common.params import load_params, save_params
+
+MODEL_DEFAULTS = {"model": {"hidden_sizes": [500, 300], "dropout": 0.2, "activation_fn": "relu"},
+                  "train_input": {"batch_size": 256, "shuffle": True}}
+
+
+def write(tmp_path, text, name="params.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_defaults_file_then_overrides(tmp_path):
+    path = write(tmp_path, "model:\n  dropout: 0.5\nrunconfig:\n  max_steps: 7\n")
+    params = load_params(path, MODEL_DEFAULTS, ["runconfig.max_steps=9", "model.hidden_sizes=[4, 2]"])
+    assert params["model"]["dropout"] == 0.5  # the file beats the default
+    assert params["runconfig"]["max_steps"] == 9  # the command line beats the file
+    assert params["model"]["hidden_sizes"] == (4, 2)
+    assert params["train_input"]["batch_size"] == 256  # untouched default
+    assert params["optimizer"]["optimizer_type"] == "adam"  # common default
+
+
+def test_int_is_accepted_for_float_and_stored_as_float(tmp_path):
+    params = load_params(write(tmp_path, "model:\n  dropout: 0\n"), MODEL_DEFAULTS)
+    assert params["model"]["dropout"] == 0.0 and isinstance(params["model"]["dropout"], float)
+
+
+def test_unknown_key_names_file_line_and_suggestion(tmp_path):
+    path = write(tmp_path, "model:\n  dropout: 0.1\n  hiden_sizes: [1]\n")
+    with pytest.raises(UserError) as e:
+        load_params(path, MODEL_DEFAULTS)
+    assert str(e.value) == f"{path}:3: unknown key 'model.hiden_sizes' (did you mean 'model.hidden_sizes'?)"
+
+
+def test_key_in_the_wrong_section_suggests_its_section(tmp_path):
+    path = write(tmp_path, "model:\n  max_steps: 3\n")
+    with pytest.raises(UserError, match=r":2: unknown key 'model.max_steps' \(did you mean 'runconfig.max_steps'\?\)"):
+        load_params(path, MODEL_DEFAULTS)
+
+
+def test_wrong_type_names_key_and_line(tmp_path):
+    path = write(tmp_path, "runconfig:\n  max_steps: ten\n")
+    with pytest.raises(UserError, match=r"params.yaml:2: 'runconfig.max_steps' must be an integer, got 'ten'"):
+        load_params(path, MODEL_DEFAULTS)
+
+
+def test_bool_is_not_an_integer(tmp_path):
+    with pytest.raises(UserError, match="must be an integer"):
+        load_params(write(tmp_path, "runconfig:\n  seed: true\n"), MODEL_DEFAULTS)
+
+
+def test_choices_are_enforced(tmp_path):
+    with pytest.raises(UserError, match="must be one of sgd, momentum, adam, adamw, got 'rmsprop'"):
+        load_params(None, MODEL_DEFAULTS, ["optimizer.optimizer_type=rmsprop"])
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path):
+    path = write(tmp_path, "model:\n  dropout: [0.1\nrunconfig: {}\n")
+    with pytest.raises(UserError, match=r"params.yaml:\d+: malformed YAML"):
+        load_params(path, MODEL_DEFAULTS)
+
+
+def test_unsafe_yaml_tag_is_rejected(tmp_path):
+    path = write(tmp_path, "model:\n  dropout: !!python/object/apply:os.system ['true']\n")
+    with pytest.raises(UserError, match="malformed YAML"):
+        load_params(path, MODEL_DEFAULTS)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(UserError, match="nope.yaml: params file not found"):
+        load_params(str(tmp_path / "nope.yaml"), MODEL_DEFAULTS)
+
+
+def test_framework_spellings_are_aliases(tmp_path):
+    path = write(tmp_path, "runconfig:\n  save_checkpoints_steps: 5\n  tf_random_seed: 3\n  save_summary_steps: 2\n")
+    params = load_params(path, MODEL_DEFAULTS)
+    assert (params["runconfig"]["checkpoint_steps"], params["runconfig"]["seed"], params["runconfig"]["log_steps"]) == (5, 3, 2)
+
+
+def test_alias_and_shared_spelling_together_is_an_error(tmp_path):
+    path = write(tmp_path, "runconfig:\n  checkpoint_steps: 5\n  save_checkpoints_steps: 6\n")
+    with pytest.raises(UserError, match="are the same setting"):
+        load_params(path, MODEL_DEFAULTS)
+
+
+def test_bad_override_syntax():
+    with pytest.raises(UserError, match="must look like section.key=value"):
+        load_params(None, MODEL_DEFAULTS, ["runconfig.max_steps"])
+
+
+def test_params_are_frozen():
+    params = load_params(None, MODEL_DEFAULTS)
+    with pytest.raises(TypeError, match="frozen"):
+        params["model"]["dropout"] = 0.0
+    with pytest.raises(TypeError):
+        params["model"].update(dropout=0.0)
+
+
+def test_schedule_learning_rate_accepts_a_mapping(tmp_path):
+    path = write(tmp_path, "optimizer:\n  learning_rate:\n    scheduler: Exponential\n    initial_learning_rate: 0.1\n")
+    params = load_params(path, MODEL_DEFAULTS)
+    assert params["optimizer"]["learning_rate"]["scheduler"] == "Exponential"
+
+
+def test_effective_params_round_trip(tmp_path):
+    params = load_params(None, MODEL_DEFAULTS, ["model.dropout=0.3"])
+    out = save_params(params, str(tmp_path / "md"), "train")
+    assert out.endswith("params_train.yaml")
+    assert load_params(out, MODEL_DEFAULTS) == params
+    assert yaml.safe_load(open(out))["model"]["hidden_sizes"] == [500, 300]

@@ -1,0 +1,59 @@
+"""Every model folder has the same skeleton, imports beside its siblings, and works when copied."""
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from common import zoo
+from common.folder import load_run_module
+
+FOLDERS = zoo.model_folders()
+HAVE = {"tf": importlib.util.find_spec("tensorflow") is not None,
+        "pytorch": importlib.util.find_spec("torch") is not None}
+
+
+def framework_of(folder):
+    return os.path.basename(os.path.dirname(folder))
+
+
+def test_the_zoo_has_models_of_both_frameworks():
+    assert {framework_of(f) for f in FOLDERS} == {"tf", "pytorch"}
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda f: os.path.relpath(f, zoo.ROOT))
+def test_folder_has_every_file(folder):
+    assert zoo.missing_files(folder) == []
+    assert not os.path.exists(os.path.join(folder, "__init__.py")), "a model folder is not a package"
+
+
+def test_every_folder_imports_in_one_process_without_clashes():
+    loaded = [load_run_module(f) for f in FOLDERS if HAVE[framework_of(f)]]
+    if len(loaded) < 2:
+        pytest.skip("needs both frameworks installed")
+    models = [m.model for m in loaded]
+    assert len({m.__name__ for m in models}) == len(models)
+    assert len({id(m) for m in models}) == len(models)
+    for run_module in loaded:  # each run.py found its own siblings
+        assert os.path.dirname(run_module.model.__file__) == os.path.dirname(run_module.__file__)
+
+
+def test_no_datasets_package_shadows_hugging_face():
+    # datasets/ holds preparation scripts and data; a package there would shadow HF `datasets`
+    assert not os.path.exists(os.path.join(zoo.ROOT, "datasets", "__init__.py"))
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tf"])
+def test_a_copied_folder_runs_without_editing_imports(framework, tmp_path):
+    if not HAVE[framework]:
+        pytest.skip(f"{framework} not installed")
+    copy = tmp_path / "elsewhere" / "my_model"
+    shutil.copytree(os.path.join(zoo.ROOT, framework, "mnist"), copy)
+    result = subprocess.run([sys.executable, str(copy / "run.py"), "--params", str(copy / "configs/params_tiny.yaml"),
+                             "--model_dir", str(tmp_path / "md"), "--max_steps", "2"],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "| Train Device=cpu Step=2" in result.stdout + result.stderr
