@@ -19,6 +19,9 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; the result should have the usual permissions
     try:
         with os.fdopen(fd, mode) as f:
             yield f

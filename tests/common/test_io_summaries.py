@@ -31,3 +31,12 @@ def test_event_file_is_read_by_tensorboard(tmp_path):
     acc.Reload()
     assert [e.value for e in acc.Scalars("loss")] == [2.5, 1.5]
     assert [e.step for e in acc.Scalars("lr")] == [1]
+
+
+def test_atomic_write_has_the_usual_permissions(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "f", "x")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "f").stat().st_mode & 0o777 == 0o644
