@@ -1,0 +1,310 @@
+"""Validation: is this graph one the device can run? Reports every problem at once.
+
+Runs in one pass over the nodes and values (no shape inference, no kernel matching), so
+that ``--validate_only`` answers in well under a second. Each finding points at the
+user's source line (the node's ``loc``) and, where there is one, says what to use
+instead. Problems that propagate (a dynamic batch makes every later shape dynamic, a
+float64 input makes every later value float64) are reported once, where they start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from device.ir import DEVICE_DTYPES, DTYPES, OPS, Graph, SourceLoc
+
+MODES = ("train", "eval", "eval_all", "predict", "train_and_eval")
+PRECISIONS = ("float32", "float16", "bfloat16", "cb16")
+
+DEFAULT_SUGGESTION = ("rewrite it with supported ops (device.ir.OPS), or move it out of the model: "
+                      "into the input pipeline, or into host_call for eval metrics")
+_DYNAMIC_SHAPES = "data-dependent output shape; the device needs static shapes"
+_HASH_ON_HOST = "strings are not device data: hash them in the input pipeline (tf.data map) and feed int ids"
+
+# framework op -> what to use instead. Keys are the names the frontends record in
+# SourceLoc.framework_op: torch aten overloads, TF op types.
+SUGGESTIONS: dict[str, str] = {
+    # torch
+    "aten.sort.default": "sort in the input pipeline, or use reduce_max / argmax if only the extreme is needed",
+    "aten.sort.stable": "sort in the input pipeline, or use reduce_max / argmax if only the extreme is needed",
+    "aten.topk.default": "argmax for top-1, or compute top-k in an eval metric on the host (host_call)",
+    "aten.nonzero.default": f"{_DYNAMIC_SHAPES}: multiply by a mask (x * (x != 0)) instead of selecting",
+    "aten.index_put_.default": "in-place indexed write: build the result with a one-hot mask (mul, add)",
+    "aten.index_put.default": "indexed write: build the result with a one-hot mask (mul, add)",
+    "aten._unique2.default": f"{_DYNAMIC_SHAPES}: compute unique values in the input pipeline",
+    "aten.unique_dim.default": f"{_DYNAMIC_SHAPES}: compute unique values in the input pipeline",
+    "aten.median.default": "compute the median on the host, or use reduce_mean",
+    "aten.masked_select.default": f"{_DYNAMIC_SHAPES}: multiply by the mask instead of selecting",
+    "aten.item.default": "keep the value a tensor; reading it on the host breaks the static graph",
+    "aten._local_scalar_dense.default": "keep the value a tensor; reading it on the host breaks the static graph",
+    # tensorflow
+    "Unique": f"{_DYNAMIC_SHAPES}: compute unique values in the input pipeline (tf.data)",
+    "UniqueV2": f"{_DYNAMIC_SHAPES}: compute unique values in the input pipeline (tf.data)",
+    "UniqueWithCounts": f"{_DYNAMIC_SHAPES}: compute unique values in the input pipeline (tf.data)",
+    "Where": f"tf.where(cond) with one argument has a {_DYNAMIC_SHAPES}: use tf.where(cond, x, y) or a mask multiply",
+    "Sort": "sort in the input pipeline, or tf.reduce_max / tf.argmax if only the extreme is needed",
+    "TopKV2": "tf.argmax for top-1, or compute top-k in an eval metric through host_call",
+    "StringToHashBucketFast": _HASH_ON_HOST,
+    "StringToHashBucketStrong": _HASH_ON_HOST,
+    "PyFunc": "Python code cannot run on the device: move it into the input pipeline or host_call",
+    "EagerPyFunc": "Python code cannot run on the device: move it into the input pipeline or host_call",
+    "Print": "remove tf.Print from the model; log from host_call or the runner's summaries",
+    "PrintV2": "remove tf.print from the model; log from host_call or the runner's summaries",
+}
+
+
+def suggestion_for(framework_op: str, op: str = "") -> str:
+    """What to use instead of a framework op the device lacks (the default if unknown)."""
+    for key in (framework_op, f"{framework_op.rsplit('.', 1)[0]}.default", op):
+        if key in SUGGESTIONS:
+            return SUGGESTIONS[key]
+    return DEFAULT_SUGGESTION
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # unsupported_op, dynamic_shape, dtype, mode, loss, malformed, precision, memory, or a frontend kind
+    message: str
+    framework_op: str = ""
+    file: str = ""
+    line: int = 0
+    suggestion: str = ""  # what to use instead, if anything
+    node: str = ""  # the IR node, if the finding is about one
+
+    def to_text(self) -> str:
+        """``file:line: framework_op: message (use instead: ...)``; parts that are unknown are left out."""
+        where = f"{self.file}:{self.line}" if self.file else "<graph>"
+        parts = [where] + ([self.framework_op] if self.framework_op else []) + [self.message]
+        text = ": ".join(parts)
+        return f"{text} (use instead: {self.suggestion})" if self.suggestion else text
+
+
+@dataclass
+class ValidationReport:
+    mode: str
+    profile: str
+    num_nodes: int
+    errors: list[Finding] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def summary(self) -> str:
+        """One line: passed or failed, with the counts."""
+        verdict = "validation passed" if self.ok else "validation failed"
+        return (f"{verdict}: {len(self.errors)} error(s), {len(self.warnings)} warning(s) "
+                f"in {self.num_nodes} nodes (mode {self.mode}, profile {self.profile})")
+
+    def to_text(self) -> str:
+        """One line per finding, errors first; warnings say so."""
+        lines = [f.to_text() for f in self.errors]
+        lines += [f"warning: {f.to_text()}" for f in self.warnings]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "summary": self.summary(), "mode": self.mode, "profile": self.profile,
+                "num_nodes": self.num_nodes,
+                "errors": [dataclasses.asdict(f) for f in self.errors],
+                "warnings": [dataclasses.asdict(f) for f in self.warnings]}
+
+
+def validate(graph: Graph, *, mode: str, profile) -> ValidationReport:
+    """Check ``graph`` for ``mode`` on ``profile`` (a device.profiles.Profile, or None to skip the size check)."""
+    report = ValidationReport(mode=mode, profile=getattr(profile, "name", str(profile)), num_nodes=len(graph.nodes))
+    findings: list[tuple[str, Finding]] = []  # (severity, finding)
+    findings += _check_ops(graph)
+    findings += _check_frontend_issues(graph)
+    findings += _check_shapes(graph)
+    findings += _check_dtypes(graph)
+    findings += _check_mode(graph, mode)
+    if profile is not None:
+        findings += _check_size(graph, profile)
+    seen = set()
+    for severity, finding in findings:
+        # an op the frontend reported and also kept as a node is one finding, not two
+        key = (finding.kind, finding.framework_op, finding.file, finding.line)
+        if finding.kind != "unsupported_op" or not finding.file:
+            key += (finding.message,)
+        if key in seen:
+            continue
+        seen.add(key)
+        (report.errors if severity == "error" else report.warnings).append(finding)
+    return report
+
+
+def _at(loc: SourceLoc, kind: str, message: str, suggestion: str = "", node: str = "") -> Finding:
+    return Finding(kind, message, loc.framework_op, loc.file, loc.line, suggestion, node)
+
+
+def _check_ops(graph: Graph) -> list[tuple[str, Finding]]:
+    """Unsupported ops, and nodes whose inputs the graph never defines."""
+    out = []
+    for node in graph.nodes:
+        if node.op not in OPS:
+            message = f"op {node.op!r} is not supported on the device"
+            out.append(("error", _at(node.loc, "unsupported_op", message,
+                                     suggestion_for(node.loc.framework_op, node.op), node.name)))
+            continue
+        arg_names = OPS[node.op][0]
+        variadic = any(a.startswith("*") for a in arg_names)
+        if not variadic and len(node.inputs) != len(arg_names):
+            message = (f"node {node.name!r} ({node.op}) has {len(node.inputs)} inputs, expected "
+                       f"{len(arg_names)} ({', '.join(arg_names)}); this is a frontend bug")
+            out.append(("error", _at(node.loc, "malformed", message, node=node.name)))
+        for value in list(node.inputs) + list(node.outputs):
+            if value not in graph.values:
+                message = f"node {node.name!r} ({node.op}) uses value {value!r}, which the graph does not define"
+                out.append(("error", _at(node.loc, "malformed", message, node=node.name)))
+    return out
+
+
+def _check_frontend_issues(graph: Graph) -> list[tuple[str, Finding]]:
+    """The frontend's own findings (ops it could not lower, metrics in a training graph, ...)."""
+    out = []
+    for issue in graph.issues:
+        loc = _as_loc(issue.get("loc"))
+        kind = str(issue.get("kind", "frontend"))
+        severity = "warning" if issue.get("severity") == "warning" else "error"
+        suggestion = issue.get("suggestion") or (suggestion_for(loc.framework_op) if kind == "unsupported_op" else "")
+        out.append((severity, _at(loc, kind, str(issue.get("message", "")), suggestion)))
+    return out
+
+
+def _as_loc(loc) -> SourceLoc:
+    if isinstance(loc, SourceLoc):
+        return loc
+    if isinstance(loc, dict):
+        return SourceLoc(str(loc.get("framework_op", "")), str(loc.get("file", "")), int(loc.get("line", 0) or 0))
+    return SourceLoc("", str(loc) if loc else "", 0)
+
+
+def _first_use(graph: Graph, value: str) -> SourceLoc:
+    for node in graph.nodes:
+        if value in node.inputs:
+            return node.loc
+    return SourceLoc("", "", 0)
+
+
+def _check_shapes(graph: Graph) -> list[tuple[str, Finding]]:
+    """Dynamic dimensions (None), reported where they enter the graph."""
+    def dynamic(name: str) -> bool:
+        value = graph.values.get(name)
+        return value is not None and any(d is None for d in value.shape)
+
+    out = []
+    for name in graph.inputs:
+        if dynamic(name):
+            shape = graph.values[name].shape
+            message = (f"input {name!r} (first used here) has a dynamic shape {_shape(shape)}: batch with "
+                       "drop_remainder=True (tf.data) or drop_last=True (DataLoader) so every batch has the "
+                       "same static shape")
+            out.append(("error", _at(_first_use(graph, name), "dynamic_shape", message)))
+    for name in list(graph.params) + list(graph.state) + list(graph.constants):
+        if dynamic(name):
+            message = f"variable {name!r} has a dynamic shape {_shape(graph.values[name].shape)}"
+            out.append(("error", _at(_first_use(graph, name), "dynamic_shape", message)))
+    for node in graph.nodes:
+        if any(dynamic(v) for v in node.inputs):
+            continue  # inherited: reported where the dynamic dimension came in
+        for v in node.outputs:
+            if dynamic(v):
+                message = (f"output {v!r} of {node.op!r} has a dynamic shape {_shape(graph.values[v].shape)}; "
+                           "every shape must be known when the graph is compiled")
+                out.append(("error", _at(node.loc, "dynamic_shape", message,
+                                         "ops whose output shape depends only on their input shapes", node.name)))
+    return out
+
+
+def _shape(shape) -> str:
+    return "(" + ", ".join("None" if d is None else str(d) for d in shape) + ")"
+
+
+def _check_dtypes(graph: Graph) -> list[tuple[str, Finding]]:
+    """dtypes the device cannot compute in, reported where they start."""
+    def bad(name: str) -> bool:
+        value = graph.values.get(name)
+        return value is not None and value.dtype not in DEVICE_DTYPES
+
+    def finding(name: str, loc: SourceLoc, what: str, node: str = "") -> Finding:
+        dtype = graph.values[name].dtype
+        if dtype == "float64":
+            return _at(loc, "dtype", f"{what} {name!r} is float64, which the device does not support",
+                       "float32 (torch: model.float() and float32 tensors; tf: tf.float32 / tf.cast)", node)
+        known = "" if dtype in DTYPES else " (not an IR dtype: a frontend bug)"
+        return _at(loc, "dtype", f"{what} {name!r} has dtype {dtype!r}, which the device does not support{known}",
+                   f"one of {', '.join(DEVICE_DTYPES)}", node)
+
+    out = []
+    for name in graph.inputs:
+        if bad(name):
+            out.append(("error", finding(name, _first_use(graph, name), "input")))
+    for name in list(graph.params) + list(graph.state) + list(graph.constants):
+        if bad(name):
+            out.append(("error", finding(name, _first_use(graph, name), "variable")))
+    for node in graph.nodes:
+        if any(bad(v) for v in node.inputs):
+            continue  # inherited: reported where the dtype came in
+        for v in node.outputs:
+            if bad(v):
+                out.append(("error", finding(v, node.loc, f"output of {node.op!r}", node.name)))
+    for name in graph.params:
+        value = graph.values.get(name)
+        if value is not None and value.dtype in ("float16", "bfloat16", "cb16"):
+            message = (f"parameter {name!r} is stored in {value.dtype}; the device keeps weights in float32 "
+                       "and computes in 16 bit (mixed precision)")
+            out.append(("warning", _at(_first_use(graph, name), "precision", message)))
+    if graph.precision not in PRECISIONS:
+        out.append(("error", Finding("precision", f"compute precision {graph.precision!r} is not one of "
+                                                  f"{', '.join(PRECISIONS)}")))
+    return out
+
+
+def _check_mode(graph: Graph, mode: str) -> list[tuple[str, Finding]]:
+    if mode == "train_and_eval":
+        message = ("mode train_and_eval is not allowed on the device (one static graph per run): "
+                   "run --mode train, then --mode eval")
+        return [("error", Finding("mode", message))]
+    if mode not in MODES:
+        return [("error", Finding("mode", f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}"))]
+    out = []
+    if mode == "train":
+        if graph.loss is None:
+            out.append(("error", Finding("loss", "a training graph needs a loss, and none was captured "
+                                                 "(TF: EstimatorSpec(loss=...); torch: the model's __call__ "
+                                                 "returns the loss)")))
+        elif graph.loss not in graph.values:
+            out.append(("error", Finding("malformed", f"the loss {graph.loss!r} is not a value of the graph")))
+        else:
+            shape = graph.values[graph.loss].shape
+            if any(d is not None and d != 1 for d in shape):
+                out.append(("error", Finding("loss", f"the loss {graph.loss!r} must be a scalar, "
+                                                     f"its shape is {_shape(shape)}")))
+        if not graph.params:
+            out.append(("error", Finding("params", "a training graph has no trainable parameters")))
+        if graph.optimizer is None:
+            out.append(("warning", Finding("optimizer", "no optimizer was captured; memory estimates "
+                                                        "assume plain SGD (no optimizer state)")))
+    elif graph.loss is None and not graph.outputs:
+        out.append(("error", Finding("outputs", f"mode {mode} needs a loss or outputs, the graph has neither")))
+    if graph.precision == "float32":
+        out.append(("warning", Finding("precision", "compute precision is float32; the device is built for "
+                                                    "mixed precision (float16/bfloat16/cb16 compute, float32 "
+                                                    "weights), float32 runs at half the rate")))
+    return out
+
+
+def _check_size(graph: Graph, profile) -> list[tuple[str, Finding]]:
+    """A cheap early warning: fp32 weights alone larger than the wafer's SRAM."""
+    try:
+        weight_bytes = 4 * graph.num_params()
+    except TypeError:  # a dynamic parameter shape, reported above
+        return []
+    if weight_bytes > profile.sram_bytes:
+        message = (f"the fp32 weights alone ({weight_bytes:,} bytes) exceed the {profile.name} SRAM "
+                   f"({profile.sram_bytes:,} bytes): layer-pipelined execution cannot hold them")
+        return [("warning", Finding("memory", message, suggestion="device.execution_mode=weight_streaming"))]
+    return []

@@ -1,0 +1,277 @@
+"""Placement: give each kernel PEs and memory on the 2-D fabric.
+
+Layer-pipelined (the whole network on the wafer at once, wafer-facts.md): every kernel
+that does work gets its own rectangle. Its area is its share of the work (PE-cycles of
+its roofline, see ``device.cost.pe_cycles``), raised where needed to the area whose SRAM
+holds what the kernel keeps:
+
+    weights (fp32) + gradients (fp32) + optimizer slots (fp32; 2 adam/adamw, 1 momentum, 0 sgd)
+    + state (batch-norm statistics) + in-flight activations.
+
+In-flight activations (an assumption about the pipeline depth): samples stream through
+the kernels one after another and a kernel keeps each sample's input until that sample's
+gradient comes back. With S kernels doing work, kernel i (0-based, in pipeline order)
+sees its sample's forward go through the S-1-i kernels after it and the backward come
+back through them, one new sample entering per stage time, so it holds
+2 * (S - 1 - i) + 1 samples, at most one batch (the depth analysis of pipelined
+backpropagation, Kosson et al. 2020). A kernel keeps only the inputs its backward reads
+(``Kernel.stash_bytes``: not those of additions, layout ops, dropout); values inside a
+kernel are recomputed from them. Forward-only runs hold 2 samples (one arriving, one in
+work).
+
+Rectangles are packed by a deterministic column packer: kernels in pipeline order fill
+columns of a fixed width top-down, then bottom-up in the next column (a snake, so
+neighbours in the pipeline stay neighbours on the fabric); a kernel taller than the
+fabric gets its own block of full columns. Column widths and how much of the fabric to
+hand out are searched over a small fixed set; the packing whose slowest kernel is
+fastest wins.
+
+Weight streaming (wafer-facts.md): one layer at a time gets the whole fabric; weights
+and optimizer state live in the external store, which also runs the optimizer. On the
+wafer stay the activations of the whole batch (from each kernel's forward until its
+backward) and the tile of weights in flight (assumed double-buffered: at most half the
+SRAM).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from common.errors import UserError
+from device.cost import pe_cycles, roofline
+from device.errors import DeviceCompileError
+from device.ir import OptimizerSpec
+from device.passes.match import Kernel
+from device.profiles import Profile
+
+EXECUTION_MODES = ("pipelined", "weight_streaming")
+
+# fp32 slots of optimizer state per weight
+OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
+
+# fractions of the fabric handed out by work share, tried from the largest down
+FILLS = (0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
+COLUMN_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+
+@dataclass
+class KernelPlacement:
+    name: str
+    kind: str
+    x: int  # left column
+    y: int  # top row
+    w: int
+    h: int
+    weight_bytes: int = 0
+    gradient_bytes: int = 0
+    optimizer_bytes: int = 0
+    state_bytes: int = 0
+    activation_bytes: int = 0
+    inflight: int = 0  # samples whose activations the kernel holds
+
+    @property
+    def pes(self) -> int:
+        return self.w * self.h
+
+    @property
+    def memory_bytes(self) -> int:
+        return (self.weight_bytes + self.gradient_bytes + self.optimizer_bytes + self.state_bytes
+                + self.activation_bytes)
+
+    @property
+    def memory_per_pe(self) -> float:
+        return self.memory_bytes / self.pes if self.pes else 0.0
+
+
+@dataclass
+class Placement:
+    mode: str
+    profile: str
+    width: int
+    height: int
+    sram_bytes_per_pe: int
+    optimizer: str
+    training: bool
+    kernels: list[KernelPlacement] = field(default_factory=list)  # every kernel; free ones have w = h = 0
+
+    @property
+    def fabric_pes(self) -> int:
+        return self.width * self.height
+
+    @property
+    def active_pes(self) -> int:
+        """PEs that hold a kernel (weight streaming: all of them, one layer at a time)."""
+        if self.mode == "weight_streaming":
+            return self.fabric_pes if any(k.pes for k in self.kernels) else 0
+        return sum(k.pes for k in self.kernels)
+
+    def get(self, name: str) -> KernelPlacement:
+        return next(k for k in self.kernels if k.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "profile": self.profile, "width": self.width, "height": self.height,
+                "sram_bytes_per_pe": self.sram_bytes_per_pe, "optimizer": self.optimizer,
+                "training": self.training, "active_pes": self.active_pes, "fabric_pes": self.fabric_pes,
+                "kernels": [{**asdict(k), "pes": k.pes, "memory_bytes": k.memory_bytes,
+                             "memory_per_pe": k.memory_per_pe} for k in self.kernels]}
+
+
+def optimizer_slots(optimizer: OptimizerSpec | str | None) -> tuple[str, int]:
+    """(name, fp32 slots per weight) of the optimizer; None is plain SGD."""
+    if optimizer is None:
+        return "sgd", 0
+    kind = optimizer if isinstance(optimizer, str) else optimizer.kind
+    if kind not in OPTIMIZER_SLOTS:
+        raise UserError(f"unknown optimizer {kind!r}; valid optimizers: {', '.join(OPTIMIZER_SLOTS)}")
+    if kind == "sgd" and not isinstance(optimizer, str) and optimizer.hyper.get("momentum"):
+        return "momentum", OPTIMIZER_SLOTS["momentum"]
+    return kind, OPTIMIZER_SLOTS[kind]
+
+
+def place(kernels: list[Kernel], profile: Profile, mode: str = "pipelined",
+          optimizer: OptimizerSpec | str | None = None, *, training: bool = True,
+          precision: str = "float32") -> Placement:
+    """Place ``kernels`` (from device.passes.match) on ``profile``'s fabric."""
+    if mode not in EXECUTION_MODES:
+        raise UserError(f"unknown device.execution_mode {mode!r}; valid modes: {', '.join(EXECUTION_MODES)}")
+    opt_name, slots = optimizer_slots(optimizer) if training else ("none", 0)
+    placement = Placement(mode, profile.name, profile.width, profile.height, profile.sram_bytes_per_pe,
+                          opt_name, training)
+    if mode == "pipelined":
+        _place_pipelined(placement, kernels, profile, slots, precision)
+    else:
+        _place_streaming(placement, kernels, profile)
+    return placement
+
+
+def _place_pipelined(placement: Placement, kernels: list[Kernel], profile: Profile, slots: int,
+                     precision: str) -> None:
+    working = [k for k in kernels if not k.free]
+    rows = {k.name: KernelPlacement(k.name, k.kind, 0, 0, 0, 0) for k in kernels}
+    stages = len(working)
+    for i, k in enumerate(working):
+        row = rows[k.name]
+        row.weight_bytes = k.weight_bytes
+        row.state_bytes = k.state_bytes
+        if placement.training:
+            row.gradient_bytes = k.weight_bytes
+            row.optimizer_bytes = slots * k.weight_bytes
+            row.inflight = min(k.batch, 2 * (stages - 1 - i) + 1)
+        else:
+            row.inflight = min(k.batch, 2)
+        row.activation_bytes = math.ceil(row.inflight * k.stash_bytes / max(k.batch, 1))
+    placement.kernels = list(rows.values())
+    if not working:
+        return
+
+    sram = profile.sram_bytes_per_pe
+    min_areas = [max(1, math.ceil(rows[k.name].memory_bytes / sram)) for k in working]
+    if sum(min_areas) > profile.pes:
+        raise _too_large(working, rows, profile, placement.optimizer)
+    work = [max(pe_cycles(k, profile, precision, placement.training)) for k in working]
+
+    best = None
+    for fill in FILLS:
+        areas = _water_fill(min_areas, work, profile.pes * fill)
+        for width in COLUMN_WIDTHS:
+            if width > profile.width:
+                break
+            rects = _pack(areas, width, profile.width, profile.height)
+            if rects is None:
+                continue
+            slowest = max(max(roofline(k, w, h, profile, precision, placement.training).values())
+                          for k, (_, _, w, h) in zip(working, rects))
+            if best is None or slowest < best[0]:
+                best = (slowest, rects)
+        if best is not None:
+            break
+    if best is None:
+        raise _too_large(working, rows, profile, placement.optimizer, packing=True)
+    for k, (x, y, w, h) in zip(working, best[1]):
+        row = rows[k.name]
+        row.x, row.y, row.w, row.h = x, y, w, h
+
+
+def _water_fill(min_areas: list[int], work: list[float], total: float) -> list[int]:
+    """Areas max(min_i, lam * work_i) with lam chosen so that they add up to ``total``."""
+    if sum(min_areas) >= total or sum(work) == 0:
+        return list(min_areas)
+    lo, hi = 0.0, total / sum(work)  # at hi every area is at least lam * work_i, so the sum is >= total
+    for _ in range(60):
+        lam = (lo + hi) / 2
+        if sum(max(m, lam * w) for m, w in zip(min_areas, work)) > total:
+            hi = lam
+        else:
+            lo = lam
+    return [max(m, math.floor(lo * w)) for m, w in zip(min_areas, work)]
+
+
+def _pack(areas: list[int], column: int, width: int, height: int) -> list[tuple[int, int, int, int]] | None:
+    """Rectangles (x, y, w, h) of at least each area, in columns of ``column`` PEs; None if they overflow."""
+    rects = []
+    x, used, col_index = 0, 0, 0  # used: rows taken in the current column
+    for area in areas:
+        h = math.ceil(area / column)
+        if h <= height:
+            if used + h > height:  # next column
+                x, used, col_index = x + column, 0, col_index + 1
+            if x + column > width:
+                return None
+            # snake: odd columns fill bottom-up, so the pipeline continues next door
+            y = used if col_index % 2 == 0 else height - used - h
+            rects.append((x, y, column, h))
+            used += h
+        else:  # taller than the fabric: a block of full columns of its own
+            if used:
+                x, used, col_index = x + column, 0, col_index + 1
+            w = math.ceil(area / height)
+            if x + w > width:
+                return None
+            rects.append((x, 0, w, math.ceil(area / w)))
+            x, col_index = x + w, col_index + 1
+    return rects
+
+
+def _too_large(working: list[Kernel], rows: dict[str, KernelPlacement], profile: Profile, optimizer: str,
+               packing: bool = False) -> DeviceCompileError:
+    largest = max(working, key=lambda k: rows[k.name].memory_bytes)
+    need = sum(rows[k.name].memory_bytes for k in working)
+    verb = "cannot be packed onto" if packing else "does not fit"
+    return DeviceCompileError(
+        f"the model {verb} the {profile.name} fabric in pipelined mode: its kernels need {_b(need)} of SRAM "
+        f"(fp32 weights, gradients, {optimizer} state, in-flight activations), {_b(profile.sram_bytes)} are "
+        f"available ({profile.width} x {profile.height} PEs x {profile.sram_bytes_per_pe:,} bytes); the largest "
+        f"kernel {largest.name!r} ({largest.kind}, {largest.loc}) needs {_b(rows[largest.name].memory_bytes)}; "
+        "stream the weights instead: device.execution_mode=weight_streaming")
+
+
+def _b(n: float) -> str:
+    return f"{int(n):,} bytes ({n / 2**20:,.1f} MiB)"
+
+
+def _place_streaming(placement: Placement, kernels: list[Kernel], profile: Profile) -> None:
+    working = [k for k in kernels if not k.free]
+    if placement.training:
+        stash = sum(k.stash_bytes for k in working)  # whole batch, from each kernel's forward to its backward
+    else:
+        stash = max((k.input_bytes + k.activation_bytes for k in working), default=0)
+    tile = profile.sram_bytes // 2  # double-buffered weight tiles: at most half the SRAM
+    for k in kernels:
+        row = KernelPlacement(k.name, k.kind, 0, 0, 0, 0)
+        if not k.free:
+            row.w, row.h = profile.width, profile.height
+            row.weight_bytes = min(k.weight_bytes, tile // 2)  # weights in ...
+            row.gradient_bytes = min(k.weight_bytes, tile // 2) if placement.training else 0  # ... gradients out
+            row.state_bytes = k.state_bytes
+            row.activation_bytes = stash
+            row.inflight = k.batch
+        placement.kernels.append(row)
+    worst = max((r for r in placement.kernels if r.pes), key=lambda r: r.memory_bytes, default=None)
+    if worst is not None and worst.memory_bytes > profile.sram_bytes:
+        batch = working[0].batch
+        raise DeviceCompileError(
+            f"in weight streaming the activations of a batch of {batch} need {_b(stash)} of SRAM next to the "
+            f"weight tile of {worst.name!r} ({_b(worst.weight_bytes + worst.gradient_bytes)}), "
+            f"{_b(profile.sram_bytes)} are available on {profile.name}; reduce the batch size")

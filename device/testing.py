@@ -1,0 +1,173 @@
+"""Hand-built IR graphs for tests: no framework needed.
+
+``GraphBuilder`` adds one op per call, with the output shape given by the caller (no
+shape inference: the graphs are small and their shapes are the point). Each node gets
+a source location ``<file>:<line>`` with a fresh line, so reports can be checked for
+pointing at the right place. ``mlp_graph``, ``cnn_graph`` and ``attention_graph`` are
+the standard small models the compiler tests count kernels on.
+
+Attribute conventions used here: conv2d/pool ``padding`` is a list of (before, after)
+pairs per spatial axis; layouts are torch's (NCHW, OIHW).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from device.ir import Graph, OptimizerSpec, SourceLoc
+
+
+class GraphBuilder:
+    def __init__(self, frontend: str = "torch", file: str = "model.py", precision: str = "float32"):
+        self.graph = Graph(frontend=frontend, precision=precision)
+        self.file = file
+        self.line = 10
+
+    def input(self, name: str, shape, dtype: str = "float32") -> str:
+        self.graph.add_value(name, shape, dtype)
+        self.graph.inputs.append(name)
+        return name
+
+    def param(self, name: str, shape, dtype: str = "float32") -> str:
+        self.graph.add_value(name, shape, dtype)
+        self.graph.params[name] = name
+        return name
+
+    def state(self, name: str, shape, dtype: str = "float32") -> str:
+        self.graph.add_value(name, shape, dtype)
+        self.graph.state[name] = name
+        return name
+
+    def constant(self, name: str, array) -> str:
+        array = np.asarray(array)
+        self.graph.add_value(name, array.shape, str(array.dtype))
+        self.graph.constants[name] = array
+        return name
+
+    def op(self, op: str, inputs: list[str], shape, dtype: str = "float32", attrs=None, *,
+           framework_op: str | None = None, line: int | None = None) -> str:
+        """Add one node with one output of ``shape``; returns the output's name."""
+        self.line = line if line is not None else self.line + 1
+        out = self.graph.add_value(f"v{len(self.graph.values)}", shape, dtype)
+        loc = SourceLoc(framework_op or f"aten.{op}.default", self.file, self.line)
+        self.graph.add_node(op, inputs, [out], attrs, loc)
+        return out
+
+    # -- layers built from ops ------------------------------------------------------
+
+    def dense(self, x: str, n_out: int, activation: str | None = None, name: str = "dense") -> str:
+        """x @ W + b (+ activation), over the last axis of x."""
+        shape = self.graph.values[x].shape
+        w = self.param(f"{name}.weight", (shape[-1], n_out))
+        b = self.param(f"{name}.bias", (n_out,))
+        out_shape = (*shape[:-1], n_out)
+        y = self.op("add", [self.op("matmul", [x, w], out_shape), b], out_shape)
+        return self.op(activation, [y], out_shape) if activation else y
+
+    def cross_entropy(self, logits: str, labels: str) -> str:
+        """Mean sparse softmax cross entropy; sets the graph's loss."""
+        n = self.graph.values[logits].shape[0]
+        per_example = self.op("sparse_softmax_cross_entropy", [logits, labels], (n,))
+        loss = self.op("reduce_mean", [per_example], (), attrs={"axes": [0], "keepdims": False})
+        self.graph.loss = loss
+        return loss
+
+
+def optimizer(kind: str = "adam", semantics: str = "torch") -> OptimizerSpec:
+    hyper = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8} if kind.startswith("adam") else {"lr": 0.1}
+    if kind == "momentum":
+        hyper["momentum"] = 0.9
+    return OptimizerSpec(kind=kind, semantics=semantics, hyper=hyper)
+
+
+def mlp_graph(batch: int = 8, sizes=(784, 64, 32, 10), optimizer_kind: str = "adam",
+              precision: str = "float32") -> Graph:
+    """Dense layers with relu between them, softmax cross entropy on the last."""
+    b = GraphBuilder(precision=precision)
+    x = b.input("features", (batch, sizes[0]))
+    labels = b.input("labels", (batch,), "int32")
+    for i, n_out in enumerate(sizes[1:]):
+        last = i == len(sizes) - 2
+        x = b.dense(x, n_out, None if last else "relu", name=f"fc{i}")
+    b.graph.outputs["logits"] = x
+    b.cross_entropy(x, labels)
+    b.graph.optimizer = optimizer(optimizer_kind)
+    return b.graph
+
+
+def cnn_graph(batch: int = 4, image: int = 16, channels=(3, 8, 16), classes: int = 10,
+              optimizer_kind: str = "momentum") -> Graph:
+    """conv+bias+relu, max pool, conv+batch_norm+relu, avg pool, flatten, dense, loss (NCHW)."""
+    b = GraphBuilder()
+    x = b.input("images", (batch, channels[0], image, image))
+    labels = b.input("labels", (batch,), "int32")
+    conv = {"strides": [1, 1], "padding": [[1, 1], [1, 1]], "dilations": [1, 1], "layout": "NCHW",
+            "weight_layout": "OIHW"}
+    pool = {"kernel": [2, 2], "strides": [2, 2], "padding": [[0, 0], [0, 0]], "layout": "NCHW"}
+    c0, c1, c2 = channels
+    size = image
+
+    w0 = b.param("conv0.weight", (c1, c0, 3, 3))
+    b0 = b.param("conv0.bias", (c1, 1, 1))
+    y = b.op("conv2d", [x, w0], (batch, c1, size, size), attrs=conv)
+    y = b.op("relu", [b.op("add", [y, b0], (batch, c1, size, size))], (batch, c1, size, size))
+    size //= 2
+    y = b.op("max_pool2d", [y], (batch, c1, size, size), attrs=pool)
+
+    w1 = b.param("conv1.weight", (c2, c1, 3, 3))
+    gamma, beta = b.param("bn1.weight", (c2,)), b.param("bn1.bias", (c2,))
+    mean, var = b.state("bn1.running_mean", (c2,)), b.state("bn1.running_var", (c2,))
+    y = b.op("conv2d", [y, w1], (batch, c2, size, size), attrs=conv)
+    y = b.op("batch_norm", [y, gamma, beta, mean, var], (batch, c2, size, size),
+             attrs={"axis": 1, "eps": 1e-5, "momentum": 0.1})
+    y = b.op("relu", [y], (batch, c2, size, size))
+    size //= 2
+    y = b.op("avg_pool2d", [y], (batch, c2, size, size), attrs=pool)
+
+    y = b.op("reshape", [y], (batch, c2 * size * size), attrs={"shape": [batch, c2 * size * size]})
+    logits = b.dense(y, classes, name="fc")
+    b.graph.outputs["logits"] = logits
+    b.cross_entropy(logits, labels)
+    b.graph.optimizer = optimizer(optimizer_kind)
+    return b.graph
+
+
+def attention_block(b: GraphBuilder, x: str, heads: int, name: str = "attn") -> str:
+    """Self-attention with q, k, v and output projections, residual and layer norm: (B, T, C) -> (B, T, C)."""
+    batch, seq, width = b.graph.values[x].shape
+    d = width // heads
+
+    def split_heads(t: str) -> str:  # (B, T, C) -> (B, H, T, d)
+        t = b.op("reshape", [t], (batch, seq, heads, d), attrs={"shape": [batch, seq, heads, d]})
+        return b.op("transpose", [t], (batch, heads, seq, d), attrs={"perm": [0, 2, 1, 3]})
+
+    q = split_heads(b.dense(x, width, name=f"{name}.q"))
+    k = split_heads(b.dense(x, width, name=f"{name}.k"))
+    v = split_heads(b.dense(x, width, name=f"{name}.v"))
+    k_t = b.op("transpose", [k], (batch, heads, d, seq), attrs={"perm": [0, 1, 3, 2]})  # (B, H, d, T)
+    scores = b.op("matmul", [q, k_t], (batch, heads, seq, seq))  # (B, H, T, T)
+    scale = b.constant(f"{name}.scale", np.float32(1.0 / np.sqrt(d)))
+    scores = b.op("mul", [scores, scale], (batch, heads, seq, seq))
+    probs = b.op("softmax", [scores], (batch, heads, seq, seq), attrs={"axis": -1})
+    ctx = b.op("matmul", [probs, v], (batch, heads, seq, d))  # (B, H, T, d)
+    ctx = b.op("transpose", [ctx], (batch, seq, heads, d), attrs={"perm": [0, 2, 1, 3]})
+    ctx = b.op("reshape", [ctx], (batch, seq, width), attrs={"shape": [batch, seq, width]})
+    out = b.dense(ctx, width, name=f"{name}.out")
+    out = b.op("add", [x, out], (batch, seq, width))  # residual
+    gamma, beta = b.param(f"{name}.ln.weight", (width,)), b.param(f"{name}.ln.bias", (width,))
+    return b.op("layer_norm", [out, gamma, beta], (batch, seq, width), attrs={"axes": [-1], "eps": 1e-5})
+
+
+def attention_graph(batch: int = 2, seq: int = 8, width: int = 16, heads: int = 2, classes: int = 4,
+                    precision: str = "float32") -> Graph:
+    """One attention block, mean over the sequence, a dense classifier and the loss."""
+    b = GraphBuilder(precision=precision)
+    x = b.input("x", (batch, seq, width))
+    labels = b.input("labels", (batch,), "int32")
+    h = attention_block(b, x, heads)
+    pooled = b.op("reduce_mean", [h], (batch, width), attrs={"axes": [1], "keepdims": False})
+    logits = b.dense(pooled, classes, name="classifier")
+    b.graph.outputs["logits"] = logits
+    b.cross_entropy(logits, labels)
+    b.graph.optimizer = optimizer("adamw")
+    return b.graph

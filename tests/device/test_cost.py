@@ -1,0 +1,94 @@
+"""The cost model's arithmetic, and its calibration against the one published figure."""
+
+from collections import Counter
+
+import pytest
+
+from device.calibration import OBSERVED_SAMPLES_PER_S, bert_large_graph, predict
+from device.cost import estimate
+from device.passes.match import match
+from device.place import place
+from device.profiles import get_profile
+from device.testing import cnn_graph, mlp_graph
+
+
+def _estimate(graph, profile_name="small", mode="pipelined", training=True):
+    profile = get_profile(profile_name)
+    kernels = match(graph)
+    placement = place(kernels, profile, mode, graph.optimizer, training=training, precision=graph.precision)
+    return kernels, placement, estimate(graph, kernels, placement, profile, training=training)
+
+
+def test_kernel_roofline_is_the_plain_formula():
+    graph = mlp_graph(precision="float16")
+    kernels, placement, cost = _estimate(graph)
+    profile = get_profile("small")
+    k, c, rect = kernels[0], cost.kernels[0], placement.get("dense_0")
+    assert c.pes == rect.pes
+    assert c.compute_s == pytest.approx(k.flops(True) / (rect.pes * 8 * 0.975e9))  # fp16: 8 flops/cycle/PE
+    assert c.sram_s == pytest.approx(k.sram_bytes(True) / (rect.pes * 24 * 0.975e9))  # 24 B/cycle/PE
+    links = 2 * (rect.w + rect.h)
+    assert c.fabric_s == pytest.approx(2 * (k.input_bytes + k.activation_bytes) / (links * 4 * 0.975e9))
+    assert c.time_s == max(c.compute_s, c.sram_s, c.fabric_s)
+    assert c.bound_by == "sram"  # fp16 operand + fp32 partial sum read and written: 10 B per multiply-add
+    assert profile.peak_flops("float16") == cost.peak_flops
+
+
+def test_pipelined_throughput_is_set_by_the_slowest_kernel():
+    graph = mlp_graph(batch=16)
+    _, _, cost = _estimate(graph)
+    slowest = max(k.time_s for k in cost.kernels)
+    assert cost.compute_samples_per_s == pytest.approx(16 / slowest)
+    assert cost.transmission_samples_per_s == pytest.approx(1.2e12 / 8 / (784 * 4 + 4))  # float32 pixels, int32 label
+    assert cost.samples_per_s == min(cost.compute_samples_per_s, cost.transmission_samples_per_s)
+    assert 0 < cost.active_pes_pct <= 100 and 0 < cost.compute_utilisation_pct <= 100
+    assert cost.bound_by in ("compute", "transmission")
+
+
+def test_weight_streaming_sums_layers_and_adds_a_bubble():
+    graph = mlp_graph(sizes=(784, 2048, 2048, 10))
+    kernels, _, cost = _estimate(graph, "tiny", "weight_streaming")
+    assert cost.iteration_s == pytest.approx(sum(k.time_s for k in cost.kernels) + cost.bubble_s)
+    assert cost.bubble_s == pytest.approx((kernels[0].weight_bytes + kernels[-1].weight_bytes) / 150e9)
+    big = cost.kernels[1]  # 2048 x 2048, batch 8: streaming the weights dominates
+    assert big.bound_by == "weight stream"
+    assert big.stream_s == pytest.approx(3 * kernels[1].weight_bytes / 150e9)  # in, in again, gradients out
+    assert cost.active_pes_pct == 100
+
+
+def test_eval_is_cheaper_than_training_and_fp16_than_fp32():
+    graph = cnn_graph()
+    _, _, train = _estimate(graph, training=True)
+    _, _, evaluate = _estimate(graph, training=False)
+    assert evaluate.flops_per_sample < train.flops_per_sample
+    assert evaluate.compute_samples_per_s > train.compute_samples_per_s
+    _, _, fp32 = _estimate(mlp_graph(precision="float32"))
+    _, _, fp16 = _estimate(mlp_graph(precision="float16"))
+    assert fp16.compute_samples_per_s > fp32.compute_samples_per_s
+
+
+def test_the_report_dict_is_labelled_an_estimate():
+    _, _, cost = _estimate(mlp_graph())
+    data = cost.to_dict()
+    assert data["estimate"] is True
+    assert {"samples_per_s", "compute_samples_per_s", "transmission_samples_per_s", "active_pes_pct",
+            "compute_utilisation_pct"} <= set(data)
+    assert [k["name"] for k in data["kernels"]] == ["dense_0", "dense_1", "dense_2", "softmax_loss_0"]
+
+
+def test_bert_large_graph_structure():
+    graph = bert_large_graph()
+    assert 330e6 < graph.num_params() < 345e6  # BERT-Large: ~335M with the tied decoder
+    kinds = Counter(k.kind for k in match(graph))
+    assert kinds["attention"] == 24
+    assert kinds["dense"] == 24 * 6 + 2  # q, k, v, out, ffn in, ffn out per layer; MLM transform, decoder
+    assert kinds["layer_norm"] == 2 * 24 + 2 and kinds["softmax_loss"] == 1
+
+
+def test_bert_large_calibration_within_a_factor_of_two():
+    # wafer-facts.md: ~6,400 samples/s observed; a model within 2x of it from the graph alone is credible
+    cost = predict("wse2", "pipelined").cost
+    ratio = cost.samples_per_s / OBSERVED_SAMPLES_PER_S
+    assert 0.5 <= ratio <= 2.0, ratio
+    effective = cost.flops_per_sample * cost.samples_per_s
+    assert 0.5e15 < effective < 4e15  # the facts' 1-2 PF/s, with the same factor of 2

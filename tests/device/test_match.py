@@ -1,0 +1,152 @@
+"""Kernel matching, tested by structure: kernel counts per kind, what each kernel holds, its work."""
+
+from collections import Counter
+
+import numpy as np
+
+from device.passes.match import match
+from device.testing import GraphBuilder, attention_graph, cnn_graph, mlp_graph
+
+
+def _kinds(kernels):
+    return Counter(k.kind for k in kernels)
+
+
+def _every_node_once(graph, kernels):
+    names = [n for k in kernels for n in k.nodes]
+    assert sorted(names) == sorted(n.name for n in graph.nodes)
+
+
+def test_mlp_is_three_dense_kernels_and_one_loss():
+    graph = mlp_graph(batch=8, sizes=(784, 64, 32, 10))
+    kernels = match(graph)
+    assert [k.kind for k in kernels] == ["dense", "dense", "dense", "softmax_loss"]
+    _every_node_once(graph, kernels)
+    first = kernels[0]
+    assert first.ops == ["matmul", "add", "relu"]
+    assert first.params == ["fc0.weight", "fc0.bias"]
+    assert first.inputs == ["features"] and first.outputs == kernels[1].inputs
+    matmul = 2 * 8 * 784 * 64
+    assert first.flops_fwd == matmul + 8 * 64 + 8 * 64  # matmul, bias, relu
+    assert first.flops_bwd == 2 * matmul + 8 * 64 + 8 * 64  # backward about 2x for the matmul
+    assert first.weight_bytes == 4 * (784 * 64 + 64)
+    assert first.activation_bytes == 4 * 8 * 64
+    assert kernels[-1].ops == ["sparse_softmax_cross_entropy", "reduce_mean"]
+    assert kernels[-1].outputs == [graph.loss]
+
+
+def test_cnn_kernel_counts_and_fusions():
+    graph = cnn_graph(batch=4, image=16, channels=(3, 8, 16))
+    kernels = match(graph)
+    assert _kinds(kernels) == {"conv": 2, "pool": 2, "layout": 1, "dense": 1, "softmax_loss": 1}
+    _every_node_once(graph, kernels)
+    conv0, conv1 = [k for k in kernels if k.kind == "conv"]
+    assert conv0.ops == ["conv2d", "add", "relu"]
+    assert conv1.ops == ["conv2d", "batch_norm", "relu"]
+    assert conv1.state == ["bn1.running_mean", "bn1.running_var"]
+    assert conv0.flops_fwd - 2 * (4 * 8 * 16 * 16) == 2 * (4 * 8 * 16 * 16) * 3 * 3 * 3  # per output: C_in x 3 x 3
+    layout = next(k for k in kernels if k.kind == "layout")
+    assert layout.free and layout.flops_fwd == 0 and layout.sram_bytes_fwd == 0
+
+
+def test_attention_block_is_one_attention_kernel():
+    graph = attention_graph(batch=2, seq=8, width=16, heads=2)
+    kernels = match(graph)
+    kinds = _kinds(kernels)
+    assert kinds["attention"] == 1
+    assert kinds["dense"] == 5  # q, k, v, output projection, classifier
+    assert kinds["layer_norm"] == 1 and kinds["softmax_loss"] == 1
+    assert kinds["elementwise"] == 1  # the residual add reads two activations: not fused
+    _every_node_once(graph, kernels)
+    (attention,) = [k for k in kernels if k.kind == "attention"]
+    assert attention.ops == ["matmul", "mul", "softmax", "matmul"]
+    assert len(attention.inputs) == 3 and attention.params == []  # q, k^T, v
+    scores = 2 * 2 * 8 * 8  # B x H x T x T
+    assert attention.flops_fwd == 2 * scores * 8 + scores + 5 * scores + 2 * (2 * 2 * 8 * 8) * 8
+
+
+def test_einsum_attention_and_einsum_dense():
+    b = GraphBuilder()
+    x = b.input("x", (2, 4, 6, 8))  # (B, H, T, d)
+    w = b.param("w", (8, 8))
+    q = b.op("einsum", [x, w], (2, 4, 6, 8), attrs={"equation": "bhtd,de->bhte"})
+    s = b.op("einsum", [q, x], (2, 4, 6, 6), attrs={"equation": "bhqd,bhkd->bhqk"})
+    p = b.op("softmax", [s], (2, 4, 6, 6), attrs={"axis": -1})
+    b.graph.outputs["ctx"] = b.op("einsum", [p, x], (2, 4, 6, 8), attrs={"equation": "bhqk,bhkd->bhqd"})
+    kernels = match(b.graph)
+    assert [k.kind for k in kernels] == ["dense", "attention"]
+    assert kernels[0].flops_fwd == 2 * (2 * 4 * 6 * 8 * 8)
+    assert kernels[1].flops_fwd == 2 * (2 * 4 * 6 * 6 * 8) * 2 + 5 * (2 * 4 * 6 * 6)
+
+
+def test_weight_layout_ops_fold_into_the_kernel_that_uses_the_weight():
+    b = GraphBuilder(precision="float16")
+    x = b.input("x", (4, 8))
+    w = b.param("w", (3, 8))  # torch Linear layout (out, in)
+    w16 = b.op("cast", [w], (3, 8), "float16", attrs={"dtype": "float16"})
+    w_t = b.op("transpose", [w16], (8, 3), "float16", attrs={"perm": [1, 0]})
+    b.graph.outputs["y"] = b.op("matmul", [x, w_t], (4, 3), "float16")
+    (kernel,) = match(b.graph)
+    assert kernel.kind == "dense"
+    assert kernel.ops == ["cast", "transpose", "matmul"] and kernel.params == ["w"]
+
+
+def test_unary_ops_after_a_kernel_fuse_into_it():
+    b = GraphBuilder()
+    x = b.input("x", (4, 8))
+    gamma, beta = b.param("g", (8,)), b.param("b", (8,))
+    y = b.op("layer_norm", [x, gamma, beta], (4, 8), attrs={"axes": [-1], "eps": 1e-5})
+    y = b.op("tanh", [b.op("dropout", [y], (4, 8), attrs={"rate": 0.1})], (4, 8))
+    b.graph.outputs["y"] = y
+    (kernel,) = match(b.graph)
+    assert kernel.kind == "layer_norm" and kernel.ops == ["layer_norm", "dropout", "tanh"]
+
+
+def test_log_softmax_with_a_hand_written_nll_is_one_loss_kernel():
+    b = GraphBuilder()
+    logits = b.input("logits", (4, 10))
+    one_hot = b.input("one_hot", (4, 10))
+    logp = b.op("log_softmax", [logits], (4, 10), attrs={"axis": -1})
+    picked = b.op("reduce_sum", [b.op("mul", [logp, one_hot], (4, 10))], (4,), attrs={"axes": [1], "keepdims": False})
+    b.graph.loss = b.op("neg", [b.op("reduce_mean", [picked], (), attrs={"axes": [0], "keepdims": False})], ())
+    (kernel,) = match(b.graph)
+    assert kernel.kind == "softmax_loss"
+    assert kernel.ops == ["log_softmax", "mul", "reduce_sum", "reduce_mean", "neg"]
+
+
+def test_softmax_for_predictions_is_not_a_loss():
+    b = GraphBuilder()
+    logits = b.input("logits", (4, 10))
+    b.graph.outputs["probs"] = b.op("softmax", [logits], (4, 10), attrs={"axis": -1})
+    assert [k.kind for k in match(b.graph)] == ["softmax"]
+
+
+def test_residual_add_keeps_no_activations_for_the_backward():
+    kernels = match(attention_graph())
+    residual = next(k for k in kernels if k.kind == "elementwise")
+    assert residual.input_bytes > 0 and residual.stash_bytes == 0
+    dense = next(k for k in kernels if k.kind == "dense")
+    assert dense.stash_bytes == dense.input_bytes
+
+
+def test_sixteen_bit_compute_halves_activation_bytes_not_weight_bytes():
+    fp32 = match(mlp_graph(precision="float32"))[0]
+    fp16 = match(mlp_graph(precision="float16"))[0]
+    assert fp16.activation_bytes * 2 == fp32.activation_bytes
+    assert fp16.weight_bytes == fp32.weight_bytes  # fp32 master weights either way
+
+
+def test_matching_is_deterministic():
+    graph = attention_graph()
+    first = [(k.name, k.nodes) for k in match(graph)]
+    assert first == [(k.name, k.nodes) for k in match(graph)]
+    assert len({name for name, _ in first}) == len(first)
+
+
+def test_scale_by_constant_keeps_its_input_out_of_the_stash():
+    b = GraphBuilder()
+    x = b.input("x", (4, 8))
+    half = b.constant("half", np.float32(0.5))
+    b.graph.outputs["y"] = b.op("mul", [x, half], (4, 8))
+    (kernel,) = match(b.graph)
+    assert kernel.kind == "elementwise" and kernel.stash_bytes == 0

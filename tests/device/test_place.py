@@ -1,0 +1,151 @@
+"""Profiles and placement: invariants of the rectangles and their memory."""
+
+import itertools
+
+import pytest
+
+from common.errors import UserError
+from device.errors import DeviceCompileError
+from device.passes.match import match
+from device.place import place
+from device.profiles import PROFILES, get_profile
+from device.testing import attention_graph, cnn_graph, mlp_graph
+
+BIG_MLP = dict(sizes=(784, 2048, 2048, 10))  # ~5.8M params: with Adam, ~93 MB > tiny's 48 MiB
+
+
+def test_unknown_profile_names_the_valid_ones():
+    with pytest.raises(UserError) as info:
+        get_profile("wse9")
+    assert str(info.value) == "unknown device profile 'wse9'; valid profiles: small, tiny, wse1, wse2, wse3"
+
+
+@pytest.mark.parametrize("name", ["wse1", "wse2", "wse3"])
+def test_per_pe_figures_reproduce_the_published_totals(name):
+    # wafer-facts.md: the per-PE numbers are derived from the table, so they must add back up to it
+    p = PROFILES[name]
+    assert p.marketed_pes * p.sram_bytes_per_pe == pytest.approx(p.sram_total_bytes, rel=0.10)
+    assert p.marketed_pes * p.sram_bytes_per_cycle * p.clock_hz == pytest.approx(p.memory_bandwidth_bytes_s, rel=0.10)
+    fabric_bits = p.marketed_pes * p.fabric_links * p.fabric_word_bytes * 8 * 2 * p.clock_hz  # both directions
+    assert fabric_bits == pytest.approx(p.fabric_bandwidth_bits_s, rel=0.10)
+    assert 0.85e9 <= p.clock_hz <= 1.1e9 and p.system_io_bits_s == 1.2e12
+
+
+def test_test_profiles_share_the_per_pe_figures():
+    wse2 = PROFILES["wse2"]
+    for name, side in (("tiny", 32), ("small", 128)):
+        p = PROFILES[name]
+        assert (p.width, p.height) == (side, side)
+        for field in ("sram_bytes_per_pe", "clock_hz", "flops_per_cycle_fp16", "flops_per_cycle_fp32",
+                      "sram_bytes_per_cycle", "fabric_words_per_cycle_per_link"):
+            assert getattr(p, field) == getattr(wse2, field)
+
+
+def _check_invariants(placement, kernels, profile):
+    placed = [r for r in placement.kernels if r.pes]
+    by_name = {r.name: r for r in placement.kernels}
+    assert set(by_name) == {k.name for k in kernels}  # every kernel has a row
+    for k in kernels:
+        assert (by_name[k.name].pes == 0) == k.free  # exactly the working kernels get PEs
+    for r in placed:
+        assert 0 <= r.x and 0 <= r.y and r.x + r.w <= profile.width and r.y + r.h <= profile.height
+        assert r.memory_bytes <= r.pes * profile.sram_bytes_per_pe  # its memory fits its rectangle
+    for a, b in itertools.combinations(placed, 2):
+        overlap = a.x < b.x + b.w and b.x < a.x + a.w and a.y < b.y + b.h and b.y < a.y + a.h
+        assert not overlap, (a.name, b.name)
+    assert placement.active_pes == sum(r.pes for r in placed) <= profile.pes
+
+
+@pytest.mark.parametrize("graph_fn", [mlp_graph, cnn_graph, attention_graph])
+@pytest.mark.parametrize("profile_name", ["tiny", "small"])
+def test_pipelined_placement_invariants(graph_fn, profile_name):
+    graph = graph_fn()
+    kernels = match(graph)
+    profile = get_profile(profile_name)
+    placement = place(kernels, profile, "pipelined", graph.optimizer, precision=graph.precision)
+    _check_invariants(placement, kernels, profile)
+
+
+def test_bert_sized_memory_floors_still_pack_on_wse2():
+    from device.calibration import bert_large_graph
+
+    graph = bert_large_graph(batch=64, layers=2)
+    kernels = match(graph)
+    placement = place(kernels, get_profile("wse2"), "pipelined", graph.optimizer, precision=graph.precision)
+    _check_invariants(placement, kernels, get_profile("wse2"))
+
+
+def test_more_work_gets_more_pes():
+    graph = mlp_graph(sizes=(784, 256, 32, 10))
+    placement = place(match(graph), get_profile("small"), "pipelined", graph.optimizer)
+    pes = [placement.get(name).pes for name in ("dense_0", "dense_1", "dense_2")]
+    assert pes[0] > pes[1] > pes[2]
+
+
+@pytest.mark.parametrize("kind, slots", [("sgd", 0), ("momentum", 1), ("adam", 2), ("adamw", 2)])
+def test_optimizer_state_slots(kind, slots):
+    graph = mlp_graph(optimizer_kind=kind)
+    placement = place(match(graph), get_profile("small"), "pipelined", graph.optimizer)
+    row = placement.get("dense_0")
+    assert row.weight_bytes == row.gradient_bytes == 4 * (784 * 64 + 64)
+    assert row.optimizer_bytes == slots * row.weight_bytes
+
+
+def test_eval_keeps_weights_only_and_two_samples():
+    graph = mlp_graph(optimizer_kind="adam")
+    placement = place(match(graph), get_profile("small"), "pipelined", graph.optimizer, training=False)
+    row = placement.get("dense_0")
+    assert row.gradient_bytes == row.optimizer_bytes == 0 and row.inflight == 2
+
+
+def test_in_flight_samples_shrink_along_the_pipeline():
+    graph = mlp_graph(batch=64)
+    placement = place(match(graph), get_profile("small"), "pipelined", graph.optimizer)
+    inflight = [r.inflight for r in placement.kernels]
+    assert inflight == [7, 5, 3, 1]  # 2 * (S - 1 - i) + 1 with S = 4 kernels
+    kernels = match(graph)
+    assert placement.kernels[0].activation_bytes == 7 * kernels[0].stash_bytes // 64
+
+
+def test_too_large_for_pipelined_names_the_kernel_and_the_bytes_and_suggests_streaming():
+    graph = mlp_graph(**BIG_MLP)
+    with pytest.raises(DeviceCompileError) as info:
+        place(match(graph), get_profile("tiny"), "pipelined", graph.optimizer)
+    message = str(info.value)
+    assert isinstance(info.value, UserError)
+    assert "'dense_1'" in message  # 2048 x 2048: the largest
+    # fp32 weights, gradients, 2 Adam slots + 5 samples in flight of its (batch 8) 2048-wide fp32 input
+    assert f"needs {16 * (2048 * 2048 + 2048) + 5 * 2048 * 4:,} bytes" in message
+    assert f"{32 * 32 * 48 * 1024:,} bytes" in message  # what tiny has
+    assert "device.execution_mode=weight_streaming" in message
+    assert "\n" not in message
+
+
+def test_too_large_for_pipelined_places_in_weight_streaming():
+    graph = mlp_graph(**BIG_MLP)
+    kernels = match(graph)
+    profile = get_profile("tiny")
+    placement = place(kernels, profile, "weight_streaming", graph.optimizer)
+    for row in placement.kernels:
+        assert (row.x, row.y, row.w, row.h) == (0, 0, 32, 32)  # one layer at a time, the whole fabric
+        assert row.optimizer_bytes == 0  # the external store runs the optimizer
+        assert row.memory_bytes <= profile.sram_bytes
+    assert placement.active_pes == profile.pes
+
+
+def test_weight_streaming_rejects_a_batch_whose_activations_do_not_fit():
+    graph = mlp_graph(batch=8192, sizes=(784, 2048, 2048, 10))
+    with pytest.raises(DeviceCompileError, match="batch of 8192.*reduce the batch size"):
+        place(match(graph), get_profile("tiny"), "weight_streaming", graph.optimizer)
+
+
+def test_unknown_execution_mode():
+    with pytest.raises(UserError, match="unknown device.execution_mode 'fast'"):
+        place(match(mlp_graph()), get_profile("tiny"), "fast")
+
+
+def test_placement_is_deterministic():
+    graph = cnn_graph()
+    a = place(match(graph), get_profile("tiny"), "pipelined", graph.optimizer)
+    b = place(match(graph), get_profile("tiny"), "pipelined", graph.optimizer)
+    assert a.to_dict() == b.to_dict()
