@@ -1,0 +1,1241 @@
+"""PyTorch frontend: one training step of an ``nn.Module``, lowered to the device IR.
+
+Pipeline:
+
+1. ``torch.export`` traces a small wrapper module whose ``forward(*batch)`` calls the
+   user's ``step_fn(batch)`` (non-strict, module in train mode, fake tensors: the module's
+   weights, buffers and RNG are not touched).
+2. ``run_decompositions`` reaches the core aten op set, except for the ops in
+   ``_KEPT_WHOLE`` that lower to fewer, clearer IR nodes when kept whole (``linear`` is
+   transpose + matmul + add instead of views around ``addmm``; ``log_softmax`` followed
+   by ``nll_loss_forward`` is the IR's ``sparse_softmax_cross_entropy``).
+3. Each FX node is lowered by the table ``_LOWERINGS`` (aten op -> handler). A node whose
+   inputs are all known at capture time (``arange``, ``full``, a causal mask built from
+   a buffer that is never written) is evaluated here with torch and becomes a constant.
+   An aten op without a handler, or a variant its handler declines (a grouped
+   convolution), becomes an IR node whose ``op`` is the aten name with its output values
+   taken from the FX metadata, so that validation reports every unsupported op at once.
+4. Nodes that reach neither the loss nor an output are dropped, and so are the params,
+   state and constants they alone used.
+
+Naming: parameters and state are IR values named by their ``module.state_dict()`` key
+(``graph.params[key] == key``); batch inputs are ``batch_0``, ``batch_1``, ...; every other
+value is named after the FX node it came from.
+
+Parameters with ``requires_grad`` become ``graph.params``; buffers the step writes
+(batch norm's running statistics) and frozen parameters become ``graph.state``; buffers
+the step only reads (a registered causal mask) become constants with their value at
+capture time.
+
+Known differences from torch, by design of the IR:
+- ``nll_loss``'s ``ignore_index`` is not honoured: labels are assumed to be class ids.
+- ``detach`` is lowered to identity (the IR has no stop-gradient op; torch's own
+  decomposition already turns it into ``alias``).
+- ``scaled_dot_product_attention`` is lowered as softmax(q k^T * scale + mask) v; a fully
+  masked row gives NaN here where torch gives zeros.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.fx
+from torch.export.graph_signature import InputKind, OutputKind
+
+import common
+import device
+from common.errors import UserError
+from device.ir import Graph, OptimizerSpec, SourceLoc
+
+SUPPORTED_OPTIMIZERS = ("SGD", "Adam", "AdamW")
+
+_aten = torch.ops.aten
+
+# Ops that run_decompositions would break up, kept whole because each has a direct IR
+# lowering (see the handlers below).
+_KEPT_WHOLE = (
+    _aten.linear.default,
+    _aten.matmul.default,
+    _aten.dropout.default,
+    _aten.nll_loss_forward.default,
+    _aten.scaled_dot_product_attention.default,
+)
+
+_DTYPES = {
+    torch.float32: "float32",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float64: "float64",
+    torch.int64: "int64",
+    torch.int32: "int32",
+    torch.bool: "bool",
+}
+# numpy has no bfloat16: such constants are stored as float32 and typed bfloat16 in the IR
+_NUMPY_STORAGE = {"float32": np.float32, "float16": np.float16, "bfloat16": np.float32, "cb16": np.float32,
+                  "float64": np.float64, "int64": np.int64, "int32": np.int32, "bool": np.bool_}
+
+# FX nodes that only check metadata and produce nothing the step uses
+_IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_async.msg", "aten._assert_scalar.default",
+            "aten.sym_constrain_range_for_size.default"}
+# ops whose result depends only on their input's shape and dtype, never its values
+_SHAPE_ONLY = {"aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default",
+               "aten.empty_like.default", "aten.new_zeros.default", "aten.new_ones.default",
+               "aten.new_full.default", "aten.new_empty.default"}
+
+_SELU_ALPHA = 1.6732632423543772
+_SELU_SCALE = 1.0507009873554805
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def capture(step_fn: Callable, module: torch.nn.Module, batch, *, optimizer: torch.optim.Optimizer | None = None,
+            precision: str = "float32", max_gradient_norm=None, max_gradient_value=None, loss_scale=None,
+            initial_loss_scale=2.0**15, steps_per_increase=2000) -> Graph:
+    """Capture ``step_fn(batch)`` (the forward pass and loss of ``module``) as a device IR graph.
+
+    ``step_fn(batch)`` returns the scalar loss, or ``(loss, outputs)`` with ``outputs`` a dict
+    of tensors (e.g. ``{"logits": ...}``) that become ``graph.outputs``. ``batch`` is a list or
+    tuple of tensors, passed to ``step_fn`` as given; they become ``graph.inputs`` in order.
+
+    What the device cannot run (an unsupported op, a float64 model, inputs whose batch
+    sizes differ, a non-scalar loss, an unknown precision) comes through to the graph as it
+    is, for ``device.passes.validate`` to report all at once; only a step that cannot be
+    traced at all raises ``UserError``.
+    """
+    if not isinstance(batch, (list, tuple)) or not all(isinstance(t, torch.Tensor) for t in batch):
+        raise UserError("capture: batch must be a list or tuple of torch.Tensor")
+
+    wrapper = _Step(step_fn, module, type(batch))
+    modes = {m: m.training for m in module.modules()}
+    module.train()
+    try:
+        exported = torch.export.export(wrapper, tuple(batch), strict=False)
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any tracing failure is the user's step: say so in one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"torch.export could not capture the training step: {first}") from e
+    finally:
+        for m, training in modes.items():
+            m.train(training)
+    table = torch.export.default_decompositions()
+    for op in _KEPT_WHOLE:
+        table.pop(op, None)
+    exported = exported.run_decompositions(table)
+
+    graph = Graph(frontend="torch", precision=precision)
+    # the output dict's keys, in the order its tensors were flattened into the graph outputs
+    output_keys = list(exported.call_spec.out_spec.child(1).context)
+    _Lowering(graph, exported, wrapper).run(output_keys)
+    _prune(graph)
+    if optimizer is not None:
+        graph.optimizer = optimizer_spec(
+            optimizer, module, max_gradient_norm=max_gradient_norm, max_gradient_value=max_gradient_value,
+            loss_scale=loss_scale, initial_loss_scale=initial_loss_scale, steps_per_increase=steps_per_increase)
+    return graph
+
+
+class _Step(torch.nn.Module):
+    """The module torch.export traces: forward(*batch) -> (loss, {name: output tensor})."""
+
+    _PREFIX = "module."  # the user's module is the attribute ``module``: state_dict keys get this prefix
+
+    def __init__(self, step_fn: Callable, module: torch.nn.Module, batch_type: type):
+        super().__init__()
+        self.module = module
+        # not a submodule even when it is an nn.Module: names come from `module` alone
+        object.__setattr__(self, "step_fn", step_fn)
+        self.batch_type = batch_type
+        # export keeps only `forward` frames in node stack traces, plus registered anchors;
+        # annotate_fn registers its function as one (the wrapper it returns only tags
+        # metadata and is not needed), so that a loss written in step_fn gets its own line
+        function = step_fn if hasattr(step_fn, "__code__") else getattr(type(step_fn), "__call__", None)
+        if hasattr(function, "__code__"):
+            torch.fx.traceback.annotate_fn({})(function)
+
+    def forward(self, *batch):
+        result = self.step_fn(self.batch_type(batch))
+        outputs: dict = {}
+        if isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[1], dict):
+            result, outputs = result
+        if not isinstance(result, torch.Tensor):
+            raise UserError("step_fn(batch) must return the loss tensor or a pair (loss, dict of tensors); "
+                            f"got {type(result).__name__}")
+        for key, value in outputs.items():
+            if not isinstance(value, torch.Tensor):
+                raise UserError(f"step_fn output {key!r} must be a tensor; got {type(value).__name__}")
+        return result, {str(k): v for k, v in outputs.items()}
+
+
+def _ir_dtype(dtype: torch.dtype) -> str:
+    return _DTYPES.get(dtype, str(dtype).removeprefix("torch."))
+
+
+def _ir_shape(shape) -> tuple[int | None, ...]:
+    # a symbolic (data-dependent or dynamic) size is unknown: None, which validation rejects
+    return tuple(d if type(d) is int else None for d in shape)
+
+
+def _internal_dirs() -> tuple[str, ...]:
+    """Folders whose frames are never the user's line: torch, this package, the runners."""
+    return tuple(os.path.realpath(os.path.dirname(package.__file__)) for package in (torch, device, common))
+
+
+_INTERNAL_DIRS = _internal_dirs()
+
+
+def _source_loc(node: torch.fx.Node) -> SourceLoc:
+    """The innermost frame of the node's stack trace that is the user's own code."""
+    op = str(node.target)
+    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
+    for path, line in reversed(frames):
+        real = os.path.realpath(path)
+        if not any(real.startswith(d + os.sep) for d in _INTERNAL_DIRS):
+            return SourceLoc(op, path, int(line))
+    return SourceLoc(op)
+
+
+def _bind(node: torch.fx.Node) -> dict[str, Any]:
+    """The node's arguments by schema name, defaults filled in (``self`` is spelled ``self_``)."""
+    bound = {}
+    for i, arg in enumerate(node.target._schema.arguments):
+        name = "self_" if arg.name == "self" else arg.name
+        if i < len(node.args) and not arg.kwarg_only:
+            bound[name] = node.args[i]
+        elif arg.name in node.kwargs:
+            bound[name] = node.kwargs[arg.name]
+        else:
+            bound[name] = arg.default_value if arg.has_default_value() else None
+    return bound
+
+
+def _axis(dim: int, rank: int) -> int:
+    return dim + rank if dim < 0 else dim
+
+
+def _axes(dims, rank: int) -> list[int]:
+    """Reduction axes, non-negative and sorted; None or [] means all (torch's convention)."""
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(rank))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted(_axis(d, rank) for d in dims)
+
+
+def _pair(value, default=None) -> list[int]:
+    if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+        value = default
+    if isinstance(value, int):
+        return [value, value]
+    return list(value) * 2 if len(value) == 1 else list(value)
+
+
+def _broadcast(a: tuple, b: tuple) -> tuple:
+    """numpy broadcasting of two shapes; None (unknown) wins over 1."""
+    rank = max(len(a), len(b))
+    a = (1,) * (rank - len(a)) + tuple(a)
+    b = (1,) * (rank - len(b)) + tuple(b)
+    return tuple(y if x == 1 else x for x, y in zip(a, b))
+
+
+class _Lowering:
+    """Lowers the exported FX graph, node by node, into ``graph``."""
+
+    def __init__(self, graph: Graph, exported: torch.export.ExportedProgram, wrapper: _Step):
+        self.g = graph
+        self.ep = exported
+        self.wrapper = wrapper
+        self.env: dict[torch.fx.Node, Any] = {}  # FX node -> IR value name, or a tuple of them (None: not produced)
+        self.known: dict[torch.fx.Node, Any] = {}  # FX node -> its value computed at capture time
+        # getitem nodes that pick a result the lowering does not produce (max-pool indices):
+        # reported as unsupported only if something uses them
+        self.missing: dict[torch.fx.Node, torch.fx.Node] = {}
+        self.scalars: dict[tuple, str] = {}  # (value, dtype) -> IR constant, so each scalar is stored once
+        self.loc = SourceLoc("<unknown>")
+        self.hint = ""
+        self.reason = ""
+
+    # ---- the walk ----
+
+    def run(self, output_keys: list[str]) -> None:
+        self._placeholders()
+        for node in self.ep.graph.nodes:
+            if node.op != "call_function" or str(node.target) in _IGNORED:
+                continue
+            self.loc, self.hint, self.reason = _source_loc(node), node.name, ""
+            if node.target is operator.getitem:
+                self._getitem(node)
+            elif self._fold(node):
+                continue
+            else:
+                handler = _LOWERINGS.get(str(node.target))
+                first_new = len(self.g.nodes)
+                result = handler(self, node, **_bind(node)) if handler else None
+                if result is None:
+                    result = self._unsupported(node)
+                self.env[node] = self._adopt_name(result, first_new)
+        self._outputs(output_keys)
+
+    def _placeholders(self) -> None:
+        mutated = {spec.target for spec in self.ep.graph_signature.output_specs
+                   if spec.kind == OutputKind.BUFFER_MUTATION}
+        nodes = {n.name: n for n in self.ep.graph.nodes if n.op == "placeholder"}
+        for spec in self.ep.graph_signature.input_specs:
+            node = nodes[spec.arg.name]
+            if spec.kind == InputKind.USER_INPUT:
+                val = node.meta["val"]
+                self.env[node] = self.g.add_value(node.name, _ir_shape(val.shape), _ir_dtype(val.dtype))
+                self.g.inputs.append(node.name)
+                continue
+            key = spec.target.removeprefix(_Step._PREFIX)
+            if spec.kind == InputKind.PARAMETER:
+                param = self.wrapper.get_parameter(spec.target)
+                self.env[node] = self.g.add_value(key, _ir_shape(param.shape), _ir_dtype(param.dtype))
+                (self.g.params if param.requires_grad else self.g.state)[key] = key
+            elif spec.kind == InputKind.BUFFER and spec.target in mutated:
+                buffer = self.wrapper.get_buffer(spec.target)
+                self.env[node] = self.g.add_value(key, _ir_shape(buffer.shape), _ir_dtype(buffer.dtype))
+                self.g.state[key] = key
+            elif spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+                # read-only buffers and tensors the step closed over: values known now
+                value = self.ep.constants.get(spec.target)
+                if value is None:
+                    value = self.ep.state_dict[spec.target]
+                self.known[node] = value.detach().clone()
+            else:
+                raise UserError(f"capture: unsupported input kind {spec.kind.name} ({spec.target})")
+
+    def _outputs(self, output_keys: list[str]) -> None:
+        returned = self.ep.graph.output_node().args[0]
+        user = [arg for arg, spec in zip(returned, self.ep.graph_signature.output_specs)
+                if spec.kind == OutputKind.USER_OUTPUT]
+        names = [self.tensor(arg) for arg in user]
+        self.g.loss = names[0]
+        self.g.outputs = dict(zip(output_keys, names[1:]))
+
+    def _getitem(self, node: torch.fx.Node) -> None:
+        source, index = node.args
+        if source in self.known:
+            self.known[node] = self.known[source][index]
+            return
+        name = self.env[source][index]
+        if name is None:
+            self.missing[node] = source
+        else:
+            self.env[node] = name
+
+    def _fold(self, node: torch.fx.Node) -> bool:
+        """Evaluate a node whose inputs are all known at capture time; True if it was."""
+        target = node.target
+        if not isinstance(target, torch._ops.OpOverload) or torch.Tag.nondeterministic_seeded in target.tags:
+            return False
+        shape_only = str(target) in _SHAPE_ONLY
+
+        def value(arg):
+            if arg in self.known:
+                return self.known[arg]
+            if shape_only:
+                val = arg.meta["val"]
+                return torch.zeros(tuple(val.shape), dtype=val.dtype)
+            raise KeyError(arg)
+
+        try:
+            args = torch.fx.node.map_arg(node.args, value)
+            kwargs = torch.fx.node.map_arg(node.kwargs, value)
+        except KeyError:
+            return False
+        try:
+            with torch.no_grad():
+                self.known[node] = target(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - an op that cannot run here is lowered like any other
+            return False
+        return True
+
+    # ---- values and nodes ----
+
+    def shape(self, name: str) -> tuple:
+        return self.g.values[name].shape
+
+    def dtype(self, name: str) -> str:
+        return self.g.values[name].dtype
+
+    def new_value(self, shape, dtype: str, hint: str | None = None) -> str:
+        base = hint or self.hint
+        name, i = base, 1
+        while name in self.g.values:
+            name, i = f"{base}_{i}", i + 1
+        return self.g.add_value(name, _ir_shape(shape), dtype)
+
+    def emit(self, op: str, inputs: list[str], shape, dtype: str, /, **attrs) -> str:
+        """One IR node with one output, named ``<fx node>.<op>`` until ``_adopt_name``."""
+        out = self.new_value(shape, dtype, f"{self.hint}.{op}")
+        self.g.add_node(op, inputs, [out], attrs, self.loc, name=out)
+        return out
+
+    def _adopt_name(self, result, first_new: int):
+        """Give the FX node's own name to the value its lowering returns (if made by it)."""
+        name = self.hint
+        if isinstance(result, tuple) and sum(r is not None for r in result) == 1:
+            # one real result among placeholders for what the IR does not produce (batch norm)
+            return tuple(self._adopt_name(r, first_new) if r is not None else None for r in result)
+        if not isinstance(result, str) or name in self.g.values:
+            return result
+        new_nodes = self.g.nodes[first_new:]
+        producer = next((n for n in new_nodes if result in n.outputs), None)
+        if producer is None or any(result in n.inputs for n in new_nodes):
+            return result
+        value = self.g.values.pop(result)
+        value.name = name
+        self.g.values[name] = value
+        producer.outputs = [name if o == result else o for o in producer.outputs]
+        producer.name = name
+        return name
+
+    def constant(self, value, dtype: str, hint: str) -> str:
+        array = np.asarray(value, dtype=_NUMPY_STORAGE.get(dtype, np.float32))
+        name = self.new_value(array.shape, dtype, hint)
+        self.g.constants[name] = array
+        return name
+
+    def scalar(self, value, dtype: str) -> str:
+        key = (value, dtype)
+        if key not in self.scalars:
+            self.scalars[key] = self.constant(value, dtype, "const")
+        return self.scalars[key]
+
+    def tensor(self, arg, dtype: str | None = None) -> str:
+        """The IR value of an FX argument (node, capture-time value or Python scalar), cast to dtype."""
+        if isinstance(arg, torch.fx.Node) and arg in self.env:
+            name = self.env[arg]
+        elif isinstance(arg, torch.fx.Node) and arg in self.missing:
+            name = self.env[arg] = self._missing_output(arg)
+        elif isinstance(arg, torch.fx.Node):
+            value = self.known[arg]
+            if isinstance(value, torch.Tensor):
+                array = (value.float() if value.dtype == torch.bfloat16 else value).detach().cpu().numpy()
+                name = self.constant(array, _ir_dtype(value.dtype), arg.name)
+            else:
+                name = self.scalar(value, dtype or _scalar_dtype(value))
+            self.env[arg] = name
+        else:
+            return self.scalar(arg, dtype or _scalar_dtype(arg))
+        return self.cast(name, dtype) if dtype else name
+
+    def _missing_output(self, getitem: torch.fx.Node) -> str:
+        """A result the lowering of its op does not produce, now used: an unsupported node."""
+        source = self.missing[getitem]
+        current = self.loc, self.hint, self.reason
+        self.loc, self.hint = _source_loc(source), getitem.name
+        self.reason = f"output {getitem.args[1]} is not supported"
+        name = self._unsupported(getitem, op=str(source.target), inputs=self._tensor_args(source))
+        self.loc, self.hint, self.reason = current
+        return name
+
+    def cast(self, name: str, dtype: str) -> str:
+        if self.dtype(name) == dtype:
+            return name
+        return self.emit("cast", [name], self.shape(name), dtype, dtype=dtype)
+
+    def out(self, node: torch.fx.Node, index: int | None = None) -> tuple[tuple, str]:
+        """(shape, dtype) of the node's result from the export metadata."""
+        val = node.meta["val"] if index is None else node.meta["val"][index]
+        return _ir_shape(val.shape), _ir_dtype(val.dtype)
+
+    def decline(self, reason: str) -> None:
+        """A handler's answer for a variant the IR cannot express: the node becomes unsupported."""
+        self.reason = reason
+        return None
+
+    def _tensor_args(self, node: torch.fx.Node) -> list[str]:
+        args: list[str] = []
+        torch.fx.node.map_arg((node.args, node.kwargs), lambda a: args.append(self.tensor(a)))
+        return args
+
+    def _unsupported(self, node: torch.fx.Node, op: str | None = None, inputs: list[str] | None = None):
+        """An IR node named after the aten op, with its real output values, for validation to report."""
+        op = op or str(node.target)
+        inputs = self._tensor_args(node) if inputs is None else inputs
+        val = node.meta.get("val")
+        many = isinstance(val, (tuple, list))
+        outputs = []
+        for v in (val if many else [val]):
+            if isinstance(v, torch.Tensor):
+                outputs.append(self.new_value(_ir_shape(v.shape), _ir_dtype(v.dtype)))
+            else:
+                outputs.append(None)
+        attrs = {"reason": self.reason} if self.reason else {}
+        self.g.add_node(op, inputs, [o for o in outputs if o is not None], attrs, self.loc,
+                        name=next((o for o in outputs if o), None))
+        return tuple(outputs) if many else outputs[0]
+
+    # ---- shared lowerings ----
+
+    def reshape(self, name: str, shape) -> str:
+        shape = _ir_shape(shape)
+        if tuple(shape) == self.shape(name):
+            return name
+        return self.emit("reshape", [name], shape, self.dtype(name), shape=list(shape))
+
+    def transpose(self, name: str, perm) -> str:
+        rank = len(self.shape(name))
+        perm = [_axis(p, rank) for p in perm]
+        if perm == list(range(rank)):
+            return name
+        return self.emit("transpose", [name], [self.shape(name)[p] for p in perm], self.dtype(name), perm=perm)
+
+    def swap_last(self, name: str) -> str:
+        rank = len(self.shape(name))
+        return self.transpose(name, list(range(rank - 2)) + [rank - 1, rank - 2])
+
+    def binary(self, op: str, a: str, b: str) -> str:
+        return self.emit(op, [a, b], _broadcast(self.shape(a), self.shape(b)), self.dtype(a))
+
+    def reduce(self, op: str, name: str, axes: list[int], keepdims: bool) -> str:
+        shape = self.shape(name)
+        out = [1 if i in axes else d for i, d in enumerate(shape)] if keepdims else \
+            [d for i, d in enumerate(shape) if i not in axes]
+        return self.emit(op, [name], out, self.dtype(name), axes=axes, keepdims=keepdims)
+
+    def slice(self, name: str, dim: int, start: int, end: int, step: int = 1) -> str:
+        shape = self.shape(name)
+        begin = [0] * len(shape)
+        stop = list(shape)
+        steps = [1] * len(shape)
+        begin[dim], stop[dim], steps[dim] = start, end, step
+        out = list(shape)
+        out[dim] = max(0, -(-(end - start) // step))
+        if out == list(shape):
+            return name
+        return self.emit("slice", [name], out, self.dtype(name), begin=begin, end=stop, step=steps)
+
+
+def _scalar_dtype(value) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    return "int64" if isinstance(value, int) else "float32"
+
+
+# ---- handlers: one per aten op (or family); each returns IR value name(s) or None (declined) ----
+
+def _elementwise(op: str, swap: bool = False):
+    """add/sub/mul/div and friends: operands cast to the result dtype, alpha folded in.
+
+    self op alpha * other; swapped (rsub): other op alpha * self.
+    """
+    def lower(self: _Lowering, node, self_, other, alpha=1, **_):
+        shape, dtype = self.out(node)
+        a, b = self.tensor(self_, dtype), self.tensor(other, dtype)
+        if swap:
+            a, b = b, a
+        if alpha != 1:
+            b = self.binary("mul", b, self.scalar(alpha, dtype))
+        return self.emit(op, [a, b], shape, dtype)
+    return lower
+
+
+def _div(self: _Lowering, node, self_, other, rounding_mode=None, **_):
+    if rounding_mode is not None:
+        return self.decline(f"rounding_mode={rounding_mode!r}")
+    return _elementwise("div")(self, node, self_, other)
+
+
+def _unary(op: str, **attrs):
+    def lower(self: _Lowering, node, self_, **_):
+        shape, dtype = self.out(node)
+        return self.emit(op, [self.tensor(self_, dtype)], shape, dtype, **attrs)
+    return lower
+
+
+def _identity(self: _Lowering, node, **args):
+    return self.tensor(next(iter(args.values())))
+
+
+def _to_copy(self: _Lowering, node, self_, dtype=None, **_):
+    return self.cast(self.tensor(self_), self.out(node)[1])
+
+
+def _gelu(self: _Lowering, node, self_, approximate="none"):
+    shape, dtype = self.out(node)
+    return self.emit("gelu", [self.tensor(self_)], shape, dtype, approximate=approximate)
+
+
+def _elu(self: _Lowering, node, self_, alpha=1, scale=1, input_scale=1):
+    shape, dtype = self.out(node)
+    x = self.tensor(self_)
+    if input_scale != 1:
+        return self.decline(f"input_scale={input_scale}")
+    if math.isclose(alpha, _SELU_ALPHA) and math.isclose(scale, _SELU_SCALE):
+        return self.emit("selu", [x], shape, dtype)
+    y = self.emit("elu", [x], shape, dtype, alpha=float(alpha))
+    return y if scale == 1 else self.binary("mul", y, self.scalar(scale, dtype))
+
+
+def _leaky_relu(self: _Lowering, node, self_, negative_slope=0.01):
+    if not 0 <= negative_slope <= 1:
+        return self.decline(f"negative_slope={negative_slope}")
+    x = self.tensor(self_)
+    # max(x, a*x) == leaky_relu(x) for 0 <= a <= 1
+    return self.binary("maximum", x, self.binary("mul", x, self.scalar(negative_slope, self.dtype(x))))
+
+
+def _clamp(self: _Lowering, node, self_, min=None, max=None, **_):
+    dtype = self.out(node)[1]
+    x = self.tensor(self_, dtype)
+    if min is not None:
+        x = self.binary("maximum", x, self.tensor(min, dtype))
+    if max is not None:
+        # min(x, m) == -max(-x, -m)
+        negated = self.binary("maximum", self.emit("neg", [x], self.shape(x), dtype), self.tensor(-max, dtype))
+        x = self.emit("neg", [negated], self.shape(negated), dtype)
+    return x
+
+
+def _hardtanh(self: _Lowering, node, self_, min_val=-1, max_val=1):
+    return _clamp(self, node, self_, min=min_val, max=max_val)
+
+
+def _minimum(self: _Lowering, node, self_, other):
+    shape, dtype = self.out(node)
+    a, b = self.tensor(self_, dtype), self.tensor(other, dtype)
+    # min(a, b) == -max(-a, -b)
+    negated = [self.emit("neg", [x], self.shape(x), dtype) for x in (a, b)]
+    return self.emit("neg", [self.binary("maximum", *negated)], shape, dtype)
+
+
+def _pow(self: _Lowering, node, self_, exponent):
+    shape, dtype = self.out(node)
+    x = self.tensor(self_, dtype)
+    if exponent == 1:
+        return x
+    if exponent == 2:
+        return self.emit("square", [x], shape, dtype)
+    if exponent == 3:
+        return self.binary("mul", self.emit("square", [x], shape, dtype), x)
+    if exponent == 0.5:
+        return self.emit("sqrt", [x], shape, dtype)
+    if exponent == -0.5:
+        return self.emit("rsqrt", [x], shape, dtype)
+    if exponent == -1:
+        return self.emit("div", [self.scalar(1.0, dtype), x], shape, dtype)
+    return self.decline(f"exponent={exponent}")
+
+
+def _reciprocal(self: _Lowering, node, self_):
+    shape, dtype = self.out(node)
+    return self.emit("div", [self.scalar(1.0, dtype), self.tensor(self_, dtype)], shape, dtype)
+
+
+def _eq(self: _Lowering, node, self_, other):
+    # compare in the promoted dtype, as torch does
+    left = self_.meta["val"].dtype
+    if isinstance(other, torch.fx.Node):
+        compare = torch.promote_types(left, other.meta["val"].dtype)
+    elif isinstance(other, float) and not left.is_floating_point:
+        compare = torch.get_default_dtype()
+    else:
+        compare = left
+    shape, dtype = self.out(node)
+    compare = _ir_dtype(compare)
+    return self.emit("equal", [self.tensor(self_, compare), self.tensor(other, compare)], shape, dtype)
+
+
+def _where(self: _Lowering, node, condition, self_, other):
+    """where(c, a, b) with c known at capture time (masked_fill with a mask buffer).
+
+    A branch known at capture time (the fill) becomes a constant that is the fill where
+    chosen and 0 elsewhere; a computed branch is multiplied by its 0/1 mask; the parts are
+    added. inf is only ever added, never multiplied, so a -inf fill is exact. With one
+    computed branch and an infinite fill (a causal mask), the mask multiply is dropped:
+    x + (-inf where masked, 0 elsewhere) is exact for finite x and is the additive mask
+    that kernel matching recognises in attention.
+    """
+    if condition not in self.known:
+        return self.decline("condition depends on the batch or the weights")
+    shape, dtype = self.out(node)
+    cond = self.known[condition].to(torch.bool)
+    computed, parts, infinite = [], [], False
+    for branch, chosen in ((self_, cond), (other, ~cond)):
+        if isinstance(branch, torch.fx.Node) and branch not in self.known:
+            computed.append((self.tensor(branch, dtype), chosen))
+            continue
+        fill = torch.as_tensor(self.known[branch] if isinstance(branch, torch.fx.Node) else branch,
+                               dtype=torch.float64)
+        filled = torch.where(chosen, fill, torch.zeros((), dtype=torch.float64))
+        infinite = bool(torch.isinf(filled[chosen.expand_as(filled)]).all())
+        parts.append(self.constant(filled.numpy(), dtype, f"{node.name}.fill"))
+    if len(computed) == 1 and infinite:
+        return self.emit("add", [computed[0][0], parts[0]], shape, dtype)
+    for name, chosen in computed:
+        parts.append(self.binary("mul", name, self.constant(chosen.numpy(), dtype, f"{node.name}.mask")))
+    return self.emit("add", parts, shape, dtype)
+
+
+# linear algebra
+
+def _matmul(self: _Lowering, node, self_, other=None, mat2=None, **_):
+    shape, dtype = self.out(node)
+    return self.emit("matmul", [self.tensor(self_), self.tensor(other if other is not None else mat2)], shape, dtype)
+
+
+def _linear(self: _Lowering, node, input, weight, bias=None):
+    shape, dtype = self.out(node)
+    y = self.emit("matmul", [self.tensor(input), self.transpose(self.tensor(weight), [1, 0])], shape, dtype)
+    return y if bias is None else self.emit("add", [y, self.tensor(bias)], shape, dtype)
+
+
+def _addmm(self: _Lowering, node, self_, mat1=None, mat2=None, batch1=None, batch2=None, beta=1, alpha=1):
+    shape, dtype = self.out(node)
+    a, b = (mat1, mat2) if mat1 is not None else (batch1, batch2)
+    y = self.emit("matmul", [self.tensor(a), self.tensor(b)], shape, dtype)
+    if alpha != 1:
+        y = self.binary("mul", y, self.scalar(alpha, dtype))
+    if beta == 0:
+        return y
+    bias = self.tensor(self_)
+    if beta != 1:
+        bias = self.binary("mul", bias, self.scalar(beta, dtype))
+    return self.emit("add", [y, bias], shape, dtype)
+
+
+def _einsum(self: _Lowering, node, equation, tensors, path=None):
+    shape, dtype = self.out(node)
+    return self.emit("einsum", [self.tensor(t) for t in tensors], shape, dtype, equation=equation)
+
+
+# shape
+
+def _view(self: _Lowering, node, self_, **_):
+    return self.reshape(self.tensor(self_), self.out(node)[0])
+
+
+def _expand(self: _Lowering, node, self_, **_):
+    shape, dtype = self.out(node)
+    x = self.tensor(self_)
+    if self.shape(x) == shape:
+        return x
+    return self.emit("broadcast_to", [x], shape, dtype, shape=list(shape))
+
+
+def _permute(self: _Lowering, node, self_, dims):
+    return self.transpose(self.tensor(self_), dims)
+
+
+def _transpose(self: _Lowering, node, self_, dim0, dim1):
+    x = self.tensor(self_)
+    rank = len(self.shape(x))
+    perm = list(range(rank))
+    d0, d1 = _axis(dim0, rank), _axis(dim1, rank)
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return self.transpose(x, perm)
+
+
+def _t(self: _Lowering, node, self_):
+    x = self.tensor(self_)
+    return self.transpose(x, [1, 0]) if len(self.shape(x)) == 2 else x
+
+
+def _slice(self: _Lowering, node, self_, dim=0, start=None, end=None, step=1):
+    x = self.tensor(self_)
+    shape = self.shape(x)
+    dim = _axis(dim, len(shape))
+    size = shape[dim]
+    start = 0 if start is None else (start + size if start < 0 else start)
+    end = size if end is None else (end + size if end < 0 else end)
+    return self.slice(x, dim, min(max(start, 0), size), min(max(end, 0), size), step)
+
+
+def _select(self: _Lowering, node, self_, dim, index):
+    x = self.tensor(self_)
+    shape = self.shape(x)
+    dim = _axis(dim, len(shape))
+    index = index + shape[dim] if index < 0 else index
+    return self.reshape(self.slice(x, dim, index, index + 1), self.out(node)[0])
+
+
+def _split(self: _Lowering, node, self_, split_size=None, split_sizes=None, dim=0):
+    x = self.tensor(self_)
+    shape = self.shape(x)
+    dim = _axis(dim, len(shape))
+    if split_sizes is None:
+        split_sizes = [min(split_size, shape[dim] - s) for s in range(0, shape[dim], split_size)]
+    parts, start = [], 0
+    for size in split_sizes:
+        parts.append(self.slice(x, dim, start, start + size))
+        start += size
+    return tuple(parts)
+
+
+def _unbind(self: _Lowering, node, self_, dim=0):
+    x = self.tensor(self_)
+    shape = self.shape(x)
+    dim = _axis(dim, len(shape))
+    out_shape = shape[:dim] + shape[dim + 1:]
+    return tuple(self.reshape(self.slice(x, dim, i, i + 1), out_shape) for i in range(shape[dim]))
+
+
+def _cat(self: _Lowering, node, tensors, dim=0):
+    shape, dtype = self.out(node)
+    names = [self.tensor(t, dtype) for t in tensors]
+    names = [n for n in names if self.shape(n) != (0,)]  # torch.cat skips legacy empty 1-D tensors
+    return self.emit("concat", names, shape, dtype, axis=_axis(dim, len(shape)))
+
+
+def _stack(self: _Lowering, node, tensors, dim=0):
+    shape, dtype = self.out(node)
+    axis = _axis(dim, len(shape))
+    names = [self.tensor(t, dtype) for t in tensors]
+    expanded = [self.reshape(n, self.shape(n)[:axis] + (1,) + self.shape(n)[axis:]) for n in names]
+    return self.emit("concat", expanded, shape, dtype, axis=axis)
+
+
+# reductions
+
+def _reduction(op: str):
+    def lower(self: _Lowering, node, self_, dim=None, keepdim=False, dtype=None):
+        out_dtype = self.out(node)[1]
+        x = self.tensor(self_, out_dtype)
+        return self.reduce(op, x, _axes(dim, len(self.shape(x))), bool(keepdim))
+    return lower
+
+
+def _max_dim(self: _Lowering, node, self_, dim, keepdim=False):
+    x = self.tensor(self_)
+    axis = _axis(dim, len(self.shape(x)))
+    values = self.reduce("reduce_max", x, [axis], bool(keepdim))
+    indices = _argmax(self, node, self_, dim, keepdim, index=1)
+    return values, indices
+
+
+def _argmax(self: _Lowering, node, self_, dim=None, keepdim=False, index=None):
+    shape, dtype = self.out(node, index)
+    x = self.tensor(self_)
+    if dim is None:
+        x = self.reshape(x, (int(np.prod(self.shape(x))),))
+        dim = 0
+    axis = _axis(dim, len(self.shape(x)))
+    reduced = [d for i, d in enumerate(self.shape(x)) if i != axis]
+    y = self.emit("argmax", [x], reduced, dtype, axis=axis)
+    return self.reshape(y, shape)
+
+
+def _var(self: _Lowering, node, self_, dim=None, correction=None, keepdim=False, index=None):
+    """var = sum((x - mean)^2) / (n - correction), correction 1 by default (Bessel)."""
+    shape, dtype = self.out(node, index)
+    x = self.tensor(self_, dtype)
+    axes = _axes(dim, len(self.shape(x)))
+    mean = self.reduce("reduce_mean", x, axes, True)
+    centred = self.binary("sub", x, mean)
+    squared = self.emit("square", [centred], self.shape(centred), dtype)
+    total = self.reduce("reduce_sum", squared, axes, bool(keepdim))
+    count = int(np.prod([self.shape(x)[a] for a in axes]))
+    correction = 1 if correction is None else correction
+    return self.binary("div", total, self.scalar(float(max(count - correction, 0)), dtype)), mean
+
+
+def _var_only(self: _Lowering, node, **args):
+    return _var(self, node, **args)[0]
+
+
+def _var_mean(self: _Lowering, node, self_, dim=None, correction=None, keepdim=False):
+    var, mean = _var(self, node, self_, dim, correction, keepdim, index=0)
+    return var, self.reshape(mean, self.out(node, 1)[0])
+
+
+def _softmax(op: str):
+    def lower(self: _Lowering, node, self_, dim, half_to_float=False, dtype=None):
+        shape, out_dtype = self.out(node)
+        x = self.tensor(self_, out_dtype)
+        return self.emit(op, [x], shape, out_dtype, axis=_axis(dim, len(shape)))
+    return lower
+
+
+# normalisation, vision, language, losses
+
+def _ones_or(self: _Lowering, arg, shape, fill: float, dtype: str, hint: str) -> str:
+    """An optional affine parameter: the tensor, or a constant of ones/zeros when absent."""
+    return self.tensor(arg) if arg is not None else self.constant(np.full(shape, fill), dtype, hint)
+
+
+def _layer_norm(self: _Lowering, node, input, normalized_shape, weight, bias, eps):
+    shape, dtype = self.out(node, 0)
+    x = self.tensor(input)
+    rank = len(shape)
+    gamma = _ones_or(self, weight, normalized_shape, 1.0, dtype, f"{node.name}.gamma")
+    beta = _ones_or(self, bias, normalized_shape, 0.0, dtype, f"{node.name}.beta")
+    y = self.emit("layer_norm", [x, gamma, beta], shape, dtype,
+                  axes=list(range(rank - len(normalized_shape), rank)), eps=float(eps))
+    return y, None, None
+
+
+def _batch_norm(self: _Lowering, node, input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """Batch norm in training form: outputs (y, new running mean, new running var).
+
+    The runtime writes the two new statistics back into the state inputs (kernels.py
+    state_updates). momentum is torch's: new = (1 - momentum) * running + momentum * batch.
+    """
+    if not training:
+        return self.decline("batch norm in eval form inside a training step")
+    shape, dtype = self.out(node, 0)
+    channels = (shape[1],)
+    gamma = _ones_or(self, weight, channels, 1.0, dtype, f"{node.name}.gamma")
+    beta = _ones_or(self, bias, channels, 0.0, dtype, f"{node.name}.beta")
+    mean, var = self.tensor(running_mean), self.tensor(running_var)
+    outputs = [self.new_value(shape, dtype),
+               self.new_value(self.shape(mean), self.dtype(mean), f"{node.name}.running_mean"),
+               self.new_value(self.shape(var), self.dtype(var), f"{node.name}.running_var")]
+    self.g.add_node("batch_norm", [self.tensor(input), gamma, beta, mean, var], outputs,
+                    {"axis": 1, "eps": float(eps), "momentum": float(momentum)}, self.loc, name=outputs[0])
+    return outputs[0], None, None, outputs[1], outputs[2]
+
+
+def _convolution(self: _Lowering, node, input, weight, bias, stride, padding, dilation, transposed,
+                 output_padding, groups):
+    if len(stride) != 2:
+        return self.decline(f"{len(stride)}-d convolution (only 2-d)")
+    if transposed:
+        return self.decline("transposed convolution")
+    if groups != 1:
+        return self.decline(f"groups={groups} (only 1)")
+    shape, dtype = self.out(node)
+    pad = _pair(padding)
+    y = self.emit("conv2d", [self.tensor(input), self.tensor(weight)], shape, dtype, strides=_pair(stride),
+                  padding=[[pad[0], pad[0]], [pad[1], pad[1]]], dilations=_pair(dilation),
+                  layout="NCHW", weight_layout="OIHW")
+    if bias is None:
+        return y
+    b = self.tensor(bias)
+    return self.emit("add", [y, self.reshape(b, self.shape(b) + (1, 1))], shape, dtype)
+
+
+def _max_pool(self: _Lowering, node, self_, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    if _pair(dilation) != [1, 1]:
+        return self.decline(f"dilation={dilation}")
+    if ceil_mode:
+        return self.decline("ceil_mode=True")
+    shape, dtype = self.out(node, 0)
+    pad = _pair(padding)
+    y = self.emit("max_pool2d", [self.tensor(self_)], shape, dtype, kernel=_pair(kernel_size),
+                  strides=_pair(stride, kernel_size), padding=[[pad[0], pad[0]], [pad[1], pad[1]]], layout="NCHW")
+    return y, None
+
+
+def _avg_pool(self: _Lowering, node, self_, kernel_size, stride=(), padding=0, ceil_mode=False,
+              count_include_pad=True, divisor_override=None):
+    pad = _pair(padding)
+    if pad != [0, 0] and not count_include_pad:
+        return self.decline("count_include_pad=False with padding")
+    if ceil_mode or divisor_override is not None:
+        return self.decline("ceil_mode or divisor_override")
+    shape, dtype = self.out(node)
+    # explicit padding: the kernel divides by the whole window, zeros included (torch's default)
+    return self.emit("avg_pool2d", [self.tensor(self_)], shape, dtype, kernel=_pair(kernel_size),
+                     strides=_pair(stride, kernel_size), padding=[[pad[0], pad[0]], [pad[1], pad[1]]], layout="NCHW")
+
+
+def _embedding(self: _Lowering, node, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    if scale_grad_by_freq:
+        return self.decline("scale_grad_by_freq=True")
+    shape, dtype = self.out(node)
+    table = self.tensor(weight)
+    if padding_idx is not None and padding_idx >= 0:
+        # the padding row is zero and gets no gradient: multiplying the table by a row mask
+        # keeps both (torch initialises that row to zero and never updates it)
+        rows = np.ones((self.shape(table)[0], 1))
+        rows[padding_idx] = 0.0
+        table = self.binary("mul", table, self.constant(rows, self.dtype(table), f"{node.name}.padding_mask"))
+    return self.emit("embedding", [table, self.tensor(indices)], shape, dtype)
+
+
+def _nll_loss(self: _Lowering, node, self_, target, weight, reduction, ignore_index):
+    """log_softmax(logits) followed by nll_loss is the IR's sparse_softmax_cross_entropy."""
+    source = self_
+    if not (isinstance(source, torch.fx.Node) and str(source.target) in ("aten._log_softmax.default",
+                                                                          "aten.log_softmax.int")):
+        return self.decline("nll_loss on something other than log_softmax")
+    if weight is not None:
+        return self.decline("class weights")
+    logits = self.tensor(source.args[0])
+    if len(self.shape(logits)) != 2 or _axis(source.args[1], 2) != 1:
+        return self.decline("only (N, C) logits with log_softmax over the classes")
+    shape, dtype = self.out(node, 0)
+    labels = self.tensor(target)
+    per_example = self.emit("sparse_softmax_cross_entropy", [logits, labels], self.shape(labels), dtype)
+    reductions = {0: None, 1: "reduce_mean", 2: "reduce_sum"}
+    loss = per_example if reductions[reduction] is None else self.reduce(reductions[reduction], per_example, [0], False)
+    return loss, None
+
+
+def _sdpa(self: _Lowering, node, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+          enable_gqa=False):
+    """softmax(q @ k^T * scale + mask) @ v, the math form of scaled_dot_product_attention."""
+    if enable_gqa:
+        return self.decline("enable_gqa=True")
+    if attn_mask is not None and attn_mask not in self.known and attn_mask.meta["val"].dtype == torch.bool:
+        return self.decline("a boolean attn_mask that depends on the batch")
+    shape, dtype = self.out(node)
+    q, k, v = self.tensor(query), self.tensor(key), self.tensor(value)
+    (*_, length, depth), source_length = self.shape(q), self.shape(k)[-2]
+    scale = 1.0 / math.sqrt(depth) if scale is None else scale
+    scores_shape = _broadcast(self.shape(q)[:-2], self.shape(k)[:-2]) + (length, source_length)
+    scores = self.emit("matmul", [q, self.swap_last(k)], scores_shape, dtype)
+    scores = self.binary("mul", scores, self.scalar(scale, dtype))
+    if is_causal:
+        causal = np.where(np.tril(np.ones((length, source_length), dtype=bool)), 0.0, -np.inf)
+        scores = self.binary("add", scores, self.constant(causal, dtype, f"{node.name}.causal_mask"))
+    if attn_mask is not None:
+        if attn_mask in self.known and self.known[attn_mask].dtype == torch.bool:
+            additive = np.where(self.known[attn_mask].numpy(), 0.0, -np.inf)
+            scores = self.binary("add", scores, self.constant(additive, dtype, f"{node.name}.mask"))
+        else:
+            scores = self.binary("add", scores, self.tensor(attn_mask, dtype))
+    probs = self.emit("softmax", [scores], self.shape(scores), dtype, axis=len(self.shape(scores)) - 1)
+    if dropout_p > 0:
+        probs = self.emit("dropout", [probs], self.shape(probs), dtype, rate=float(dropout_p))
+    return self.emit("matmul", [probs, v], shape, dtype)
+
+
+def _dropout(self: _Lowering, node, input, p, train):
+    x = self.tensor(input)
+    if train is False or p == 0:
+        y = x
+    else:
+        y = self.emit("dropout", [x], self.shape(x), self.dtype(x), rate=float(p))
+    return (y, None) if str(node.target) == "aten.native_dropout.default" else y
+
+
+_LOWERINGS: dict[str, Callable] = {
+    # elementwise arithmetic (scalar operands become constants of the result dtype)
+    "aten.add.Tensor": _elementwise("add"),
+    "aten.add.Scalar": _elementwise("add"),
+    "aten.sub.Tensor": _elementwise("sub"),
+    "aten.sub.Scalar": _elementwise("sub"),
+    "aten.rsub.Scalar": _elementwise("sub", swap=True),
+    "aten.rsub.Tensor": _elementwise("sub", swap=True),
+    "aten.mul.Tensor": _elementwise("mul"),
+    "aten.mul.Scalar": _elementwise("mul"),
+    "aten.div.Tensor": _elementwise("div"),
+    "aten.div.Scalar": _elementwise("div"),
+    "aten.div.Tensor_mode": _div,
+    "aten.maximum.default": _elementwise("maximum"),
+    "aten.minimum.default": _minimum,
+    "aten.pow.Tensor_Scalar": _pow,
+    "aten.reciprocal.default": _reciprocal,
+    "aten.neg.default": _unary("neg"),
+    "aten.exp.default": _unary("exp"),
+    "aten.log.default": _unary("log"),
+    "aten.sqrt.default": _unary("sqrt"),
+    "aten.rsqrt.default": _unary("rsqrt"),
+    "aten.eq.Tensor": _eq,
+    "aten.eq.Scalar": _eq,
+    "aten.where.self": _where,
+    # activations
+    "aten.relu.default": _unary("relu"),
+    "aten.tanh.default": _unary("tanh"),
+    "aten.sigmoid.default": _unary("sigmoid"),
+    "aten.elu.default": _elu,
+    "aten.gelu.default": _gelu,
+    "aten.leaky_relu.default": _leaky_relu,
+    "aten.clamp.default": _clamp,
+    "aten.clamp_min.default": _clamp,
+    "aten.hardtanh.default": _hardtanh,
+    "aten.dropout.default": _dropout,
+    "aten.native_dropout.default": _dropout,
+    # identity and casts
+    "aten.clone.default": _identity,
+    "aten.alias.default": _identity,
+    "aten.detach.default": _identity,
+    "aten.lift_fresh_copy.default": _identity,
+    "aten.contiguous.default": _identity,
+    "aten._to_copy.default": _to_copy,
+    "aten.to.dtype": _to_copy,
+    # linear algebra
+    "aten.linear.default": _linear,
+    "aten.matmul.default": _matmul,
+    "aten.mm.default": _matmul,
+    "aten.bmm.default": _matmul,
+    "aten.addmm.default": _addmm,
+    "aten.baddbmm.default": _addmm,
+    "aten.einsum.default": _einsum,
+    # shape
+    "aten.view.default": _view,
+    "aten._unsafe_view.default": _view,
+    "aten.reshape.default": _view,
+    "aten.squeeze.default": _view,
+    "aten.squeeze.dim": _view,
+    "aten.squeeze.dims": _view,
+    "aten.unsqueeze.default": _view,
+    "aten.flatten.using_ints": _view,
+    "aten.unflatten.int": _view,
+    "aten.expand.default": _expand,
+    "aten.permute.default": _permute,
+    "aten.transpose.int": _transpose,
+    "aten.t.default": _t,
+    "aten.slice.Tensor": _slice,
+    "aten.select.int": _select,
+    "aten.split.Tensor": _split,
+    "aten.split_with_sizes.default": _split,
+    "aten.unbind.int": _unbind,
+    "aten.cat.default": _cat,
+    "aten.stack.default": _stack,
+    # reductions
+    "aten.sum.default": _reduction("reduce_sum"),
+    "aten.sum.dim_IntList": _reduction("reduce_sum"),
+    "aten.mean.default": _reduction("reduce_mean"),
+    "aten.mean.dim": _reduction("reduce_mean"),
+    "aten.amax.default": _reduction("reduce_max"),
+    "aten.max.default": _reduction("reduce_max"),
+    "aten.max.dim": _max_dim,
+    "aten.argmax.default": _argmax,
+    "aten.var.correction": _var_only,
+    "aten.var_mean.correction": _var_mean,
+    # softmax and normalisation
+    "aten._softmax.default": _softmax("softmax"),
+    "aten.softmax.int": _softmax("softmax"),
+    "aten._log_softmax.default": _softmax("log_softmax"),
+    "aten.log_softmax.int": _softmax("log_softmax"),
+    "aten.native_layer_norm.default": _layer_norm,
+    "aten._native_batch_norm_legit_functional.default": _batch_norm,
+    # vision
+    "aten.convolution.default": _convolution,
+    "aten.max_pool2d_with_indices.default": _max_pool,
+    "aten.avg_pool2d.default": _avg_pool,
+    # language and attention
+    "aten.embedding.default": _embedding,
+    "aten.scaled_dot_product_attention.default": _sdpa,
+    # losses
+    "aten.nll_loss_forward.default": _nll_loss,
+}
+
+
+def _prune(graph: Graph) -> None:
+    """Drop nodes that reach neither the loss nor an output, then unused params/state/constants."""
+    live = {graph.loss, *graph.outputs.values()}
+    kept = []
+    for node in reversed(graph.nodes):
+        if any(out in live for out in node.outputs):
+            kept.append(node)
+            live.update(node.inputs)
+    graph.nodes = kept[::-1]
+    used = live | set(graph.inputs) | {out for node in graph.nodes for out in node.outputs}
+    graph.params = {k: v for k, v in graph.params.items() if k in used}
+    graph.state = {k: v for k, v in graph.state.items() if k in used}
+    graph.constants = {k: v for k, v in graph.constants.items() if k in used}
+    graph.values = {k: v for k, v in graph.values.items() if k in used}
+
+
+# ---- optimizer ----
+
+@dataclass
+class _Group:
+    """The hyper-parameters every param group must share (weight decay may differ by exclusion)."""
+
+    kind: str
+    hyper: dict
+
+
+def optimizer_spec(optimizer: torch.optim.Optimizer, module: torch.nn.Module, *, max_gradient_norm=None,
+                   max_gradient_value=None, loss_scale=None, initial_loss_scale=2.0**15,
+                   steps_per_increase=2000) -> OptimizerSpec:
+    """The update rule of a torch.optim optimizer, with torch's semantics.
+
+    Param groups may differ only in weight decay, and only as "some groups have none":
+    their params are listed in ``weight_decay_exclude`` (by state_dict key).
+    """
+    names = {id(p): name for name, p in module.named_parameters()}
+    groups = [_group_hyper(optimizer, g) for g in optimizer.param_groups]
+    first = groups[0]
+    for g in groups[1:]:
+        for key in ("lr", "beta1", "beta2", "eps", "momentum", "nesterov"):
+            if g.hyper[key] != first.hyper[key]:
+                raise UserError(f"optimizer param groups with different {key} ({first.hyper[key]} vs "
+                                f"{g.hyper[key]}) are not supported")
+    decays = {g.hyper["weight_decay"] for g in groups} - {0.0}
+    if len(decays) > 1:
+        raise UserError(f"optimizer param groups with different weight_decay {sorted(decays)} are not supported")
+    exclude = []
+    for param_group, g in zip(optimizer.param_groups, groups):
+        for p in param_group["params"]:
+            if id(p) not in names:
+                raise UserError(f"the optimizer holds a parameter of shape {tuple(p.shape)} that is not in the module")
+            if decays and g.hyper["weight_decay"] == 0.0 and p.requires_grad:
+                exclude.append(names[id(p)])
+    hyper = dict(first.hyper, weight_decay=decays.pop() if decays else 0.0)
+    if loss_scale is not None and loss_scale != "dynamic" and not (
+            isinstance(loss_scale, (int, float)) and loss_scale > 0):
+        raise UserError(f"loss_scale must be a positive number or 'dynamic'; got {loss_scale!r}")
+    return OptimizerSpec(kind=first.kind, semantics="torch", hyper=hyper, weight_decay_exclude=tuple(exclude),
+                         max_gradient_norm=max_gradient_norm, max_gradient_value=max_gradient_value,
+                         loss_scale=loss_scale, initial_loss_scale=float(initial_loss_scale),
+                         steps_per_increase=int(steps_per_increase))
+
+
+def _group_hyper(optimizer: torch.optim.Optimizer, group: dict) -> _Group:
+    name = type(optimizer).__name__
+    if group.get("maximize"):
+        raise UserError(f"{name}(maximize=True) is not supported")
+    lr = float(group["lr"])
+    if isinstance(optimizer, torch.optim.SGD):
+        if group.get("dampening", 0):
+            raise UserError(f"SGD(dampening={group['dampening']}) is not supported (only 0)")
+        momentum = float(group.get("momentum", 0.0))
+        return _Group("momentum" if momentum else "sgd",
+                      dict(lr=lr, beta1=0.0, beta2=0.0, eps=0.0, weight_decay=float(group.get("weight_decay", 0.0)),
+                           momentum=momentum, nesterov=bool(group.get("nesterov", False))))
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        if group.get("amsgrad"):
+            raise UserError(f"{name}(amsgrad=True) is not supported")
+        decoupled = isinstance(optimizer, torch.optim.AdamW) or group.get("decoupled_weight_decay", False)
+        beta1, beta2 = (float(b) for b in group["betas"])
+        return _Group("adamw" if decoupled else "adam",
+                      dict(lr=lr, beta1=beta1, beta2=beta2, eps=float(group["eps"]),
+                           weight_decay=float(group["weight_decay"]), momentum=0.0, nesterov=False))
+    raise UserError(f"optimizer {name} is not supported on the device; supported: {', '.join(SUPPORTED_OPTIMIZERS)}")
+
+
+# ---- weights and state between the module and the emulator (state_dict keys) ----
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu()
+    return (t.float() if t.dtype == torch.bfloat16 else t).numpy().copy()
+
+
+def weights_of(module: torch.nn.Module, graph: Graph | None = None) -> dict[str, np.ndarray]:
+    """The trainable parameters by state_dict key (only those of ``graph.params`` when given)."""
+    wanted = set(graph.params.values()) if graph is not None else None
+    return {name: _to_numpy(p) for name, p in module.named_parameters()
+            if p.requires_grad and (wanted is None or name in wanted)}
+
+
+def state_of(module: torch.nn.Module, graph: Graph | None = None) -> dict[str, np.ndarray]:
+    """Buffers and frozen parameters by state_dict key (only those of ``graph.state`` when given)."""
+    trainable = {name for name, p in module.named_parameters() if p.requires_grad}
+    wanted = set(graph.state.values()) if graph is not None else None
+    return {name: _to_numpy(t) for name, t in module.state_dict(keep_vars=True).items()
+            if name not in trainable and (wanted is None or name in wanted)}
+
+
+def load_weights(module: torch.nn.Module, weights: dict[str, np.ndarray]) -> None:
+    """Copy arrays into the module's parameters or buffers, by state_dict key."""
+    targets = module.state_dict(keep_vars=True)
+    with torch.no_grad():
+        for name, array in weights.items():
+            if name not in targets:
+                raise UserError(f"load_weights: {name!r} is not a parameter or buffer of {type(module).__name__}")
+            target = targets[name]
+            array = np.asarray(array)
+            if tuple(array.shape) != tuple(target.shape):
+                raise UserError(f"load_weights: {name!r} has shape {tuple(array.shape)}, "
+                                f"the module expects {tuple(target.shape)}")
+            target.copy_(torch.tensor(array, dtype=target.dtype))
+
+
+def load_state(module: torch.nn.Module, state: dict[str, np.ndarray]) -> None:
+    """Copy state (batch norm statistics, ...) into the module's buffers, by state_dict key."""
+    load_weights(module, state)

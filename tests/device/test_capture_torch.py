@@ -1,0 +1,470 @@
+"""The PyTorch capture frontend (device/capture/torch.py): structure, source lines, numerics.
+
+Structure: op counts, parameter names (state_dict keys), state, unsupported ops reported
+as aten nodes at the user's line. Numerics: the emulator (device.runtime.program) runs
+the captured graph and must agree with torch's own loss, gradients and Adam steps.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from common.errors import UserError  # noqa: E402
+from device.capture.torch import (  # noqa: E402
+    capture, load_weights, optimizer_spec, state_of, weights_of)
+from device.ir import OPS  # noqa: E402
+
+
+# ---------------------------------------------------------------------------- models
+
+class MLP(nn.Module):
+    def __init__(self, dropout: float = 0.0):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 32)
+        self.fc2 = nn.Linear(32, 16)
+        self.fc3 = nn.Linear(16, 10)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        x = self.drop(F.relu(self.fc1(x)))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.pool = nn.MaxPool2d(2)
+        self.fc = nn.Linear(4 * 4 * 4, 10)
+
+    def forward(self, x):  # (N, 1, 8, 8)
+        x = self.pool(F.relu(self.bn(self.conv(x))))  # (N, 4, 4, 4)
+        return self.fc(x.flatten(1))
+
+
+class TinyTransformer(nn.Module):
+    """One pre-norm block with hand-written causal attention, and a linear head."""
+
+    def __init__(self, vocab: int = 11, dim: int = 16, heads: int = 2, seq: int = 6):
+        super().__init__()
+        self.heads = heads
+        self.embed = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(0.1 * torch.randn(seq, dim))
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+        self.head = nn.Linear(dim, vocab)
+        self.register_buffer("causal", torch.tril(torch.ones(seq, seq, dtype=torch.bool)), persistent=False)
+
+    def forward(self, ids):  # (B, T)
+        B, T = ids.shape
+        x = self.embed(ids) + self.pos  # (B, T, C)
+        q, k, v = self.qkv(self.ln1(x)).split(x.shape[-1], dim=-1)
+        q, k, v = [t.view(B, T, self.heads, -1).transpose(1, 2) for t in (q, k, v)]  # (B, H, T, D)
+        att = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, T)
+        att = att.masked_fill(~self.causal, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, -1)  # (B, T, C)
+        x = x + self.proj(y)
+        x = x + self.mlp(self.ln2(x))
+        return self.head(x)  # (B, T, vocab)
+
+
+class TorchAttentionBlock(nn.Module):
+    """nn.MultiheadAttention (scaled_dot_product_attention inside) with a residual."""
+
+    def __init__(self, vocab: int = 11, dim: int = 16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.ln = nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, 2, batch_first=True)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        h = self.ln(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return self.head(x)
+
+
+class Unsupported(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        values, _ = torch.sort(self.fc(x), dim=1)
+        running = torch.cumsum(values, dim=1)
+        return running.mean()
+
+
+class OpMix(nn.Module):
+    """Less common ops, each lowered to a few IR ops; the loss sums them all."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(7, 8, padding_idx=0)
+        self.fc = nn.Linear(8, 8)
+        self.conv = nn.Conv2d(2, 2, 3, stride=2, padding=1)
+        self.register_buffer("keep", torch.rand(4, 8, generator=torch.Generator().manual_seed(3)) > 0.5,
+                             persistent=False)
+
+    def forward(self, ids, img):  # (2, 4) ids with padding zeros, (2, 2, 6, 6)
+        x = self.fc(self.embed(ids)).masked_fill(~self.keep, 0.5)  # (2, 4, 8)
+        a = F.leaky_relu(x, 0.1) + F.selu(x) + F.elu(x) + torch.clamp(x, -0.5, 0.5) + torch.sigmoid(x) * torch.tanh(x)
+        b = x.var(dim=-1, keepdim=True) + x.pow(2).mean(-1, keepdim=True).sqrt() + x.amax(-1, keepdim=True)
+        c = F.avg_pool2d(self.conv(img), 3, stride=1, padding=1).flatten(1)  # (2, 18)
+        d = torch.stack([c, 2 * c], dim=1).sum(dim=(1, 2))  # (2,)
+        e = torch.cat([a, b], dim=-1)[..., 1:8:2]  # (2, 4, 4)
+        return e.sum() + d.sum() + F.gelu(x, approximate="tanh").mean() - (x / 3).exp().mean()
+
+
+def classify(model):
+    """step_fn for a classifier: cross entropy, logits as an output."""
+    def step(batch):
+        x, labels = batch
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        return loss, {"logits": logits}
+    return step
+
+
+def mlp_batch(n=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(n, 784, generator=g), torch.randint(0, 10, (n,), generator=g)]
+
+
+def cnn_batch():
+    g = torch.Generator().manual_seed(1)
+    return [torch.randn(2, 1, 8, 8, generator=g), torch.randint(0, 10, (2,), generator=g)]
+
+
+def token_batch():
+    g = torch.Generator().manual_seed(2)
+    return [torch.randint(0, 11, (2, 6), generator=g), torch.randint(0, 11, (2, 6), generator=g)]
+
+
+def line_in(fn, text: str) -> int:
+    """The line number, in this file, of the one line of ``fn``'s source containing ``text``."""
+    lines, start = inspect.getsourcelines(fn)
+    found = [start + i for i, line in enumerate(lines) if text in line]
+    assert len(found) == 1, (text, found)
+    return found[0]
+
+
+def op_counts(graph) -> dict[str, int]:
+    return dict(collections.Counter(node.op for node in graph.nodes))
+
+
+def unsupported(graph) -> list[str]:
+    return [node.op for node in graph.nodes if node.op not in OPS]
+
+
+@pytest.fixture(scope="module")
+def mlp_capture():
+    torch.manual_seed(0)
+    model = MLP()
+    return model, capture(classify(model), model, mlp_batch())
+
+
+# ------------------------------------------------------------------------- structure
+
+def test_mlp_ops_params_inputs_and_outputs(mlp_capture):
+    model, graph = mlp_capture
+    assert graph.frontend == "torch"
+    assert op_counts(graph) == {"transpose": 3, "matmul": 3, "add": 3, "relu": 2,
+                                "sparse_softmax_cross_entropy": 1, "reduce_mean": 1}
+    assert graph.params == {k: k for k in model.state_dict()}  # fc1.weight, fc1.bias, ...
+    assert graph.state == {} and graph.constants == {}
+    assert [graph.values[v].shape for v in graph.inputs] == [(4, 784), (4,)]
+    assert [graph.values[v].dtype for v in graph.inputs] == ["float32", "int64"]
+    assert graph.values[graph.loss].shape == ()
+    assert list(graph.outputs) == ["logits"]
+    assert graph.values[graph.outputs["logits"]].shape == (4, 10)
+    # the weights reach the matmuls transposed, as torch's x @ W.T
+    transposes = [n for n in graph.nodes if n.op == "transpose"]
+    assert [n.inputs for n in transposes] == [["fc1.weight"], ["fc2.weight"], ["fc3.weight"]]
+    assert all(n.attrs["perm"] == [1, 0] for n in transposes)
+
+
+def test_mlp_source_lines_point_at_the_forward_and_the_loss(mlp_capture):
+    _, graph = mlp_capture
+    forward_lines = [line_in(MLP.forward, f"self.fc{i}(x)") for i in (1, 2, 3)]
+    matmuls = [n for n in graph.nodes if n.op == "matmul"]
+    assert [n.loc.file for n in matmuls] == [__file__] * 3
+    assert [n.loc.line for n in matmuls] == forward_lines
+    assert matmuls[0].loc.framework_op == "aten.linear.default"
+    assert [n.loc.line for n in graph.nodes if n.op == "relu"] == forward_lines[:2]
+    loss_line = line_in(classify, "F.cross_entropy")
+    assert {n.loc.line for n in graph.nodes if n.op in ("sparse_softmax_cross_entropy", "reduce_mean")} == {loss_line}
+
+
+def test_dropout_rate_and_train_mode_restored():
+    model = MLP(dropout=0.25).eval()
+    graph = capture(classify(model), model, mlp_batch())
+    assert [n.attrs for n in graph.nodes if n.op == "dropout"] == [{"rate": 0.25}]
+    assert not model.training and not model.drop.training
+
+
+def test_cnn_captures_with_batch_norm_state():
+    model = CNN()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    graph = capture(classify(model), model, cnn_batch())
+    assert unsupported(graph) == []
+    counts = op_counts(graph)
+    assert {op: counts[op] for op in ("conv2d", "batch_norm", "relu", "max_pool2d", "matmul")} == \
+        {"conv2d": 1, "batch_norm": 1, "relu": 1, "max_pool2d": 1, "matmul": 1}
+    assert graph.state == {"bn.running_mean": "bn.running_mean", "bn.running_var": "bn.running_var"}
+    assert set(graph.params) == {"conv.weight", "conv.bias", "bn.weight", "bn.bias", "fc.weight", "fc.bias"}
+    (conv,) = [n for n in graph.nodes if n.op == "conv2d"]
+    assert conv.attrs == {"strides": [1, 1], "padding": [[1, 1], [1, 1]], "dilations": [1, 1],
+                          "layout": "NCHW", "weight_layout": "OIHW"}
+    (bn,) = [n for n in graph.nodes if n.op == "batch_norm"]
+    assert bn.inputs[3:] == ["bn.running_mean", "bn.running_var"]
+    assert len(bn.outputs) == 3  # y and the two new running statistics
+    assert bn.attrs == {"axis": 1, "eps": 1e-5, "momentum": 0.1}
+    (pool,) = [n for n in graph.nodes if n.op == "max_pool2d"]
+    assert pool.attrs["kernel"] == [2, 2] and pool.attrs["strides"] == [2, 2]
+    # capture traces with fake tensors: the module's weights and statistics are untouched
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_transformer_block_captures_with_folded_causal_mask():
+    model = TinyTransformer()
+    graph = capture(classify(model), model, token_batch())
+    assert unsupported(graph) == []
+    counts = op_counts(graph)
+    for op in ("embedding", "layer_norm", "softmax", "gelu", "sparse_softmax_cross_entropy"):
+        assert counts.get(op, 0) >= 1, op
+    assert counts["layer_norm"] == 2 and counts["softmax"] == 1
+    assert "causal" not in graph.state and "pos" in graph.params
+    # the mask buffer is known at capture time: masked_fill becomes a constant mask and fill
+    assert any(c.shape == (6, 6) for c in graph.constants.values())
+    (softmax,) = [n for n in graph.nodes if n.op == "softmax"]
+    assert softmax.loc.line == line_in(TinyTransformer.forward, "masked_fill")
+
+
+def test_multihead_attention_captures():
+    model = TorchAttentionBlock()
+    graph = capture(classify(model), model, token_batch())
+    assert unsupported(graph) == []
+    assert op_counts(graph)["softmax"] == 1
+    assert {"attn.in_proj_weight", "attn.out_proj.weight"} <= set(graph.params)
+
+
+def test_unsupported_ops_become_aten_nodes_at_their_lines():
+    model = Unsupported()
+    graph = capture(lambda batch: model(batch[0]), model, [torch.randn(2, 4)])
+    nodes = [n for n in graph.nodes if n.op not in OPS]
+    assert [n.op for n in nodes] == ["aten.sort.default", "aten.cumsum.default"]
+    assert [(n.loc.file, n.loc.line) for n in nodes] == [
+        (__file__, line_in(Unsupported.forward, "torch.sort")),
+        (__file__, line_in(Unsupported.forward, "torch.cumsum"))]
+    sort, cumsum = nodes
+    assert [graph.values[v].dtype for v in sort.outputs] == ["float32", "int64"]  # values and indices
+    assert cumsum.inputs == [sort.outputs[0]]
+    assert graph.values[cumsum.outputs[0]].shape == (2, 4)
+
+
+def test_an_unsupported_variant_keeps_the_aten_name_and_a_reason():
+    model = nn.Conv2d(4, 4, 3, groups=2)
+    graph = capture(lambda batch: model(batch[0]).sum(), model, [torch.randn(1, 4, 5, 5)])
+    (node,) = [n for n in graph.nodes if n.op not in OPS]
+    assert node.op == "aten.convolution.default"
+    assert "groups=2" in node.attrs["reason"]
+
+
+def test_float64_and_mismatched_batch_come_through_as_they_are():
+    model = MLP().double()
+
+    def step(batch):
+        x, weights = batch
+        return model(x).mean() + weights.mean()
+
+    graph = capture(step, model, [torch.randn(4, 784, dtype=torch.float64), torch.rand(3, dtype=torch.float64)],
+                    precision="bfloat16")
+    assert [graph.values[v].shape for v in graph.inputs] == [(4, 784), (3,)]
+    assert {graph.values[p].dtype for p in graph.params} == {"float64"}
+    assert graph.values[graph.loss].dtype == "float64"
+    assert graph.precision == "bfloat16"
+
+
+def test_frozen_parameters_are_state():
+    model = MLP()
+    model.fc1.requires_grad_(False)
+    graph = capture(classify(model), model, mlp_batch())
+    assert set(graph.state) == {"fc1.weight", "fc1.bias"}
+    assert set(graph.params) == {"fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias"}
+    assert set(weights_of(model, graph)) == set(graph.params)
+    assert set(state_of(model, graph)) == set(graph.state)
+
+
+def test_bad_steps_raise_user_errors():
+    model = MLP()
+    with pytest.raises(UserError, match="must return the loss"):
+        capture(lambda batch: "loss", model, mlp_batch())
+    with pytest.raises(UserError, match="list or tuple of torch.Tensor"):
+        capture(classify(model), model, [np.zeros((4, 784))])
+
+    def data_dependent(batch):
+        out = model(batch[0])
+        return out.sum() if out.sum() > 0 else -out.sum()
+
+    with pytest.raises(UserError, match="torch.export could not capture"):
+        capture(data_dependent, model, mlp_batch())
+
+
+# ------------------------------------------------------------------------- optimizer
+
+def test_sgd_and_momentum():
+    model = MLP()
+    spec = optimizer_spec(torch.optim.SGD(model.parameters(), lr=0.1), model)
+    assert (spec.kind, spec.semantics, spec.hyper["lr"], spec.hyper["momentum"]) == ("sgd", "torch", 0.1, 0.0)
+    spec = optimizer_spec(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True,
+                                          weight_decay=1e-4), model)
+    assert spec.kind == "momentum"
+    assert (spec.hyper["momentum"], spec.hyper["nesterov"], spec.hyper["weight_decay"]) == (0.9, True, 1e-4)
+
+
+def test_adam_and_adamw_with_weight_decay_exclusions():
+    model = MLP()
+    spec = optimizer_spec(torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.8, 0.99), eps=1e-7), model)
+    assert spec.kind == "adam"
+    assert {k: spec.hyper[k] for k in ("lr", "beta1", "beta2", "eps", "weight_decay")} == \
+        {"lr": 1e-3, "beta1": 0.8, "beta2": 0.99, "eps": 1e-7, "weight_decay": 0.0}
+    biases = [p for name, p in model.named_parameters() if name.endswith("bias")]
+    others = [p for name, p in model.named_parameters() if not name.endswith("bias")]
+    adamw = torch.optim.AdamW([{"params": others}, {"params": biases, "weight_decay": 0.0}], lr=1e-3,
+                              weight_decay=0.01)
+    spec = optimizer_spec(adamw, model)
+    assert spec.kind == "adamw" and spec.hyper["weight_decay"] == 0.01
+    assert spec.weight_decay_exclude == ("fc1.bias", "fc2.bias", "fc3.bias")
+
+
+def test_capture_carries_the_optimizer_clipping_and_loss_scaling(mlp_capture):
+    model = MLP()
+    graph = capture(classify(model), model, mlp_batch(), optimizer=torch.optim.Adam(model.parameters()),
+                    max_gradient_norm=1.0, loss_scale="dynamic", steps_per_increase=100)
+    spec = graph.optimizer
+    assert (spec.kind, spec.max_gradient_norm, spec.loss_scale, spec.steps_per_increase) == \
+        ("adam", 1.0, "dynamic", 100)
+
+
+def test_unsupported_optimizers_and_groups_are_user_errors():
+    model = MLP()
+    with pytest.raises(UserError, match=r"RMSprop.*SGD, Adam, AdamW"):
+        optimizer_spec(torch.optim.RMSprop(model.parameters()), model)
+    groups = [{"params": model.fc1.parameters(), "lr": 0.1}, {"params": model.fc2.parameters()}]
+    with pytest.raises(UserError, match="different lr"):
+        optimizer_spec(torch.optim.SGD(groups, lr=0.01), model)
+    with pytest.raises(UserError, match="amsgrad"):
+        optimizer_spec(torch.optim.Adam(model.parameters(), amsgrad=True), model)
+
+
+# ---------------------------------------------------------------- weights and state
+
+def test_weights_and_state_round_trip():
+    model, other = CNN(), CNN()
+    load_weights(other, weights_of(model))
+    load_weights(other, state_of(model))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), other.state_dict().values()))
+    assert set(state_of(model)) == {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"}
+    with pytest.raises(UserError, match="'nope' is not a parameter or buffer"):
+        load_weights(model, {"nope": np.zeros(1)})
+    with pytest.raises(UserError, match="has shape"):
+        load_weights(model, {"fc.bias": np.zeros(3)})
+
+
+# ------------------------------------------------------------------------- numerics
+
+def torch_loss_and_grads(model, step, batch):
+    model.train()
+    model.zero_grad()
+    loss = step(batch)[0]
+    loss.backward()
+    return loss.item(), {name: p.grad.numpy() for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("make_model, make_batch", [(MLP, mlp_batch), (CNN, cnn_batch),
+                                                    (TinyTransformer, token_batch),
+                                                    (TorchAttentionBlock, token_batch)],
+                         ids=["mlp", "cnn", "transformer", "multihead_attention"])
+def test_emulator_loss_and_gradients_match_torch(make_model, make_batch):
+    from device.runtime.program import Program
+
+    torch.manual_seed(0)
+    model = make_model()
+    step, batch = classify(model), make_batch()
+    graph = capture(step, model, batch)
+    program = Program(graph, weights_of(model, graph), state_of(model, graph), seed=0)
+    arrays = [t.numpy() for t in batch]
+    expected_loss, expected = torch_loss_and_grads(model, step, batch)
+
+    loss, grads = program.gradients(arrays)
+    np.testing.assert_allclose(loss, expected_loss, rtol=1e-5)
+    assert set(grads) == set(graph.params)
+    # entries that are zero in exact arithmetic (a conv bias under batch norm) are rounding
+    # noise in both: an absolute tolerance relative to the largest gradient covers them
+    atol = 1e-5 * max(np.abs(g).max() for g in expected.values())
+    for name, grad in grads.items():
+        np.testing.assert_allclose(grad, expected[name], rtol=1e-5, atol=atol, err_msg=name)
+    outputs = program.forward(arrays, training=True)
+    np.testing.assert_allclose(outputs["loss"], expected_loss, rtol=1e-5)
+    assert outputs["logits"].shape == tuple(model(batch[0]).shape)
+
+
+def test_emulator_matches_torch_on_less_common_ops():
+    from device.runtime.program import Program
+
+    torch.manual_seed(0)
+    model = OpMix()
+    batch = [torch.tensor([[0, 3, 5, 0], [6, 0, 1, 2]]), torch.randn(2, 2, 6, 6)]
+    graph = capture(lambda b: model(*b), model, batch)
+    assert unsupported(graph) == []
+    program = Program(graph, weights_of(model, graph), seed=0)
+    loss, grads = program.gradients([t.numpy() for t in batch])
+    model.zero_grad()
+    expected = model(*batch)
+    expected.backward()
+    np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert not grads["embed.weight"][0].any()  # the padding row gets no gradient, as in torch
+
+
+def test_fifty_adam_steps_of_the_mlp_match_torch():
+    from device.runtime.program import Program
+
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    step = classify(model)
+    graph = capture(step, model, mlp_batch(8), optimizer=optimizer)
+    program = Program(graph, weights_of(model, graph), seed=0)
+
+    batches = [mlp_batch(8, seed=100 + i) for i in range(5)]
+    expected, got = [], []
+    for i in range(50):
+        batch = batches[i % len(batches)]
+        optimizer.zero_grad()
+        loss = step(batch)[0]
+        loss.backward()
+        optimizer.step()
+        expected.append(loss.item())
+        got.append(program.train_step([t.numpy() for t in batch], lr=1e-3))
+    np.testing.assert_allclose(got, expected, rtol=1e-4)
+    assert np.mean(expected[-5:]) < 0.8 * np.mean(expected[:5])  # the steps did train
+    final = program.get_weights()
+    np.testing.assert_allclose(final["fc3.weight"], model.fc3.weight.detach().numpy(), rtol=1e-4, atol=1e-6)
