@@ -146,6 +146,8 @@ def _check_ops(graph: Graph) -> list[tuple[str, Finding]]:
     for node in graph.nodes:
         if node.op not in OPS:
             message = f"op {node.op!r} is not supported on the device"
+            if node.attrs.get("reason"):  # a supported op in a form the device lacks (e.g. a grouped conv)
+                message += f": {node.attrs['reason']}"
             out.append(("error", _at(node.loc, "unsupported_op", message,
                                      suggestion_for(node.loc.framework_op, node.op), node.name)))
             continue

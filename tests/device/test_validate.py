@@ -49,6 +49,16 @@ def test_two_unsupported_ops_are_both_reported_with_file_and_line():
     assert not report.ok
 
 
+def test_a_supported_op_in_an_unsupported_form_says_why():
+    b = GraphBuilder(file="model.py")
+    x = b.input("x", (2, 4, 8, 8))
+    y = b.op("aten.convolution.default", [x], (2, 4, 8, 8), framework_op="aten.convolution.default", line=9,
+             attrs={"reason": "groups=2: only groups=1 convolutions have a device kernel"})
+    b.graph.loss = b.op("reduce_mean", [y], (), attrs={"axes": [0, 1, 2, 3], "keepdims": False})
+    (finding,) = _errors(validate(b.graph, mode="train", profile=TINY), "unsupported_op")
+    assert finding.message.endswith(": groups=2: only groups=1 convolutions have a device kernel")
+
+
 @pytest.mark.parametrize("framework_op, expected", [
     ("StringToHashBucketFast", "input pipeline"),
     ("PyFunc", "host_call"),
