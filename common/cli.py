@@ -52,7 +52,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def parse_command_line(argv: Sequence[str] | None = None, prog: str | None = None) -> argparse.Namespace:
-    args = build_parser(prog).parse_args(argv)
+    # intermixed: overrides may come before and after flags (`--mode eval a.b=1 --steps 5 c.d=2`)
+    args = build_parser(prog).parse_intermixed_args(argv)
     for flag in ("max_steps", "steps", "eval_steps"):
         value = getattr(args, flag)
         if value is not None and value <= 0:

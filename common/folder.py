@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import re
@@ -26,8 +27,11 @@ def folder_package(folder: str) -> str:
     name = f"zoo_folder_{slug}_{hashlib.sha1(folder.encode()).hexdigest()[:10]}"
     if name not in sys.modules:
         init = os.path.join(folder, "__init__.py")
-        spec = importlib.util.spec_from_file_location(
-            name, init if os.path.exists(init) else None, submodule_search_locations=[folder])
+        if os.path.exists(init):
+            spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[folder])
+        else:  # a folder without __init__.py: a package with no code of its own
+            spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+            spec.submodule_search_locations = [folder]
         package = importlib.util.module_from_spec(spec)
         sys.modules[name] = package
         if spec.loader is not None:
