@@ -38,11 +38,12 @@ OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "maximum": (("a", "b"), ()),
     "neg": (("x",), ()),
     "exp": (("x",), ()),
+    "erf": (("x",), ()),
     "log": (("x",), ()),
     "sqrt": (("x",), ()),
     "rsqrt": (("x",), ()),
     "square": (("x",), ()),
-    "identity": (("x",), ()),
+    "identity": (("x",), ("stop_gradient",)),  # stop_gradient (optional): no gradient flows back
     "cast": (("x",), ("dtype",)),
     # activations
     "relu": (("x",), ()),
@@ -69,12 +70,15 @@ OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "softmax": (("x",), ("axis",)),
     "log_softmax": (("x",), ("axis",)),
     "layer_norm": (("x", "gamma", "beta"), ("axes", "eps")),
-    # batch_norm: training uses batch statistics and updates the running ones (state)
-    "batch_norm": (("x", "gamma", "beta", "running_mean", "running_var"), ("axis", "eps", "momentum")),
+    # batch_norm: training uses batch statistics and updates the running ones (state). Outputs: y, or
+    # (y, new running mean, new running var). unbiased_var (optional, default true as torch): whether the
+    # running variance averages the unbiased batch variance (Keras averages the biased one).
+    "batch_norm": (("x", "gamma", "beta", "running_mean", "running_var"), ("axis", "eps", "momentum", "unbiased_var")),
     # vision; layout is "NCHW" (torch) or "NHWC" (tf); weight layout "OIHW" or "HWIO"
     "conv2d": (("x", "w"), ("strides", "padding", "dilations", "layout", "weight_layout")),
     "max_pool2d": (("x",), ("kernel", "strides", "padding", "layout")),
-    "avg_pool2d": (("x",), ("kernel", "strides", "padding", "layout")),
+    # count_include_pad (optional): padded zeros count in the divisor (torch's default with explicit padding)
+    "avg_pool2d": (("x",), ("kernel", "strides", "padding", "layout", "count_include_pad")),
     # language
     "embedding": (("table", "ids"), ()),
     # losses: per-example loss (N,) from logits (N, C) and integer labels (N,)

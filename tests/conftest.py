@@ -14,3 +14,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up 
 
 if importlib.util.find_spec("torch") is not None:
     import torch  # noqa: F401  (import order: torch before tensorflow)
+    # torch.optim's first step loads torch._dynamo (and with it triton) lazily: load it now,
+    # before any test imports TensorFlow, or that first step crashes the process.
+    import torch._dynamo  # noqa: F401

@@ -881,7 +881,7 @@ class _Lowering:
     def _mapper_table(self) -> dict[str, Callable[[tf.Tensor], _Plan]]:
         simple = {
             "AddV2": "add", "Add": "add", "Sub": "sub", "Mul": "mul", "RealDiv": "div", "Maximum": "maximum",
-            "Neg": "neg", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Rsqrt": "rsqrt", "Square": "square",
+            "Neg": "neg", "Exp": "exp", "Erf": "erf", "Log": "log", "Sqrt": "sqrt", "Rsqrt": "rsqrt", "Square": "square",
             "Identity": "identity", "Snapshot": "identity", "Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid",
             "Selu": "selu", "Equal": "equal",
         }
@@ -1394,7 +1394,8 @@ class _Lowering:
             return None
         op = tensor.op
         # the IR's momentum is torch's: the batch statistic's share of the new running value
-        attrs = {"axis": axis, "eps": eps, "momentum": _f32(share)}
+        # Keras averages the biased batch variance into moving_variance (torch and fused BN: unbiased)
+        attrs = {"axis": axis, "eps": eps, "momentum": _f32(share), "unbiased_var": False}
 
         def build():
             self._emit("batch_norm", [self._v(x), self._v(gamma), self._v(beta), self._variable(mean_var),

@@ -1029,6 +1029,7 @@ _LOWERINGS: dict[str, Callable] = {
     "aten.reciprocal.default": _reciprocal,
     "aten.neg.default": _unary("neg"),
     "aten.exp.default": _unary("exp"),
+    "aten.erf.default": _unary("erf"),
     "aten.log.default": _unary("log"),
     "aten.sqrt.default": _unary("sqrt"),
     "aten.rsqrt.default": _unary("rsqrt"),

@@ -200,7 +200,7 @@ def test_cnn_captures_without_unsupported_ops(built_graphs):
     assert conv.loc.line == _line("cnn-conv")
     bn = next(n for n in graph.nodes if n.op == "batch_norm")
     # Keras momentum 0.99 keeps 99% of the old value: the IR's (torch's) momentum is 0.01
-    assert bn.attrs == {"axis": 3, "eps": 0.001, "momentum": 0.01} and bn.loc.line == _line("cnn-bn")
+    assert bn.attrs == {"axis": 3, "eps": 0.001, "momentum": 0.01, "unbiased_var": False} and bn.loc.line == _line("cnn-bn")
     with b.graph.as_default():
         moving = sorted(v.op.name for v in v1.global_variables() if "moving_" in v.op.name)
     assert [graph.state[v] for v in bn.inputs[3:]] == moving and len(moving) == 2  # mean, variance

@@ -1,0 +1,110 @@
+"""The device's 16-bit number formats, emulated on float32 storage.
+
+The wafer keeps weights in fp32 and computes in a 16-bit format with fp32 accumulation
+(/work/shared/reference/wafer-facts.md). The emulator stores every value as float32 and
+rounds it to the 16-bit format where the device would hold it in 16 bits: at the
+boundary of each kernel (device/runtime/program.py). ``round_to(x, fmt)`` returns a
+float32 array whose every element is exactly representable in ``fmt``.
+
+Formats (sign bit + exponent bits + mantissa bits, all round-to-nearest-even):
+
+    float16   1 + 5 + 10, bias 15   IEEE 754 half
+    bfloat16  1 + 8 + 7,  bias 127  the top 16 bits of a float32
+    cb16      1 + 6 + 9,  bias 31   the device's own format
+
+For all three, as in IEEE 754: the all-ones exponent holds inf and NaN, a finite value
+that rounds past the largest finite one becomes inf, and subnormals are kept (gradual
+underflow, not flushed to zero). So cb16's largest finite value is (2 - 2**-9) * 2**31,
+its smallest normal 2**-30 and its smallest subnormal 2**-39.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    exponent_bits: int
+    mantissa_bits: int  # stored bits, without the implicit leading one
+
+    @property
+    def bias(self) -> int:
+        return 2 ** (self.exponent_bits - 1) - 1
+
+    @property
+    def min_exponent(self) -> int:  # exponent of the smallest normal number
+        return 1 - self.bias
+
+    @property
+    def max_exponent(self) -> int:  # the all-ones exponent field is inf/NaN
+        return 2**self.exponent_bits - 2 - self.bias
+
+    @property
+    def max(self) -> float:
+        return (2.0 - 2.0**-self.mantissa_bits) * 2.0**self.max_exponent
+
+    @property
+    def min_normal(self) -> float:
+        return 2.0**self.min_exponent
+
+    @property
+    def min_subnormal(self) -> float:
+        return 2.0 ** (self.min_exponent - self.mantissa_bits)
+
+
+FORMATS: dict[str, Format] = {
+    "float16": Format("float16", 5, 10),
+    "bfloat16": Format("bfloat16", 8, 7),
+    "cb16": Format("cb16", 6, 9),
+}
+# formats whose values the runtime stores as float32 (float32 itself needs no rounding)
+FLOAT_DTYPES = ("float32", "float16", "bfloat16", "cb16")
+
+
+def round_to(x: np.ndarray, fmt: str) -> np.ndarray:
+    """Round a float32 array to ``fmt`` (a name in FORMATS or "float32"); float32 result."""
+    x = np.asarray(x, dtype=np.float32)
+    if fmt == "float32":
+        return x
+    if fmt == "float16":
+        # numpy's float32 -> float16 conversion is IEEE round-to-nearest-even with
+        # subnormals and overflow to inf
+        with np.errstate(over="ignore"):
+            return x.astype(np.float16).astype(np.float32)
+    if fmt == "bfloat16":
+        return _round_bfloat16(x)
+    if fmt in FORMATS:
+        return round_generic(x, FORMATS[fmt])
+    raise ValueError(f"unknown number format {fmt!r}; expected float32 or one of {sorted(FORMATS)}")
+
+
+def _round_bfloat16(x: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even on the top 16 bits of each float32 word."""
+    bits = x.view(np.uint32)
+    # adding 0x7FFF plus the lowest kept bit rounds half to even; a carry out of the
+    # mantissa bumps the exponent, and from the largest finite value reaches inf (0x7F80)
+    rounded = (bits + (np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1)))) & np.uint32(0xFFFF0000)
+    out = rounded.view(np.float32)
+    # the carry trick would turn a NaN with only low payload bits into inf
+    return np.where(np.isnan(x), x, out)
+
+
+def round_generic(x: np.ndarray, fmt: Format) -> np.ndarray:
+    """Round float32 values to any binary format narrower than float32 (RNE, subnormals kept).
+
+    Each value is scaled by its quantum (the spacing of ``fmt`` at that magnitude, which
+    stops shrinking below the smallest normal: gradual underflow), rounded to an integer
+    half-to-even, and scaled back; every step is exact in float32 except the rounding.
+    """
+    x = np.asarray(x, dtype=np.float32)
+    _, exp2 = np.frexp(x)  # x = m * 2**exp2 with 0.5 <= |m| < 1
+    exponent = np.maximum(exp2 - 1, fmt.min_exponent)  # exponent of the leading bit
+    quantum_exp = (exponent - fmt.mantissa_bits).astype(np.int32)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow gives inf, as wanted; NaN passes
+        rounded = np.ldexp(np.rint(np.ldexp(x, -quantum_exp)), quantum_exp).astype(np.float32)
+    # past the largest finite value (including a round-up to the next binade) -> inf
+    return np.where(np.abs(rounded) > fmt.max, np.copysign(np.float32(np.inf), x), rounded)

@@ -1,0 +1,174 @@
+"""Kernels and update rules whose semantics are TensorFlow's, against TensorFlow itself.
+
+TF's "SAME" padding, its pooling (SAME average pooling divides by the unpadded count),
+its activations and losses, and the "tf" semantics of device/runtime/optimizers.py
+against tf.compat.v1.train (and keras AdamW). torch-free: skipped where TF is missing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from device.ir import OptimizerSpec  # noqa: E402
+from device.runtime.kernels import KERNELS, KernelContext  # noqa: E402
+from device.runtime.optimizers import Optimizer, clip_by_global_norm  # noqa: E402
+
+RNG = np.random.default_rng(99)
+
+
+def randn(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _check(op, inputs, attrs, tf_fn, rtol=1e-5, atol=1e-5, training=True, state_inputs=()):
+    """Forward and gradient of KERNELS[op] against tf_fn under a GradientTape, in float32.
+
+    state_inputs: positions of non-trainable inputs (running statistics), which get no
+    gradient from the kernel though TF would differentiate them.
+    """
+    kernel = KERNELS[op]
+    outputs, saved = kernel.forward(inputs, attrs, KernelContext(training=training))
+    tensors = [tf.constant(x) for x in inputs]
+    floating = [t for t in tensors if t.dtype.is_floating]
+    with tf.GradientTape() as tape:
+        tape.watch(floating)
+        expected = tf_fn(*tensors)
+    np.testing.assert_allclose(outputs[0], expected.numpy(), rtol=rtol, atol=atol)
+    g = RNG.standard_normal(expected.shape).astype(np.float32)
+    expected_grads = iter(tape.gradient(expected, floating, output_gradients=tf.constant(g)))
+    grads = kernel.backward(saved, [g], attrs, tuple(True for _ in inputs))
+    for i, (x, got) in enumerate(zip(inputs, grads)):
+        if not np.issubdtype(x.dtype, np.floating):
+            assert got is None
+            continue
+        expected_grad = next(expected_grads)
+        if i in state_inputs:
+            assert got is None
+        else:
+            np.testing.assert_allclose(got, expected_grad.numpy(), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("x_shape, w_shape, strides, dilations, padding", [
+    ((2, 8, 8, 3), (3, 3, 3, 4), [2, 2], [1, 1], "SAME"),  # pads 0 before, 1 after
+    ((2, 7, 6, 3), (3, 2, 3, 4), [1, 2], [1, 1], "SAME"),
+    ((2, 9, 9, 2), (3, 3, 2, 3), [1, 1], [2, 2], "SAME"),
+    ((2, 7, 7, 3), (3, 3, 3, 2), [2, 2], [1, 1], "VALID"),
+])
+def test_conv2d_matches_tf(x_shape, w_shape, strides, dilations, padding):
+    attrs = {"strides": strides, "padding": padding, "dilations": dilations, "layout": "NHWC", "weight_layout": "HWIO"}
+    _check("conv2d", [randn(*x_shape), randn(*w_shape)], attrs,
+           lambda x, w: tf.nn.conv2d(x, w, strides=[1, *strides, 1], padding=padding, dilations=[1, *dilations, 1]))
+
+
+@pytest.mark.parametrize("op, tf_pool", [("max_pool2d", tf.nn.max_pool2d), ("avg_pool2d", tf.nn.avg_pool2d)])
+@pytest.mark.parametrize("shape, kernel, strides, padding", [
+    ((2, 6, 6, 3), 3, 2, "SAME"),  # asymmetric padding; SAME averages exclude it
+    ((2, 5, 7, 2), 2, 1, "SAME"),
+    ((2, 7, 7, 3), 3, 2, "VALID"),
+])
+def test_pooling_matches_tf(op, tf_pool, shape, kernel, strides, padding):
+    attrs = {"kernel": kernel, "strides": strides, "padding": padding, "layout": "NHWC"}
+    _check(op, [randn(*shape)], attrs, lambda x: tf_pool(x, kernel, strides, padding))
+
+
+def test_sparse_softmax_cross_entropy_matches_tf():
+    logits, labels = randn(6, 5) * 3, RNG.integers(0, 5, 6)
+    _check("sparse_softmax_cross_entropy", [logits, labels], {},
+           lambda z, y: tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=z))
+
+
+@pytest.mark.parametrize("op, attrs, tf_fn", [
+    ("gelu", {"approximate": "none"}, lambda x: tf.nn.gelu(x, approximate=False)),
+    ("gelu", {"approximate": "tanh"}, lambda x: tf.nn.gelu(x, approximate=True)),
+    ("elu", {"alpha": 1.0}, tf.nn.elu),
+    ("selu", {}, tf.nn.selu),
+    ("sigmoid", {}, tf.sigmoid),
+    ("softmax", {"axis": -1}, lambda x: tf.nn.softmax(x, axis=-1)),
+    ("log_softmax", {"axis": 1}, lambda x: tf.nn.log_softmax(x, axis=1)),
+    ("rsqrt", {}, lambda x: tf.math.rsqrt(tf.abs(x) + 0.5)),
+])
+def test_activations_match_tf(op, attrs, tf_fn):
+    x = randn(4, 6) * 2
+    if op == "rsqrt":  # same positive input on both sides
+        x = np.abs(x) + np.float32(0.5)
+        _check(op, [x], attrs, tf.math.rsqrt)
+        return
+    _check(op, [x], attrs, tf_fn)
+
+
+def test_maximum_matches_tf_without_ties():
+    _check("maximum", [randn(3, 4), randn(4)], {}, tf.maximum)
+
+
+def test_einsum_matches_tf():
+    _check("einsum", [randn(2, 5, 3, 4), randn(2, 6, 3, 4)], {"equation": "bqhd,bkhd->bhqk"},
+           lambda a, b: tf.einsum("bqhd,bkhd->bhqk", a, b))
+
+
+def test_batch_norm_in_eval_matches_tf():
+    x, gamma, beta, mean, var = randn(4, 3, 3, 5), randn(5), randn(5), randn(5), np.abs(randn(5)) + 0.5
+    attrs = {"axis": -1, "eps": 1e-3, "momentum": 0.01}
+    _check("batch_norm", [x, gamma, beta, mean, var], attrs,
+           lambda x, g, b, m, v: tf.nn.batch_normalization(x, m, v, b, g, 1e-3), training=False, state_inputs=(3, 4))
+
+
+# --------------------------------------------------------------------- optimizers
+
+SHAPES = {"dense/kernel": (4, 3), "dense/bias": (3,)}
+
+
+def _lr(step):
+    return 0.01 * (1.0 + 0.5 * (step % 3))
+
+
+def _compare_with_tf(spec, make_tf, steps=20, schedule=True, atol=1e-7):
+    rng = np.random.default_rng(0)
+    params = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in SHAPES.items()}
+    variables = {name: tf.Variable(p.copy()) for name, p in params.items()}
+    lr = [_lr(0)]
+    tf_opt = make_tf(lambda: lr[0])
+    ours = Optimizer(spec, params)
+    for step in range(steps):
+        lr[0] = _lr(step) if schedule else _lr(0)
+        grads = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in SHAPES.items()}
+        ours.apply_gradients(params, grads, lr[0])
+        tf_opt.apply_gradients([(tf.constant(grads[name]), variables[name]) for name in SHAPES])
+        for name, v in variables.items():
+            np.testing.assert_allclose(params[name], v.numpy(), rtol=1e-6, atol=atol,
+                                       err_msg=f"{name}, step {step + 1}")
+
+
+@pytest.mark.parametrize("kind, hyper, make_tf", [
+    ("sgd", {}, lambda lr: tf.compat.v1.train.GradientDescentOptimizer(lr)),
+    ("momentum", {"momentum": 0.9}, lambda lr: tf.compat.v1.train.MomentumOptimizer(lr, 0.9)),
+    ("momentum", {"momentum": 0.9, "nesterov": True},
+     lambda lr: tf.compat.v1.train.MomentumOptimizer(lr, 0.9, use_nesterov=True)),
+    ("adam", {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8},
+     lambda lr: tf.compat.v1.train.AdamOptimizer(lr, beta1=0.9, beta2=0.999, epsilon=1e-8)),
+    ("adam", {"beta1": 0.8, "beta2": 0.99, "eps": 1e-6},
+     lambda lr: tf.compat.v1.train.AdamOptimizer(lr, beta1=0.8, beta2=0.99, epsilon=1e-6)),
+])
+def test_tf_semantics_match_tf_compat_v1_over_20_steps(kind, hyper, make_tf):
+    _compare_with_tf(OptimizerSpec(kind, "tf", hyper), make_tf)
+
+
+def test_tf_adamw_matches_keras_adamw():
+    spec = OptimizerSpec("adamw", "tf", {"beta1": 0.9, "beta2": 0.999, "eps": 1e-7, "weight_decay": 0.1})
+    _compare_with_tf(spec, lambda lr: tf.keras.optimizers.AdamW(
+        learning_rate=_lr(0), weight_decay=0.1, beta_1=0.9, beta_2=0.999, epsilon=1e-7), schedule=False,
+        # keras computes b^t with pow, tf.compat.v1 (which the runtime follows) as a running
+        # float32 product: 1 - b2^t then differs by ~1e-5 relative in early steps
+        atol=1e-6)
+
+
+def test_tf_global_norm_clipping_matches_tf():
+    rng = np.random.default_rng(1)
+    grads = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in SHAPES.items()}
+    for max_norm in (0.5, 100.0):
+        clipped = clip_by_global_norm(grads, max_norm, "tf")
+        expected, _ = tf.clip_by_global_norm([tf.constant(g) for g in grads.values()], max_norm)
+        for got, want in zip(clipped.values(), expected):
+            np.testing.assert_allclose(got, want.numpy(), rtol=1e-6)
