@@ -1,0 +1,323 @@
+"""The TF runner on the device: --validate_only, --compile_only and --device emulator.
+
+The graph the Estimator builds from ``model_fn`` is captured as the device IR
+(device/capture/tf.py), validated, compiled and run on the numpy emulator
+(device/runtime/program.py). The TF session stays the host: it feeds the batches
+(the same tf.data pipeline and order as a CPU run), computes the learning rate of
+each step, runs host_call's metrics over what the device computed, and writes
+checkpoints in TF's own format from the emulator's weights and optimizer state. So a
+model trained on the emulator evaluates or resumes on the CPU, and the other way round.
+
+The device's graph is built in fp32 and captured with the compute format params ask for
+(mixed_precision.dtype): the device rounds its kernels' inputs and outputs to that
+format itself (fp32 weights, 16-bit compute), where a CPU run uses a Keras policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, Iterator, Mapping
+
+import numpy as np
+import tensorflow as tf
+
+from common.errors import UserError
+from common.log import eval_line
+from common.summaries import ScalarWriter
+from common.tf.estimator.cs_estimator import CerebrasEstimator, GraphSession
+from common.tf.estimator.graph import Graph, where
+from common.tf.estimator.mode_keys import ModeKeys
+from common.tf.optim import LOSS_SCALE_STEPS_COLLECTION, loss_scaling
+from device.api import compile_graph, validate_graph
+from device.capture import tf as capture_tf
+from device.errors import DeviceCompileError
+from device.report import render_text
+from device.runtime.program import Program
+
+logger = logging.getLogger("zoo")
+
+# a --mode name or a ModeKeys value -> (the graph to build, the mode the device compiles for)
+_MODES = {
+    ModeKeys.TRAIN: (ModeKeys.TRAIN, "train"), "train_and_eval": (ModeKeys.TRAIN, "train_and_eval"),
+    ModeKeys.EVAL: (ModeKeys.EVAL, "eval"), "eval_all": (ModeKeys.EVAL, "eval_all"),
+    ModeKeys.PREDICT: (ModeKeys.PREDICT, "predict"), "predict": (ModeKeys.PREDICT, "predict"),
+}
+
+
+def _precision(params: Mapping) -> str:
+    mixed = params["mixed_precision"]
+    return mixed["dtype"] if mixed["enabled"] else "float32"
+
+
+def _batch_tensors(built: Graph) -> list[tf.Tensor]:
+    """What the host feeds the device each step, in feed order: features then labels."""
+    if built.mode == ModeKeys.PREDICT:
+        return tf.nest.flatten(built.features)
+    return tf.nest.flatten((built.features, built.labels))
+
+
+def _host_call_tensors(built: Graph) -> tuple[Callable | None, list[tf.Tensor], list[str] | None]:
+    """(fn, tensors, keyword names or None) of an EVAL spec's host_call."""
+    spec = built.spec
+    if spec.eval_metric_ops is not None:
+        raise UserError("eval metrics on the device go through host_call=(fn, [tensors]), not eval_metric_ops: "
+                        "the device computes the tensors and the host runs fn")
+    host_call = getattr(spec, "host_call", None)
+    if host_call is None:
+        return None, [], None
+    fn, args = host_call
+    if isinstance(args, Mapping):
+        return fn, list(args.values()), list(args)
+    return fn, list(args), None
+
+
+def capture(estimator: CerebrasEstimator, run: GraphSession) -> Any:
+    """The device IR of ``run``'s graph: the TRAIN step with its optimizer, or the forward
+    pass with the loss and host_call's tensors (EVAL) or the predictions (PREDICT)."""
+    built, params = run.built, estimator.params
+    optimizer = params["optimizer"]
+    kwargs: dict[str, Any] = {}
+    outputs: dict[str, tf.Tensor] = {}
+    batch = _batch_tensors(built)
+    if built.mode == ModeKeys.TRAIN:
+        kwargs = {"train_op": built.spec.train_op, "max_gradient_norm": optimizer["max_gradient_norm"],
+                  "max_gradient_value": optimizer["max_gradient_value"], "loss_scale": loss_scaling(params),
+                  "initial_loss_scale": optimizer["initial_loss_scale"],
+                  "steps_per_increase": optimizer["steps_per_increase"]}
+    elif built.mode == ModeKeys.EVAL:
+        _, tensors, _ = _host_call_tensors(built)
+        outputs = {f"host_call_{i}": t for i, t in enumerate(tensors) if not any(t is b for b in batch)}
+    else:
+        outputs = dict(built.predictions)
+    graph_ir = capture_tf.capture(built.graph, inputs=batch, loss=built.spec.loss if built.mode != ModeKeys.PREDICT
+                                  else None, outputs=outputs, precision=_precision(params), session=run.session,
+                                  **kwargs)
+    spec = graph_ir.optimizer
+    if spec is not None and spec.kind != "adamw" and optimizer["weight_decay"]:
+        # build_train_op adds coupled L2 to the gradients, which the capture (forward + Apply ops) does not see
+        spec.hyper["weight_decay"] = optimizer["weight_decay"]
+        spec.weight_decay_exclude = tuple(optimizer["weight_decay_exclude"])
+    return graph_ir
+
+
+def compile(estimator: CerebrasEstimator, input_fn: Callable, validate_only: bool, mode: str) -> Any:
+    """--validate_only: the validation report (DeviceCompileError when it fails); --compile_only:
+    the full compile, with its report in model_dir/compile."""
+    if mode not in _MODES:
+        raise UserError(f"compile: unknown mode {mode!r}; valid: {', '.join(_MODES)}")
+    graph_mode, device_mode = _MODES[mode]
+    cfg = estimator.config
+    run = estimator.open_session(input_fn, graph_mode, mixed_policy=False)
+    try:
+        graph_ir = capture(estimator, run)
+    finally:
+        run.close()
+    if validate_only:
+        report = validate_graph(graph_ir, mode=device_mode, profile_name=cfg.device_profile)
+        if not report.ok:
+            raise DeviceCompileError(f"{report.summary()}\n{report.to_text()}")
+        logger.info(report.summary())
+        for line in report.to_text().splitlines():
+            logger.info("  %s", line)
+        return report
+    out_dir = os.path.join(estimator.model_dir, "compile")
+    result = compile_graph(graph_ir, mode=device_mode, profile_name=cfg.device_profile,
+                           execution_mode=cfg.execution_mode, out_dir=out_dir)
+    print(render_text(result), end="", flush=True)
+    logger.info("compile report: %s (report.txt, report.json, ir.json, placement.svg)", out_dir)
+    return result
+
+
+def _compiled_program(estimator: CerebrasEstimator, run: GraphSession, device_mode: str) -> tuple[Any, Program]:
+    """Capture and compile ``run``'s graph (a DeviceCompileError stops here, before anything is
+    written), and a Program holding the session's weights and state."""
+    graph_ir = capture(estimator, run)
+    compile_graph(graph_ir, mode=device_mode, profile_name=estimator.config.device_profile,
+                  execution_mode=estimator.config.execution_mode)
+    program = Program(graph_ir, capture_tf.read_weights(run.session, graph_ir),
+                      capture_tf.read_state(run.session, graph_ir), seed=estimator.config.tf_random_seed)
+    return graph_ir, program
+
+
+# --- train ---------------------------------------------------------------------------
+
+class EmulatorTrainStep:
+    """One training step on the emulator, fed by the TF session: the batch and the learning
+    rate of this step come from the session (the global step kept in step), the update is
+    the Program's; before a checkpoint, the Program's weights and optimizer state go back into
+    the session, whose Saver writes them in TF's format."""
+
+    def __init__(self, run: GraphSession, graph_ir, program: Program):
+        built = run.built
+        self.run, self.ir, self.program = run, graph_ir, program
+        self.batch = _batch_tensors(built)
+        self.lr = built.learning_rate
+        if self.lr is None and "lr" not in graph_ir.optimizer.hyper:
+            raise UserError("the learning rate is neither a constant of the optimizer nor registered by "
+                            "common.tf.optim.build_train_op; the emulator cannot tell it per step")
+        self.global_step = built.global_step.op.name
+        scale_steps = built.graph.get_collection(LOSS_SCALE_STEPS_COLLECTION)
+        # dynamic loss scaling keeps its scale and counter in variables of the TF graph
+        self.scale_vars = ((built.loss_scale.op.name, scale_steps[0].op.name)
+                           if scale_steps and built.loss_scale is not None else None)
+        state = capture_tf.read_optimizer_state(run.session, graph_ir)
+        if self.scale_vars:
+            values = capture_tf.read_variables(run.session, list(self.scale_vars))
+            state["loss_scale"], state["loss_scale_good_steps"] = (float(values[self.scale_vars[0]]),
+                                                                   int(values[self.scale_vars[1]]))
+        program.set_optimizer_state(state)
+
+    def __call__(self, step: int, log_now: bool) -> tuple[float, int, Mapping]:
+        session = self.run.session
+        if self.lr is not None:
+            capture_tf.write_variables(session, {self.global_step: np.int64(step)})  # the schedule's step
+            *batch, lr = session.run(self.batch + [self.lr])
+        else:
+            batch, lr = session.run(self.batch), self.ir.optimizer.hyper["lr"]
+        loss = self.program.train_step(batch, float(lr))
+        logged = {}
+        if log_now:
+            logged["lr"] = float(lr)
+            if self.program.optimizer.scaler is not None:
+                logged["loss_scale"] = self.program.optimizer.loss_scale
+        return loss, len(batch[0]), logged
+
+    def before_save(self, step: int) -> None:
+        session, program = self.run.session, self.program
+        capture_tf.write_weights(session, self.ir, {**program.get_weights(), **program.get_state()})
+        state = program.get_optimizer_state()
+        capture_tf.write_optimizer_state(session, self.ir, state)
+        values: dict[str, Any] = {self.global_step: np.int64(step)}
+        if self.scale_vars:
+            values[self.scale_vars[0]] = np.float32(state["loss_scale"])
+            values[self.scale_vars[1]] = np.int64(state["loss_scale_good_steps"])
+        capture_tf.write_variables(session, values)
+
+
+def train(estimator: CerebrasEstimator, input_fn: Callable, steps: int | None, max_steps: int | None,
+          saving_listeners, on_ready: Callable[[], Any] | None) -> CerebrasEstimator:
+    run = estimator.open_session(input_fn, ModeKeys.TRAIN, mixed_policy=False)
+    try:
+        start = estimator.checkpoint_to_load(estimator.warm_start_from)
+        if start is not None:
+            run.restore(start)
+        step = run.step()
+        last = step + steps if steps is not None else max_steps
+        graph_ir, program = _compiled_program(estimator, run, "train")
+        train_step = EmulatorTrainStep(run, graph_ir, program)
+        estimator.ready_model_dir(on_ready)
+        if step >= last:
+            logger.info("| Train Device=emulator: the global step %d has reached max_steps %d; nothing to train",
+                        step, last)
+            return estimator
+        logger.info("training %s on the emulator (%s, %s compute) from step %d to %d%s", where(estimator.model_fn),
+                    estimator.config.device_profile, graph_ir.precision, step, last,
+                    f" (from {start})" if start else "")
+        estimator.train_loop(run, step, last, saving_listeners, train_step)
+    finally:
+        run.close()
+    return estimator
+
+
+# --- evaluate and predict ------------------------------------------------------------
+
+class _HostMetrics:
+    """host_call's fn over placeholders in the eval graph: the host's half of the metrics,
+    fed each batch with what the device computed (and the labels the host already has)."""
+
+    def __init__(self, built: Graph):
+        fn, tensors, names = _host_call_tensors(built)
+        self.sources = tensors
+        with built.graph.as_default():
+            self.placeholders = [tf.compat.v1.placeholder(t.dtype, t.shape) for t in tensors]
+            self.loss = tf.compat.v1.placeholder(tf.float32, [])
+            before = set(built.graph.get_collection(tf.compat.v1.GraphKeys.LOCAL_VARIABLES))
+            metrics = {}
+            if fn is not None:
+                metrics = dict(fn(**dict(zip(names, self.placeholders))) if names else fn(*self.placeholders))
+            if "loss" not in metrics:
+                metrics["loss"] = tf.compat.v1.metrics.mean(self.loss)
+            self.values = {name: pair[0] for name, pair in metrics.items()}
+            self.update = tf.group(*[pair[1] for pair in metrics.values()])
+            created = [v for v in built.graph.get_collection(tf.compat.v1.GraphKeys.LOCAL_VARIABLES)
+                       if v not in before]
+            self.reset = tf.compat.v1.variables_initializer(created)
+
+    def feed(self, batch_tensors: list[tf.Tensor], batch: list[np.ndarray], outputs: Mapping) -> dict:
+        feed = {self.loss: outputs["loss"]}
+        for i, (source, placeholder) in enumerate(zip(self.sources, self.placeholders)):
+            fed = next((array for t, array in zip(batch_tensors, batch) if t is source), None)
+            feed[placeholder] = fed if fed is not None else outputs[f"host_call_{i}"]
+        return feed
+
+
+def evaluate(estimator: CerebrasEstimator, input_fn: Callable, steps: int | None, paths: list[str],
+             name: str | None, on_ready: Callable[[], Any] | None) -> list[dict[str, float]]:
+    """Each checkpoint of ``paths`` evaluated on the emulator; the metrics as a CPU eval gives them."""
+    run = estimator.open_session(input_fn, ModeKeys.EVAL, mixed_policy=False)
+    writer = None
+    try:
+        built = run.built
+        if steps is None and run.session.run(built.cardinality) == tf.data.INFINITE_CARDINALITY:
+            raise UserError("the eval dataset repeats forever: do not repeat it in EVAL mode, or set "
+                            "runconfig.eval_steps (--eval_steps)")
+        run.restore(paths[0])
+        graph_ir, program = _compiled_program(estimator, run, "eval")
+        host = _HostMetrics(built)
+        batch_tensors = _batch_tensors(built)
+        estimator.ready_model_dir(on_ready)
+        writer = ScalarWriter(os.path.join(estimator.model_dir, "eval" if not name else f"eval_{name}"))
+        results = []
+        for i, path in enumerate(paths):
+            if i > 0:
+                run.restore(path)
+                program.set_weights(capture_tf.read_weights(run.session, graph_ir))
+                program.set_state(capture_tf.read_state(run.session, graph_ir))
+            run.session.run([host.reset, built.iterator.initializer])
+            batches = 0
+            while steps is None or batches < steps:
+                try:
+                    batch = run.session.run(batch_tensors)
+                except tf.errors.OutOfRangeError:
+                    break
+                run.session.run(host.update, host.feed(batch_tensors, batch, program.eval_step(batch)))
+                batches += 1
+            if batches == 0:
+                raise UserError("the eval dataset yielded no batch (fewer examples than eval_input.batch_size "
+                                "with drop_last: true?)")
+            step = run.step()
+            metrics = {k: float(v) for k, v in run.session.run(host.values).items()}
+            logger.info(eval_line("emulator", step, metrics))
+            writer.scalars(step, metrics)
+            writer.flush()
+            results.append({**metrics, "global_step": step})
+        return results
+    finally:
+        if writer is not None:
+            writer.close()
+        run.close()
+
+
+def predict(estimator: CerebrasEstimator, input_fn: Callable, path: str, yield_single_examples: bool,
+            on_ready: Callable[[], Any] | None) -> Iterator[dict[str, np.ndarray]]:
+    run = estimator.open_session(input_fn, ModeKeys.PREDICT, mixed_policy=False)
+    try:
+        run.restore(path)
+        _, program = _compiled_program(estimator, run, "predict")
+        batch_tensors = _batch_tensors(run.built)
+        estimator.ready_model_dir(on_ready)
+        while True:
+            try:
+                batch = run.session.run(batch_tensors)
+            except tf.errors.OutOfRangeError:
+                return
+            outputs = program.eval_step(batch)
+            predictions = {k: outputs[k] for k in run.built.predictions}
+            if not yield_single_examples:
+                yield predictions
+                continue
+            for i in range(len(next(iter(predictions.values())))):
+                yield {k: v[i] for k, v in predictions.items()}
+    finally:
+        run.close()

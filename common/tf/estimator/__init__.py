@@ -1,0 +1,8 @@
+"""The Estimator contract users port from: ``from common.tf.estimator import CSEstimatorSpec, ModeKeys``."""
+
+from common.tf.estimator.cs_estimator import CerebrasEstimator
+from common.tf.estimator.cs_estimator_spec import CSEstimatorSpec, EstimatorSpec
+from common.tf.estimator.mode_keys import ModeKeys
+from common.tf.estimator.run_config import RunConfig
+
+__all__ = ["CerebrasEstimator", "CSEstimatorSpec", "EstimatorSpec", "ModeKeys", "RunConfig"]

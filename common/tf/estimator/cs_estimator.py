@@ -1,0 +1,434 @@
+"""CerebrasEstimator: train, evaluate, predict and compile a model_fn, as tf.estimator did.
+
+    est = CerebrasEstimator(model_fn, config=RunConfig(model_dir="model_dir"), params=params)
+    est.train(train_input_fn, max_steps=1000)
+    est.evaluate(eval_input_fn)                     # the latest checkpoint -> {"accuracy": ..., "loss": ...}
+    est.compile(train_input_fn, validate_only=True) # the device's validation report
+
+Each call builds its mode's graph in a fresh ``tf.Graph`` (TF1 graph mode, as the device
+needs one static graph per run), opens a ``tf.compat.v1.Session`` and restores the latest
+checkpoint of ``model_dir`` (or ``warm_start_from``). Nothing is written into model_dir
+before the graph is built and the checkpoint restored, so bad input leaves it as it was;
+``on_ready`` (keyword-only) runs at that point (the runner writes params_<mode>.yaml there).
+
+``config.device`` "emulator" hands train/evaluate to the numpy model of the wafer
+(common/tf/device_run.py): the same logs, TensorBoard files and TF-format checkpoints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+from typing import Any, Callable, Iterator, Mapping
+
+import numpy as np
+import tensorflow as tf
+
+from common.errors import NonFiniteLossError, UserError
+from common.log import TrainMeter, eval_line
+from common.summaries import ScalarWriter
+from common.tf.estimator import checkpoints
+from common.tf.estimator.graph import Graph, build_graph, where
+from common.tf.estimator.mode_keys import ModeKeys
+from common.tf.estimator.run_config import RunConfig
+
+logger = logging.getLogger("zoo")
+
+
+class GraphSession:
+    """A built graph with its session, initialised; ``restore`` loads a checkpoint into it."""
+
+    def __init__(self, built: Graph, config: RunConfig):
+        self.built = built
+        with built.graph.as_default():
+            self._init = tf.group(tf.compat.v1.global_variables_initializer(),
+                                  tf.compat.v1.local_variables_initializer(), tf.compat.v1.tables_initializer())
+            self.local_init = tf.compat.v1.local_variables_initializer()
+        self.session = tf.compat.v1.Session(graph=built.graph, config=config.session_config)
+        self._restorers: dict[frozenset, Any] = {}
+        self.session.run([self._init, built.iterator.initializer])
+
+    def restore(self, path: str) -> None:
+        """Every variable of the graph that the checkpoint holds, and the input position when it
+        holds one for this input pipeline; a checkpoint of another model is a UserError."""
+        shapes = checkpoints.read_checkpoint(path)
+        trainable = {v.op.name for v in self.built.graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)}
+        present, missing = [], []
+        for v in self.built.variables:
+            name = v.op.name
+            if name not in shapes:
+                missing.append(name)
+            elif list(shapes[name]) != v.shape.as_list():
+                raise UserError(f"{path}: '{name}' has shape {list(shapes[name])} there, but the model's is "
+                                f"{v.shape.as_list()} (a checkpoint of another model or config?)")
+            else:
+                present.append(v)
+        lost = [name for name in missing if name in trainable]
+        if lost:
+            raise UserError(f"{path}: holds no '{lost[0]}'" + (f" (nor {len(lost) - 1} more model variables)"
+                            if len(lost) > 1 else "") + "; a checkpoint of another model?")
+        if missing:
+            logger.info("not in %s, initialised afresh: %s", path, ", ".join(missing))
+        key = frozenset(v.op.name for v in present)
+        if key not in self._restorers:
+            with self.built.graph.as_default():
+                self._restorers[key] = tf.compat.v1.train.Saver(var_list=present) if present else None
+        if self._restorers[key] is not None:
+            try:
+                with self.built.graph.as_default(), _quiet_tf_logs():
+                    self._restorers[key].restore(self.session, path)
+            except tf.errors.OpError as e:
+                raise UserError(f"{path}: corrupt or unreadable checkpoint ({_first_line(e)})") from None
+        saveable = self.built.iterator_saveable
+        if saveable is not None and all(spec.name in shapes for spec in saveable.specs):
+            try:
+                with self.built.graph.as_default(), _quiet_tf_logs():
+                    tf.compat.v1.train.Saver(var_list=[saveable]).restore(self.session, path)
+            except tf.errors.OpError:
+                self.session.run(self.built.iterator.initializer)
+                logger.warning("%s: the input position there is for another input pipeline; the data starts "
+                               "from its beginning", path)
+        logger.info("restored %s", path)
+
+    def step(self) -> int:
+        return int(self.session.run(self.built.global_step))
+
+    def close(self) -> None:
+        self.session.close()
+
+
+def _first_line(error: Exception) -> str:
+    text = getattr(error, "message", None) or str(error)
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+@contextlib.contextmanager
+def _quiet_tf_logs():
+    """TensorFlow's Python logger at ERROR: its deprecation notes about the v1 API this runner
+    uses on purpose, and its "Restoring parameters" lines, are not the user's concern."""
+    tf_logger = tf.get_logger()
+    level = tf_logger.level
+    tf_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        tf_logger.setLevel(level)
+
+
+class CerebrasEstimator:
+    """tf.estimator.Estimator's contract for ``model_fn(features, labels, mode, params)``."""
+
+    def __init__(self, model_fn: Callable, model_dir: str | None = None, config: RunConfig | None = None,
+                 params: Mapping | None = None, warm_start_from: str | None = None):
+        self.model_fn = model_fn
+        self.config = config or RunConfig()
+        self.model_dir = model_dir or self.config.model_dir
+        self.params = params if params is not None else {}
+        self.warm_start_from = warm_start_from
+
+    # --- building --------------------------------------------------------------------
+
+    def build(self, input_fn: Callable, mode: str, mixed_policy: bool = True) -> Graph:
+        """``mode``'s graph from ``input_fn`` and ``model_fn`` (for the device capture and tests)."""
+        with _quiet_tf_logs():
+            return build_graph(self.model_fn, input_fn, mode, self.params, self.config.tf_random_seed,
+                               mixed_policy)
+
+    def open_session(self, input_fn: Callable, mode: str, mixed_policy: bool = True) -> GraphSession:
+        """``mode``'s graph in an initialised session (the device runner shares it as the host)."""
+        return GraphSession(self.build(input_fn, mode, mixed_policy), self.config)
+
+    def checkpoint_to_load(self, explicit: str | None) -> str | None:
+        """``explicit`` (a --checkpoint_path) resolved, else the latest in model_dir, else None."""
+        if explicit is not None:
+            return checkpoints.resolve_checkpoint(explicit)
+        return checkpoints.latest_checkpoint(self.model_dir)
+
+    def ready_model_dir(self, on_ready: Callable[[], Any] | None) -> None:
+        """Everything loaded fine: from here on the run may write into model_dir."""
+        if on_ready is not None:
+            on_ready()
+        os.makedirs(self.model_dir, exist_ok=True)
+
+    def latest_checkpoint(self) -> str | None:
+        return checkpoints.latest_checkpoint(self.model_dir)
+
+    # --- train -----------------------------------------------------------------------
+
+    def train(self, input_fn: Callable, steps: int | None = None, max_steps: int | None = None, *,
+              saving_listeners: tuple[Callable[[str, int], Any], ...] = (),
+              on_ready: Callable[[], Any] | None = None) -> "CerebrasEstimator":
+        """Train until the global step reaches ``max_steps`` (or ``steps`` more); a checkpoint every
+        ``save_checkpoints_steps`` and at the end; ``saving_listeners`` are called with
+        (checkpoint, step) after each save."""
+        if (steps is None) == (max_steps is None):
+            raise UserError("train: give exactly one of steps and max_steps")
+        if self.config.device == "emulator":
+            from common.tf import device_run
+            return device_run.train(self, input_fn, steps, max_steps, saving_listeners, on_ready)
+        run = self.open_session(input_fn, ModeKeys.TRAIN)
+        try:
+            start = self.checkpoint_to_load(self.warm_start_from)
+            if start is not None:
+                run.restore(start)
+            step = run.step()
+            last = step + steps if steps is not None else max_steps
+            self.ready_model_dir(on_ready)
+            if step >= last:
+                logger.info("| Train Device=%s: the global step %d has reached max_steps %d; nothing to train",
+                            self.config.device, step, last)
+                return self
+            logger.info("training %s from step %d to %d%s", where(self.model_fn), step, last,
+                        f" (from {start})" if start else "")
+            self.train_loop(run, step, last, saving_listeners)
+        finally:
+            run.close()
+        return self
+
+    def train_loop(self, run: GraphSession, step: int, last: int, saving_listeners, train_step=None) -> None:
+        """Steps from ``step`` to ``last`` with ``train_step`` (default: the TF session's): the log
+        line and TensorBoard scalars every save_summary_steps, the NaN check every step, a
+        checkpoint every save_checkpoints_steps and at the end."""
+        cfg = self.config
+        train_step = train_step or CpuTrainStep(run, self.model_fn)
+        writer = ScalarWriter(os.path.join(self.model_dir, "train"))
+        meter = TrainMeter(cfg.device, step, last)
+        saved_step, saved_path = step, self.latest_checkpoint()
+        try:
+            while step < last:
+                log_now = (step + 1) % cfg.save_summary_steps == 0 or step + 1 == last
+                try:
+                    loss_value, batch_size, logged = train_step(step, log_now)
+                except tf.errors.OutOfRangeError:
+                    logger.warning("the training dataset ended at step %d, before step %d: repeat it in TRAIN "
+                                   "mode (the device needs a repeating dataset)", step, last)
+                    break
+                step += 1
+                if not math.isfinite(loss_value):
+                    kept = saved_path or "none (no checkpoint was written yet)"
+                    raise NonFiniteLossError(f"the loss is {loss_value} at step {step}; stopping. The last good "
+                                             f"checkpoint is kept: {kept} (lower the learning rate, or clip "
+                                             f"gradients with optimizer.max_gradient_norm)")
+                meter.add(batch_size)
+                if log_now:
+                    self._log_train(writer, meter, step, loss_value, logged, batch_size)
+                if step % cfg.save_checkpoints_steps == 0 or step == last:
+                    saved_path = self._save(run, step, saving_listeners, train_step)
+                    saved_step = step
+            if saved_step != step:
+                self._save(run, step, saving_listeners, train_step)
+        finally:
+            writer.close()
+
+    def _log_train(self, writer: ScalarWriter, meter: TrainMeter, step: int, loss_value: float,
+                   out: Mapping, batch_size: int) -> None:
+        rate = meter.rate()
+        logger.info(meter.line(step, loss_value, rate))
+        scalars = {"loss": loss_value, "samples_per_sec": rate, "global_step/sec": rate / batch_size}
+        if "lr" in out:
+            scalars["lr"] = float(out["lr"])
+        if "loss_scale" in out:
+            scalars["loss_scale"] = float(out["loss_scale"])
+        if "summary" in out:
+            scalars.update(_scalar_summaries(out["summary"]))
+        writer.scalars(step, scalars)
+        writer.flush()
+
+    def _save(self, run: GraphSession, step: int, saving_listeners, train_step) -> str:
+        train_step.before_save(step)  # the emulator writes its weights into the session here
+        path = checkpoints.save_checkpoint(run.built.saver, run.session, self.model_dir, step,
+                                           self.config.keep_checkpoint_max)
+        logger.info("saved %s", path)
+        for listener in saving_listeners:
+            listener(path, step)
+        return path
+
+    # --- evaluate --------------------------------------------------------------------
+
+    def evaluate(self, input_fn: Callable, steps: int | None = None, checkpoint_path: str | None = None,
+                 name: str | None = None, *, on_ready: Callable[[], Any] | None = None) -> dict[str, float]:
+        """The metrics over the eval dataset (or ``steps`` batches) of one checkpoint (default:
+        the latest in model_dir), with ``global_step``; written to model_dir/eval[_name]."""
+        path = self.checkpoint_to_load(checkpoint_path)
+        if path is None:
+            raise UserError(f"model_dir {self.model_dir} has no checkpoint to evaluate: train first, or pass "
+                            f"--checkpoint_path")
+        if self.config.device == "emulator":
+            from common.tf import device_run
+            return device_run.evaluate(self, input_fn, steps, [path], name, on_ready)[0]
+        evaluator = Evaluator(self, input_fn, steps, name)
+        try:
+            metrics = evaluator(path, on_ready=on_ready)
+        finally:
+            evaluator.close()
+        return metrics
+
+    def evaluate_all(self, input_fn: Callable, steps: int | None = None, *,
+                     on_ready: Callable[[], Any] | None = None) -> list[dict[str, float]]:
+        """Evaluate every checkpoint model_dir holds, oldest first."""
+        paths = checkpoints.list_checkpoints(self.model_dir)
+        if not paths:
+            raise UserError(f"model_dir {self.model_dir} has no checkpoint to evaluate: train first")
+        if self.config.device == "emulator":
+            from common.tf import device_run
+            return device_run.evaluate(self, input_fn, steps, paths, None, on_ready)
+        evaluator = Evaluator(self, input_fn, steps)
+        try:
+            return [evaluator(path, on_ready=on_ready if i == 0 else None) for i, path in enumerate(paths)]
+        finally:
+            evaluator.close()
+
+    def train_and_evaluate(self, train_input_fn: Callable, eval_input_fn: Callable, steps: int | None = None,
+                           max_steps: int | None = None, eval_steps: int | None = None, *,
+                           on_ready: Callable[[], Any] | None = None) -> dict[str, float] | None:
+        """Train, evaluating each checkpoint as it is saved; returns the last metrics."""
+        if self.config.device == "emulator":  # the device's validator refuses it, with the reason
+            self.compile(train_input_fn, validate_only=True, mode="train_and_eval")
+        evaluator: Evaluator | None = None
+        results: list[dict[str, float]] = []
+
+        def evaluate_checkpoint(path: str, step: int) -> None:
+            nonlocal evaluator
+            if evaluator is None:
+                evaluator = Evaluator(self, eval_input_fn, eval_steps)
+            results.append(evaluator(path))
+
+        try:
+            self.train(train_input_fn, steps=steps, max_steps=max_steps, saving_listeners=(evaluate_checkpoint,),
+                       on_ready=on_ready)
+            if not results:  # nothing was trained: evaluate where the model stands
+                latest = self.latest_checkpoint()
+                if latest is not None:
+                    evaluate_checkpoint(latest, checkpoints.checkpoint_step(latest) or 0)
+        finally:
+            if evaluator is not None:
+                evaluator.close()
+        return results[-1] if results else None
+
+    # --- predict ---------------------------------------------------------------------
+
+    def predict(self, input_fn: Callable, checkpoint_path: str | None = None, yield_single_examples: bool = True,
+                *, on_ready: Callable[[], Any] | None = None) -> Iterator[dict[str, np.ndarray]]:
+        """Predictions of one checkpoint over the input, one dict per example (or per batch)."""
+        path = self.checkpoint_to_load(checkpoint_path)
+        if path is None:
+            raise UserError(f"model_dir {self.model_dir} has no checkpoint to predict with: train first, or pass "
+                            f"--checkpoint_path")
+        if self.config.device == "emulator":
+            from common.tf import device_run
+            yield from device_run.predict(self, input_fn, path, yield_single_examples, on_ready)
+            return
+        run = self.open_session(input_fn, ModeKeys.PREDICT)
+        try:
+            run.restore(path)
+            self.ready_model_dir(on_ready)
+            while True:
+                try:
+                    batch = run.session.run(run.built.predictions)
+                except tf.errors.OutOfRangeError:
+                    return
+                if not yield_single_examples:
+                    yield batch
+                    continue
+                for i in range(len(next(iter(batch.values())))):
+                    yield {k: v[i] for k, v in batch.items()}
+        finally:
+            run.close()
+
+    # --- the device --------------------------------------------------------------------
+
+    def compile(self, input_fn: Callable, validate_only: bool = False, mode: str = ModeKeys.TRAIN) -> Any:
+        """Compile ``mode``'s graph for the device: up to kernel matching when ``validate_only``
+        (is every op supported?), else completely (placement, memory, performance estimate,
+        report files in model_dir/compile); raises a DeviceCompileError (a UserError) listing
+        every problem. ``mode``: a ModeKeys value, or a --mode name (train_and_eval, eval_all,
+        predict). Returns the validation report, or the compile result."""
+        from common.tf import device_run
+        return device_run.compile(self, input_fn, validate_only, mode)
+
+
+class CpuTrainStep:
+    """One training step in the TF session: ``(loss, batch size, logged values)``; the values
+    to log (lr, loss scale, the model_fn's summaries) are fetched only when ``log_now``."""
+
+    def __init__(self, run: GraphSession, model_fn: Callable):
+        built = run.built
+        self.run, self.model_fn = run, model_fn
+        self.batch_size = built.batch_size
+        self.plain = [built.train_op, built.spec.loss] + ([built.dynamic_batch_size] if self.batch_size is None else [])
+        self.logged: dict[str, Any] = {"step": self.plain}
+        for name, tensor in (("lr", built.learning_rate), ("loss_scale", built.loss_scale),
+                             ("summary", built.summary)):
+            if tensor is not None:
+                self.logged[name] = tensor
+        self.checked = False
+
+    def __call__(self, step: int, log_now: bool) -> tuple[float, int, Mapping]:
+        if log_now:
+            logged = self.run.session.run(self.logged)
+            values = logged["step"]
+        else:
+            logged, values = {}, self.run.session.run(self.plain)
+        if not self.checked:
+            self.checked = True
+            if self.run.step() != step + 1:
+                raise UserError(f"{where(self.model_fn)}: train_op does not increment the global step; pass "
+                                f"global_step=tf.compat.v1.train.get_or_create_global_step() to minimize "
+                                f"(common.tf.optim.build_train_op does)")
+        return float(values[1]), int(values[2]) if self.batch_size is None else self.batch_size, logged
+
+    def before_save(self, step: int) -> None:
+        """The session already holds the weights."""
+
+
+class Evaluator:
+    """One eval graph and session, evaluating checkpoint after checkpoint (eval_all, train_and_eval)."""
+
+    def __init__(self, estimator: CerebrasEstimator, input_fn: Callable, steps: int | None, name: str | None = None):
+        self.estimator, self.steps = estimator, steps
+        self.run = estimator.open_session(input_fn, ModeKeys.EVAL)
+        built = self.run.built
+        if steps is None and self.run.session.run(built.cardinality) == tf.data.INFINITE_CARDINALITY:
+            self.run.close()
+            raise UserError("the eval dataset repeats forever: do not repeat it in EVAL mode, or set "
+                            "runconfig.eval_steps (--eval_steps)")
+        self.values = {metric: value for metric, (value, _) in built.metrics.items()}
+        self.logdir = os.path.join(estimator.model_dir, "eval" if not name else f"eval_{name}")
+        self.writer: ScalarWriter | None = None
+
+    def __call__(self, path: str, on_ready: Callable[[], Any] | None = None) -> dict[str, float]:
+        run, device = self.run, self.estimator.config.device
+        run.restore(path)
+        run.session.run([run.local_init, run.built.iterator.initializer])
+        step = run.step()
+        if self.writer is None:
+            self.estimator.ready_model_dir(on_ready)
+            self.writer = ScalarWriter(self.logdir)
+        built, batches = run.built, 0
+        while self.steps is None or batches < self.steps:
+            try:
+                run.session.run(built.metrics_update)
+            except tf.errors.OutOfRangeError:
+                break
+            batches += 1
+        if batches == 0:
+            raise UserError("the eval dataset yielded no batch (fewer examples than eval_input.batch_size with "
+                            "drop_last: true?)")
+        metrics = {name: float(value) for name, value in run.session.run(self.values).items()}
+        logger.info(eval_line(device, step, metrics))
+        self.writer.scalars(step, metrics)
+        self.writer.flush()
+        return {**metrics, "global_step": step}
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.run.close()
+
+
+def _scalar_summaries(serialized: bytes) -> dict[str, float]:
+    """The simple_value scalars of a merged tf.compat.v1.summary (the model_fn's own summaries)."""
+    summary = tf.compat.v1.Summary.FromString(serialized)
+    return {value.tag: value.simple_value for value in summary.value if value.WhichOneof("value") == "simple_value"}

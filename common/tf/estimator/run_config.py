@@ -1,0 +1,46 @@
+"""RunConfig: where a run writes, how often, and on which device (tf.estimator's field names).
+
+``save_summary_steps`` sets both the log line and the TensorBoard scalars (params:
+``runconfig.log_steps``); ``save_checkpoints_steps`` is ``runconfig.checkpoint_steps``;
+``tf_random_seed`` is ``runconfig.seed``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from common.errors import UserError
+
+DEVICES = ("cpu", "gpu", "emulator")
+# RunConfig field -> its params key
+_PARAMS_KEYS = {"save_summary_steps": "runconfig.log_steps", "save_checkpoints_steps": "runconfig.checkpoint_steps",
+                "keep_checkpoint_max": "runconfig.keep_checkpoint_max"}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model_dir: str = "model_dir"
+    tf_random_seed: int = 0
+    save_summary_steps: int = 50
+    save_checkpoints_steps: int = 1000
+    keep_checkpoint_max: int = 5
+    device: str = "cpu"  # cpu, gpu or emulator
+    device_profile: str = "wse2"  # the emulator's device profile (device/profiles.py)
+    execution_mode: str = "pipelined"  # or weight_streaming
+    session_config: Any = None  # a tf.compat.v1.ConfigProto, or None for TensorFlow's defaults
+
+    def __post_init__(self):
+        if self.device not in DEVICES:
+            raise UserError(f"RunConfig.device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        for name, key in _PARAMS_KEYS.items():
+            if getattr(self, name) <= 0:
+                raise UserError(f"{key} (RunConfig.{name}) must be positive, got {getattr(self, name)}")
+
+    @classmethod
+    def from_params(cls, params: Mapping, device: str = "cpu") -> "RunConfig":
+        runconfig, dev = params["runconfig"], params["device"]
+        return cls(model_dir=runconfig["model_dir"], tf_random_seed=runconfig["seed"],
+                   save_summary_steps=runconfig["log_steps"], save_checkpoints_steps=runconfig["checkpoint_steps"],
+                   keep_checkpoint_max=runconfig["keep_checkpoint_max"], device=device,
+                   device_profile=dev["profile"], execution_mode=dev["execution_mode"])

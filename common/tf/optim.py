@@ -1,0 +1,295 @@
+"""The training op of a TF model, from params: optimizer, LR schedule, clipping, loss scaling.
+
+    train_op = build_train_op(loss, params)      # in model_fn, TRAIN mode
+
+The params keys are the PyTorch side's (common/pytorch/optim.py), with the same meaning:
+
+    optimizer:
+      optimizer_type: adamw          # sgd | momentum | adam | adamw
+      learning_rate:                 # a number, one schedule, or a list run in sequence
+        - {scheduler: Linear, initial_learning_rate: 0.0, end_learning_rate: 0.001, steps: 100}
+        - {scheduler: Cosine, initial_learning_rate: 0.001, end_learning_rate: 0.0, steps: 900}
+      weight_decay: 0.01             # coupled L2 for sgd/momentum/adam, decoupled for adamw
+      weight_decay_exclude: [bias, norm]
+      max_gradient_norm: 1.0         # or max_gradient_value
+      loss_scaling_factor: dynamic   # 1.0 (none), a number, or dynamic (mixed precision only)
+
+Schedules (``step`` = optimizer steps already taken, i.e. global_step before the update):
+
+    Constant(learning_rate)
+    Exponential(initial_learning_rate, decay_steps, decay_rate, staircase=False)
+        lr = initial * decay_rate ** (step / decay_steps)   (the exponent floored if staircase)
+    PiecewiseConstant(values, boundaries)
+        lr = values[i] for boundaries[i-1] <= step < boundaries[i]
+    Polynomial(initial_learning_rate, end_learning_rate, steps, power=1.0)   (Linear: power 1)
+        lr = (initial - end) * (1 - min(step, steps) / steps) ** power + end
+    Cosine(initial_learning_rate, end_learning_rate | alpha, steps)   (alpha: end = alpha * initial)
+        lr = end + (initial - end) * (1 + cos(pi * min(step, steps) / steps)) / 2
+
+In a list, each entry but the last gives ``steps`` and the next starts from its own step 0.
+The learning rate is a graph tensor of the global step (computed in float64, as the
+PyTorch side computes it in Python floats), so a checkpoint resumes the schedule exactly.
+The runner finds it (and the loss scale) in the graph collections below for its logs.
+
+Mixed precision itself is the runner's Keras dtype policy (mixed_bfloat16 / mixed_float16:
+fp32 variables, 16-bit compute); model code casts its logits to float32 before the loss.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Mapping, Sequence
+
+import tensorflow as tf
+
+from common.errors import UserError
+
+logger = logging.getLogger("zoo")
+
+LEARNING_RATE_COLLECTION = "zoo_learning_rate"
+LOSS_SCALE_COLLECTION = "zoo_loss_scale"  # the scale (a variable when dynamic)
+LOSS_SCALE_STEPS_COLLECTION = "zoo_loss_scale_good_steps"  # dynamic: finite steps since the last change
+# dynamic loss scaling stays within these (the device's bounds, device/ir.py OptimizerSpec)
+MIN_LOSS_SCALE, MAX_LOSS_SCALE = 1.0, 2.0**24
+
+SCHEDULERS = ("Constant", "Exponential", "PiecewiseConstant", "Polynomial", "Linear", "Cosine")
+# scheduler -> (required fields, optional fields with their defaults)
+_FIELDS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+    "constant": (("learning_rate",), {"steps": None}),
+    "exponential": (("initial_learning_rate", "decay_steps", "decay_rate"), {"staircase": False, "steps": None}),
+    "piecewiseconstant": (("values", "boundaries"), {"steps": None}),
+    "polynomial": (("initial_learning_rate", "end_learning_rate", "steps"), {"power": 1.0}),
+    "linear": (("initial_learning_rate", "end_learning_rate", "steps"), {}),
+    "cosine": (("initial_learning_rate", "steps"), {"end_learning_rate": None, "alpha": None}),
+}
+
+
+# --- learning-rate schedules -------------------------------------------------------------
+
+def _number(spec: Mapping, key: str, where: str, integer: bool = False, positive: bool = False) -> float:
+    value = spec[key]
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if not ok or isinstance(value, bool) or (positive and value <= 0):
+        kind = ("a positive " if positive else "an " if integer else "a ") + ("integer" if integer else "number")
+        raise UserError(f"{where}.{key} must be {kind}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def _numbers(spec: Mapping, key: str, where: str, integer: bool = False) -> list:
+    value = spec[key]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise UserError(f"{where}.{key} must be a non-empty list, got {value!r}")
+    return [_number({key: v}, key, where, integer) for v in value]
+
+
+def _segment(spec: Any, where: str, step: tf.Tensor) -> tuple[tf.Tensor, int | None]:
+    """(lr at local ``step`` (float64), the segment's length) for one schedule mapping."""
+    if not isinstance(spec, Mapping):
+        raise UserError(f"{where} must be a number or a mapping with a 'scheduler' key, got {spec!r}")
+    name = spec.get("scheduler")
+    if not isinstance(name, str) or name.lower() not in _FIELDS:
+        raise UserError(f"{where}.scheduler must be one of {', '.join(SCHEDULERS)}, got {name!r}")
+    required, optional = _FIELDS[name.lower()]
+    for key in spec:
+        if key != "scheduler" and key not in required and key not in optional:
+            raise UserError(f"{where}: unknown key '{key}' for scheduler {name} "
+                            f"(valid: {', '.join([*required, *optional])})")
+    for key in required:
+        if key not in spec:
+            raise UserError(f"{where}: scheduler {name} needs '{key}'")
+    spec = {**optional, **spec}
+    steps = None if spec["steps"] is None else _number(spec, "steps", where, integer=True, positive=True)
+    kind = name.lower()
+
+    if kind == "constant":
+        return tf.constant(_number(spec, "learning_rate", where), tf.float64), steps
+
+    if kind == "exponential":
+        initial = _number(spec, "initial_learning_rate", where)
+        decay_steps = _number(spec, "decay_steps", where, integer=True, positive=True)
+        rate = _number(spec, "decay_rate", where)
+        if not isinstance(spec["staircase"], bool):
+            raise UserError(f"{where}.staircase must be true or false, got {spec['staircase']!r}")
+        exponent = step / decay_steps
+        if spec["staircase"]:
+            exponent = tf.floor(exponent)
+        return initial * tf.pow(tf.constant(rate, tf.float64), exponent), steps
+
+    if kind == "piecewiseconstant":
+        values = _numbers(spec, "values", where)
+        boundaries = _numbers(spec, "boundaries", where, integer=True)
+        if len(values) != len(boundaries) + 1:
+            raise UserError(f"{where}: PiecewiseConstant needs one more value than boundaries, "
+                            f"got {len(values)} values and {len(boundaries)} boundaries")
+        if any(b <= a for a, b in zip(boundaries, boundaries[1:])):
+            raise UserError(f"{where}.boundaries must increase, got {boundaries}")
+        # index = how many boundaries the step has reached (step == boundary: the next value)
+        index = tf.reduce_sum(tf.cast(step >= tf.constant(boundaries, tf.float64), tf.int32))
+        return tf.gather(tf.constant(values, tf.float64), index), steps
+
+    initial = _number(spec, "initial_learning_rate", where)
+    progress = tf.minimum(step, float(steps)) / steps
+    if kind == "cosine":
+        if (spec["end_learning_rate"] is None) == (spec["alpha"] is None):
+            raise UserError(f"{where}: scheduler Cosine needs exactly one of 'end_learning_rate' and 'alpha'")
+        end = (_number(spec, "end_learning_rate", where) if spec["end_learning_rate"] is not None
+               else initial * _number(spec, "alpha", where))
+        return end + (initial - end) * 0.5 * (1.0 + tf.cos(math.pi * progress)), steps
+
+    end = _number(spec, "end_learning_rate", where)
+    power = 1.0 if kind == "linear" else _number(spec, "power", where)
+    return (initial - end) * tf.pow(1.0 - progress, power) + end, steps
+
+
+def learning_rate(spec: Any, global_step: tf.Tensor, where: str = "optimizer.learning_rate") -> tf.Tensor:
+    """The float32 learning rate at ``global_step`` from ``params["optimizer"]["learning_rate"]``."""
+    step = tf.cast(global_step, tf.float64)
+    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+        return tf.constant(float(spec), tf.float32, name="learning_rate")
+    if isinstance(spec, Mapping):
+        spec = [spec]
+    if not isinstance(spec, (list, tuple)) or not spec:
+        raise UserError(f"{where} must be a number, a schedule or a non-empty list of schedules, got {spec!r}")
+    lr, start = None, 0
+    for i, entry in enumerate(spec):
+        entry_where = where if len(spec) == 1 else f"{where}[{i}]"
+        value, steps = _segment(entry, entry_where, step - start)
+        # later segments take over from their start step on
+        lr = value if lr is None else tf.where(step >= start, value, lr)
+        if i < len(spec) - 1:
+            if steps is None:
+                raise UserError(f"{entry_where}: every schedule but the last in a list needs 'steps'")
+            start += steps
+    return tf.cast(lr, tf.float32, name="learning_rate")
+
+
+# --- optimizers --------------------------------------------------------------------------
+
+class AdamWOptimizer(tf.compat.v1.train.AdamOptimizer):
+    """Adam with decoupled weight decay (Loshchilov & Hutter), as torch.optim.AdamW: before
+    the Adam update, ``var -= lr * weight_decay * var`` for every variable not excluded."""
+
+    def __init__(self, learning_rate, weight_decay: float, decay_var_names: set[str], **kwargs):
+        super().__init__(learning_rate, **kwargs)
+        self._weight_decay = weight_decay
+        self._decay_var_names = decay_var_names
+
+    def _decayed(self, var, apply):
+        if var.op.name not in self._decay_var_names:
+            return apply()
+        lr = tf.cast(self._lr_t, var.dtype.base_dtype)
+        decay = var.assign_sub(lr * self._weight_decay * var, read_value=False)
+        with tf.control_dependencies([decay]):
+            return apply()
+
+    def _resource_apply_dense(self, grad, var):
+        return self._decayed(var, lambda: super(AdamWOptimizer, self)._resource_apply_dense(grad, var))
+
+    def _apply_dense(self, grad, var):
+        return self._decayed(var, lambda: super(AdamWOptimizer, self)._apply_dense(grad, var))
+
+
+def _excluded(name: str, exclude: Sequence[str]) -> bool:
+    return any(part.lower() in name.lower() for part in exclude)
+
+
+def build_optimizer(optimizer_params: Mapping, lr: tf.Tensor, var_list: Sequence[tf.Variable] = ()
+                    ) -> tf.compat.v1.train.Optimizer:
+    """The tf.compat.v1.train optimizer of ``params["optimizer"]`` (adamw decays ``var_list``'s
+    variables whose names contain none of ``weight_decay_exclude``)."""
+    p = optimizer_params
+    kind = p["optimizer_type"]
+    if kind == "sgd":
+        return tf.compat.v1.train.GradientDescentOptimizer(lr)
+    if kind == "momentum":
+        return tf.compat.v1.train.MomentumOptimizer(lr, p["momentum"], use_nesterov=p["nesterov"])
+    adam = {"beta1": p["beta1"], "beta2": p["beta2"], "epsilon": p["epsilon"]}
+    if kind == "adam":
+        return tf.compat.v1.train.AdamOptimizer(lr, **adam)
+    if kind == "adamw":
+        names = {v.op.name for v in var_list if not _excluded(v.op.name, p["weight_decay_exclude"])}
+        return AdamWOptimizer(lr, p["weight_decay"], names, **adam)
+    raise UserError(f"optimizer.optimizer_type must be one of sgd, momentum, adam, adamw, got {kind!r}")
+
+
+def loss_scaling(params: Mapping) -> float | str | None:
+    """None, a fixed factor, or "dynamic" (mixed precision only), as on the PyTorch side."""
+    factor = params["optimizer"]["loss_scaling_factor"]
+    if isinstance(factor, str) and factor != "dynamic":
+        raise UserError(f"optimizer.loss_scaling_factor must be a number or 'dynamic', got {factor!r}")
+    if not params["mixed_precision"]["enabled"]:
+        if factor != 1.0:
+            logger.warning("optimizer.loss_scaling_factor=%s is ignored: mixed_precision.enabled is false", factor)
+        return None
+    if factor == "dynamic":
+        return factor
+    if factor <= 0:
+        raise UserError(f"optimizer.loss_scaling_factor must be positive, got {factor}")
+    return None if factor == 1.0 else float(factor)
+
+
+# --- the train op ------------------------------------------------------------------------
+
+def build_train_op(loss: tf.Tensor, params: Mapping, global_step: tf.Variable | None = None,
+                   var_list: Sequence[tf.Variable] | None = None) -> tf.Operation:
+    """``minimize(loss)`` with everything ``params`` say: schedule, optimizer, weight decay,
+    loss scaling, clipping; increments the global step once per call of the op."""
+    p = params["optimizer"]
+    global_step = global_step if global_step is not None else tf.compat.v1.train.get_or_create_global_step()
+    var_list = list(var_list if var_list is not None else tf.compat.v1.trainable_variables())
+    if not var_list:
+        raise UserError("optimizer: the model has no trainable variables")
+    lr = learning_rate(p["learning_rate"], global_step)
+    tf.compat.v1.add_to_collection(LEARNING_RATE_COLLECTION, lr)
+    optimizer = build_optimizer(p, lr, var_list)
+
+    scaling = loss_scaling(params)
+    if scaling == "dynamic":
+        scale = tf.compat.v1.Variable(p["initial_loss_scale"], trainable=False, dtype=tf.float32, name="loss_scale")
+        good_steps = tf.compat.v1.Variable(0, trainable=False, dtype=tf.int64, name="loss_scale_good_steps")
+        tf.compat.v1.add_to_collection(LOSS_SCALE_STEPS_COLLECTION, good_steps)
+    elif scaling is not None:
+        scale = tf.constant(scaling, tf.float32, name="loss_scale")
+    if scaling is not None:
+        tf.compat.v1.add_to_collection(LOSS_SCALE_COLLECTION, scale)
+        scaled_loss = loss * tf.cast(scale, loss.dtype)
+    else:
+        scaled_loss = loss
+
+    grads_and_vars = optimizer.compute_gradients(scaled_loss, var_list)
+    missing = [v.op.name for g, v in grads_and_vars if g is None]
+    if len(missing) == len(var_list):
+        raise UserError("optimizer: the loss depends on none of the trainable variables")
+    grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
+    grads = [g for g, _ in grads_and_vars]
+    variables = [v for _, v in grads_and_vars]
+    if scaling is not None:
+        grads = [g / tf.cast(scale, g.dtype) for g in grads]
+    if p["weight_decay"] and p["optimizer_type"] != "adamw":
+        # coupled L2, as torch.optim's weight_decay: grad += weight_decay * var
+        grads = [g if _excluded(v.op.name, p["weight_decay_exclude"]) else g + p["weight_decay"] * v
+                 for g, v in zip(grads, variables)]
+    if p["max_gradient_value"] is not None:
+        limit = p["max_gradient_value"]
+        grads = [tf.clip_by_value(g, -limit, limit) for g in grads]
+    if p["max_gradient_norm"] is not None:
+        grads, _ = tf.clip_by_global_norm(grads, p["max_gradient_norm"])
+    grads_and_vars = list(zip(grads, variables))
+
+    if scaling != "dynamic":
+        return optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+
+    # Dynamic loss scaling: skip the update when a gradient overflowed and halve the scale;
+    # double it after steps_per_increase finite steps (within [MIN, MAX]_LOSS_SCALE, as the
+    # device). The global step counts every step.
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+    apply = tf.cond(finite, lambda: tf.group(optimizer.apply_gradients(grads_and_vars)), tf.no_op)
+    with tf.control_dependencies([apply]):
+        grown = good_steps + 1 >= p["steps_per_increase"]
+        new_scale = tf.where(finite, tf.where(grown, tf.minimum(scale * 2.0, MAX_LOSS_SCALE), scale),
+                             tf.maximum(scale / 2.0, MIN_LOSS_SCALE))
+        new_good = tf.where(finite & ~grown, good_steps + 1, tf.zeros_like(good_steps))
+        update_scale = tf.group(scale.assign(new_scale), good_steps.assign(new_good))
+    with tf.control_dependencies([update_scale]):
+        return tf.group(global_step.assign_add(1), name="train_op")

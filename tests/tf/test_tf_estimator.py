@@ -1,0 +1,269 @@
+"""The Estimator runner against small mock models: the contract, bad input, NaN, checkpoint safety."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from common.errors import UserError
+from common.summaries import read_scalars
+from common.tf.estimator import CerebrasEstimator, CSEstimatorSpec, EstimatorSpec, ModeKeys, RunConfig
+from common.tf.estimator import checkpoints
+from common.tf.estimator.cs_estimator import GraphSession
+from common.tf.optim import build_train_op
+from common.tf.run import run
+
+FEATURES, CLASSES, EXAMPLES = 6, 3, 16
+
+
+def default_params():
+    return {"model": {"dropout": 0.0}, "optimizer": {"optimizer_type": "sgd", "learning_rate": 0.1},
+            "runconfig": {"max_steps": 4, "checkpoint_steps": 2, "log_steps": 1}}
+
+
+def input_fn(params, mode):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(EXAMPLES, FEATURES)).astype(np.float32)  # (N, 6)
+    y = (np.arange(EXAMPLES) % CLASSES).astype(np.int64)  # (N,)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y))
+    if mode == ModeKeys.TRAIN:
+        dataset = dataset.shuffle(EXAMPLES).repeat()
+    return dataset.batch(4, drop_remainder=True)
+
+
+def model_fn(features, labels, mode, params):
+    """A linear classifier; accuracy through host_call."""
+    h = keras.layers.Dropout(params["model"]["dropout"])(features, training=mode == ModeKeys.TRAIN)  # (B, 6)
+    tf.compat.v1.add_to_collection("dropped", h)
+    logits = keras.layers.Dense(CLASSES, name="dense")(h)  # (B, 3)
+    if mode == ModeKeys.PREDICT:
+        assert labels is None
+        return EstimatorSpec(mode, predictions={"classes": tf.argmax(logits, -1)})
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+    if mode == ModeKeys.TRAIN:
+        return EstimatorSpec(mode, loss=loss, train_op=build_train_op(loss, params))
+    metric = lambda labels, logits: {"accuracy": tf.compat.v1.metrics.accuracy(labels, tf.argmax(logits, -1))}
+    return CSEstimatorSpec(mode, loss=loss, host_call=(metric, [labels, logits]))
+
+
+def run_mock(tmp_path, *argv, model=model_fn, train_input=input_fn, eval_input=input_fn):
+    """common.tf.run.run with a mock model; returns its result, or the SystemExit it raised."""
+    params = tmp_path / "params.yaml"
+    if not params.exists():
+        params.write_text("runconfig: {seed: 1}\n")
+    try:
+        return run(model, train_input, eval_input, default_params,
+                   argv=["--params", str(params), "--model_dir", str(tmp_path / "model"), *argv])
+    except SystemExit as e:
+        return e
+
+
+def assert_one_line_error(result, capsys, *fragments):
+    assert isinstance(result, SystemExit) and result.code != 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1, err
+    for fragment in fragments:
+        assert fragment in err[0]
+    return err[0]
+
+
+def test_mode_keys_are_tf_estimator_values():
+    assert (ModeKeys.TRAIN, ModeKeys.EVAL, ModeKeys.PREDICT) == ("train", "eval", "infer")
+
+
+def test_mock_model_trains_evaluates_and_predicts(tmp_path):
+    assert run_mock(tmp_path) is None
+    metrics = run_mock(tmp_path, "--mode", "eval")
+    assert metrics["global_step"] == 4 and 0.0 <= metrics["accuracy"] <= 1.0
+    path = run_mock(tmp_path, "--mode", "predict")
+    with np.load(path) as predictions:
+        assert predictions["classes"].shape == (EXAMPLES,)
+
+
+def test_model_fn_returning_a_non_spec(tmp_path, capsys):
+    def bad_model_fn(features, labels, mode, params):
+        return {"loss": tf.reduce_sum(features)}
+
+    result = run_mock(tmp_path, model=bad_model_fn)
+    line = assert_one_line_error(result, capsys, "bad_model_fn", "returned dict", "EstimatorSpec")
+    assert "test_tf_estimator.py:" in line
+    assert not (tmp_path / "model").exists()
+
+
+def test_train_without_train_op(tmp_path, capsys):
+    def no_train_op(features, labels, mode, params):
+        return EstimatorSpec(mode, loss=tf.reduce_sum(keras.layers.Dense(1)(features)))
+
+    assert_one_line_error(run_mock(tmp_path, model=no_train_op), capsys, "no_train_op", "no train_op")
+    assert not (tmp_path / "model").exists()
+
+
+def test_host_call_and_eval_metric_ops_together(tmp_path, capsys):
+    def both(features, labels, mode, params):
+        logits = keras.layers.Dense(CLASSES)(features)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        accuracy = tf.compat.v1.metrics.accuracy(labels, tf.argmax(logits, -1))
+        return CSEstimatorSpec(mode, loss=loss, eval_metric_ops={"accuracy": accuracy},
+                               host_call=(lambda: {"accuracy": accuracy}, []))
+
+    assert run_mock(tmp_path) is None
+    assert_one_line_error(run_mock(tmp_path, "--mode", "eval", model=both), capsys,
+                          "both host_call and eval_metric_ops")
+
+
+def test_input_fn_returning_a_non_dataset(tmp_path, capsys):
+    def arrays_input_fn(params, mode):
+        return np.zeros((4, FEATURES), np.float32), np.zeros(4, np.int64)
+
+    assert_one_line_error(run_mock(tmp_path, train_input=arrays_input_fn), capsys,
+                          "arrays_input_fn", "returned tuple", "tf.data.Dataset")
+    assert not (tmp_path / "model").exists()
+
+
+def test_unknown_batch_dimension_runs_on_cpu_and_warns(tmp_path, capsys):
+    def ragged_batches(params, mode):
+        return input_fn(params, mode).unbatch().batch(4)  # drop_remainder=False: (None, 6)
+
+    assert run_mock(tmp_path, train_input=ragged_batches) is None
+    err = capsys.readouterr().err
+    assert "ragged_batches" in err and "not static" in err and "drop_remainder=True" in err
+    assert os.path.isfile(tmp_path / "model" / "model.ckpt-4.index")
+
+
+def test_missing_checkpoint_path(tmp_path, capsys):
+    assert_one_line_error(run_mock(tmp_path, "--checkpoint_path", str(tmp_path / "nope" / "model.ckpt-9")), capsys,
+                          "no such checkpoint")
+    assert not (tmp_path / "model").exists()
+
+
+def test_corrupt_checkpoint_overwrites_nothing(tmp_path, capsys):
+    assert run_mock(tmp_path) is None
+    params_file = tmp_path / "model" / "params_train.yaml"
+    params_before = params_file.read_text()
+    listing = sorted(os.listdir(tmp_path / "model"))
+    (tmp_path / "model" / "model.ckpt-4.index").write_bytes(b"\x00garbage" * 10)
+    assert_one_line_error(run_mock(tmp_path, "runconfig.max_steps=6", "model.dropout=0.5"), capsys,
+                          "model.ckpt-4", "corrupt or unreadable checkpoint")
+    assert sorted(os.listdir(tmp_path / "model")) == listing
+    assert params_file.read_text() == params_before
+
+
+def test_eval_without_checkpoint(tmp_path, capsys):
+    assert_one_line_error(run_mock(tmp_path, "--mode", "eval"), capsys, "no checkpoint to evaluate")
+
+
+def test_checkpoint_of_another_model(tmp_path, capsys):
+    assert run_mock(tmp_path) is None
+
+    def wider(features, labels, mode, params):
+        logits = keras.layers.Dense(CLASSES + 1, name="dense")(features)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        return EstimatorSpec(mode, loss=loss, train_op=build_train_op(loss, params))
+
+    assert_one_line_error(run_mock(tmp_path, "runconfig.max_steps=6", model=wider), capsys,
+                          "'dense/kernel' has shape [6, 3]", "[6, 4]")
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
+    def diverging(features, labels, mode, params):
+        logits = keras.layers.Dense(CLASSES)(features)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        step = tf.compat.v1.train.get_global_step()
+        loss = tf.where(step >= 2, tf.constant(np.nan, tf.float32), loss)  # the third step's loss is NaN
+        return EstimatorSpec(mode, loss=loss, train_op=build_train_op(loss, params))
+
+    result = run_mock(tmp_path, "runconfig.checkpoint_steps=1", model=diverging)
+    assert result.code == 3
+    line = assert_one_line_error(result, capsys, "loss is nan at step 3", "model.ckpt-2")
+    assert "stopping" in line
+    assert checkpoints.latest_checkpoint(str(tmp_path / "model")).endswith("model.ckpt-2")
+    assert not os.path.exists(tmp_path / "model" / "model.ckpt-3.index")
+
+
+def test_train_op_that_leaves_the_global_step(tmp_path, capsys):
+    def stuck(features, labels, mode, params):
+        logits = keras.layers.Dense(CLASSES)(features)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        return EstimatorSpec(mode, loss=loss, train_op=tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss))
+
+    assert_one_line_error(run_mock(tmp_path, model=stuck), capsys, "does not increment the global step")
+
+
+def test_eval_dataset_that_repeats_forever(tmp_path, capsys):
+    assert run_mock(tmp_path) is None
+    forever = lambda params, mode: input_fn(params, ModeKeys.TRAIN)
+    assert_one_line_error(run_mock(tmp_path, "--mode", "eval", eval_input=forever), capsys, "repeats forever")
+    metrics = run_mock(tmp_path, "--mode", "eval", "--eval_steps", "3", eval_input=forever)
+    assert metrics["global_step"] == 4
+
+
+def test_a_kill_while_saving_leaves_the_previous_checkpoint_latest(tmp_path, monkeypatch):
+    """Killed after step 4's tensor files are written but before the state file names them:
+    the latest checkpoint is still step 2, complete, and a restart resumes from it."""
+    real_write_state = checkpoints.write_state
+
+    def killed_at_step_4(model_dir, paths):
+        if paths[-1].endswith("-4"):
+            raise KeyboardInterrupt
+        real_write_state(model_dir, paths)
+
+    monkeypatch.setattr(checkpoints, "write_state", killed_at_step_4)
+    with pytest.raises(KeyboardInterrupt):
+        run_mock(tmp_path)
+    monkeypatch.setattr(checkpoints, "write_state", real_write_state)
+    model_dir = str(tmp_path / "model")
+    latest = checkpoints.latest_checkpoint(model_dir)
+    assert latest.endswith("model.ckpt-2")
+    checkpoints.read_checkpoint(latest)  # complete and readable
+    assert run_mock(tmp_path, "runconfig.max_steps=5") is None
+    assert [s for s, _ in read_scalars(os.path.join(model_dir, "train"))["loss"]] == [1, 2, 3, 4, 3, 4, 5]
+
+
+def test_keras_dropout_draws_a_new_mask_every_step(tmp_path):
+    """In a TF1 graph Keras 3's Dropout would reuse its first mask; the runner advances its seed."""
+    params = {**default_params(), "model": {"dropout": 0.5}}
+    from common.params import load_params
+
+    estimator = CerebrasEstimator(model_fn, config=RunConfig(model_dir=str(tmp_path)),
+                                  params=load_params(None, params))
+    run = GraphSession(estimator.build(input_fn, ModeKeys.TRAIN), estimator.config)
+    dropped = run.built.graph.get_collection("dropped")[0]
+    masks = [run.session.run([run.built.train_op, dropped])[1] != 0 for _ in range(3)]
+    run.close()
+    assert not np.array_equal(masks[0], masks[1]) and not np.array_equal(masks[1], masks[2])
+
+
+def test_model_fn_scalar_summaries_reach_tensorboard(tmp_path):
+    def with_summary(features, labels, mode, params):
+        spec = model_fn(features, labels, mode, params)
+        if mode == ModeKeys.TRAIN:
+            tf.compat.v1.summary.scalar("feature_mean", tf.reduce_mean(features))
+        return spec
+
+    assert run_mock(tmp_path, model=with_summary) is None
+    scalars = read_scalars(str(tmp_path / "model" / "train"))
+    assert [s for s, _ in scalars["feature_mean"]] == [1, 2, 3, 4]
+
+
+def test_estimator_api_directly(tmp_path):
+    from common.params import load_params
+
+    params = load_params(None, default_params())
+    estimator = CerebrasEstimator(model_fn, model_dir=str(tmp_path / "est"), params=params,
+                                  config=RunConfig(save_checkpoints_steps=3, save_summary_steps=3))
+    estimator.train(input_fn, max_steps=6)
+    assert checkpoints.list_checkpoints(str(tmp_path / "est"))[-1].endswith("model.ckpt-6")
+    metrics = estimator.evaluate(input_fn, steps=2)
+    assert metrics["global_step"] == 6
+    predictions = list(estimator.predict(input_fn))
+    assert len(predictions) == EXAMPLES and set(predictions[0]) == {"classes"}
+    with pytest.raises(UserError, match="exactly one of steps and max_steps"):
+        estimator.train(input_fn)
+
+
+@pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="a GPU is visible")
+def test_device_gpu_without_a_gpu(tmp_path, capsys):
+    assert_one_line_error(run_mock(tmp_path, "--device", "gpu"), capsys, "--device gpu", "no GPU")
+    assert not (tmp_path / "model").exists()

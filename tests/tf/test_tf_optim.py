@@ -1,0 +1,174 @@
+"""common/tf/optim.py against numpy references: schedules, update rules, clipping, loss scaling."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from common.errors import UserError
+from common.params import load_params
+from common.summaries import read_scalars
+from common.tf.optim import build_train_op, learning_rate
+
+
+def lr_at(spec, steps):
+    graph = tf.Graph()
+    with graph.as_default():
+        step = tf.compat.v1.placeholder(tf.int64, [])
+        lr = learning_rate(spec, step)
+        with tf.compat.v1.Session(graph=graph) as session:
+            return [float(session.run(lr, {step: s})) for s in steps]
+
+
+@pytest.mark.parametrize("spec, reference", [
+    (0.01, lambda s: 0.01),
+    ({"scheduler": "Constant", "learning_rate": 0.5}, lambda s: 0.5),
+    ({"scheduler": "Exponential", "initial_learning_rate": 0.1, "decay_steps": 10, "decay_rate": 0.5},
+     lambda s: 0.1 * 0.5 ** (s / 10)),
+    ({"scheduler": "Exponential", "initial_learning_rate": 0.1, "decay_steps": 10, "decay_rate": 0.5,
+      "staircase": True}, lambda s: 0.1 * 0.5 ** (s // 10)),
+    ({"scheduler": "PiecewiseConstant", "values": [1.0, 0.5, 0.1], "boundaries": [10, 20]},
+     lambda s: 1.0 if s < 10 else 0.5 if s < 20 else 0.1),
+    ({"scheduler": "Polynomial", "initial_learning_rate": 1.0, "end_learning_rate": 0.1, "steps": 20, "power": 2.0},
+     lambda s: 0.9 * (1 - min(s, 20) / 20) ** 2 + 0.1),
+    ({"scheduler": "Linear", "initial_learning_rate": 0.0, "end_learning_rate": 1.0, "steps": 20},
+     lambda s: -1.0 * (1 - min(s, 20) / 20) + 1.0),
+    ({"scheduler": "Cosine", "initial_learning_rate": 1.0, "alpha": 0.1, "steps": 20},
+     lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, 20) / 20))),
+    ([{"scheduler": "Linear", "initial_learning_rate": 0.0, "end_learning_rate": 1.0, "steps": 10},
+      {"scheduler": "Cosine", "initial_learning_rate": 1.0, "end_learning_rate": 0.0, "steps": 20}],
+     lambda s: s / 10 if s < 10 else 0.5 * (1 + math.cos(math.pi * min(s - 10, 20) / 20))),
+])
+def test_schedules_match_their_formulas(spec, reference):
+    steps = [0, 1, 5, 9, 10, 11, 19, 20, 29, 30, 45]
+    np.testing.assert_allclose(lr_at(spec, steps), [reference(s) for s in steps], rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"scheduler": "Warmup"}, "scheduler must be one of"),
+    ({"scheduler": "Constant"}, "needs 'learning_rate'"),
+    ({"scheduler": "Constant", "learning_rate": 0.1, "decay": 2}, "unknown key 'decay'"),
+    ({"scheduler": "PiecewiseConstant", "values": [1.0], "boundaries": [5]}, "one more value than boundaries"),
+    ({"scheduler": "Cosine", "initial_learning_rate": 1.0, "steps": 10}, "exactly one of"),
+    ([{"scheduler": "Constant", "learning_rate": 0.1}, {"scheduler": "Constant", "learning_rate": 0.2}],
+     r"\[0\]: every schedule but the last"),
+])
+def test_bad_schedules_name_the_key(spec, message):
+    with pytest.raises(UserError, match=message):
+        lr_at(spec, [0])
+
+
+def one_step(optimizer, w0, b0, x, y, steps=1, mixed=None):
+    """Train a linear regression (B, 3) @ (3, 2) + (2,) with build_train_op; returns (w, b, losses)."""
+    params = load_params(None, {"optimizer": optimizer, **({"mixed_precision": mixed} if mixed else {})})
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.Variable(w0, name="dense/kernel")
+        b = tf.compat.v1.Variable(b0, name="dense/bias")
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
+        train_op = build_train_op(loss, params)
+        session = tf.compat.v1.Session(graph=graph)
+        session.run(tf.compat.v1.global_variables_initializer())
+        losses = [session.run([train_op, loss])[1] for _ in range(steps)]
+        w_value, b_value = session.run([w, b])
+        scale = graph.get_collection("zoo_loss_scale")
+        scale_value = session.run(scale[0]) if scale else None
+        session.close()
+    return w_value, b_value, losses, scale_value
+
+
+@pytest.fixture
+def problem():
+    rng = np.random.default_rng(0)
+    return (rng.normal(size=(3, 2)).astype(np.float32), rng.normal(size=(2,)).astype(np.float32),
+            rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=(4, 2)).astype(np.float32))
+
+
+def gradients(w, b, x, y):
+    error = x @ w + b - y  # (B, 2)
+    scale = 2.0 / error.size
+    return scale * x.T @ error, scale * error.sum(axis=0)
+
+
+def test_sgd_with_coupled_weight_decay_and_norm_clipping(problem):
+    w0, b0, x, y = problem
+    w, b, _, _ = one_step({"optimizer_type": "sgd", "learning_rate": 0.1, "weight_decay": 0.5,
+                           "max_gradient_norm": 0.05}, w0, b0, x, y)
+    gw, gb = gradients(w0, b0, x, y)
+    gw = gw + 0.5 * w0  # L2 on the kernel; the bias is excluded ("bias" in its name)
+    norm = math.sqrt((gw ** 2).sum() + (gb ** 2).sum())
+    factor = min(1.0, 0.05 / norm)
+    np.testing.assert_allclose(w, w0 - 0.1 * factor * gw, rtol=1e-5)
+    np.testing.assert_allclose(b, b0 - 0.1 * factor * gb, rtol=1e-5)
+
+
+def test_nesterov_momentum(problem):
+    w0, b0, x, y = problem
+    w, _, _, _ = one_step({"optimizer_type": "momentum", "learning_rate": 0.1, "momentum": 0.9, "nesterov": True},
+                          w0, b0, x, y, steps=2)
+    ref_w, ref_b, accum_w, accum_b = w0.copy(), b0.copy(), 0.0, 0.0
+    for _ in range(2):
+        gw, gb = gradients(ref_w, ref_b, x, y)
+        accum_w, accum_b = 0.9 * accum_w + gw, 0.9 * accum_b + gb
+        ref_w, ref_b = ref_w - 0.1 * (gw + 0.9 * accum_w), ref_b - 0.1 * (gb + 0.9 * accum_b)
+    np.testing.assert_allclose(w, ref_w, rtol=1e-5)
+
+
+def test_adamw_decays_decoupled_and_skips_biases(problem):
+    w0, b0, x, y = problem
+    lr, wd = 0.01, 0.1
+    w, b, _, _ = one_step({"optimizer_type": "adamw", "learning_rate": lr, "weight_decay": wd}, w0, b0, x, y)
+    gw, gb = gradients(w0, b0, x, y)
+    # Adam's first step moves each weight by lr * g / (|g| + eps'), i.e. lr * sign(g)
+    adam = lambda g: lr * g / (np.abs(g) + 1e-8)
+    np.testing.assert_allclose(w, w0 * (1 - lr * wd) - adam(gw), rtol=1e-4)
+    np.testing.assert_allclose(b, b0 - adam(gb), rtol=1e-4)
+
+
+def test_value_clipping(problem):
+    w0, b0, x, y = problem
+    w, _, _, _ = one_step({"optimizer_type": "sgd", "learning_rate": 1.0, "max_gradient_value": 0.01},
+                          w0, b0, x, y)
+    gw, _ = gradients(w0, b0, x, y)
+    np.testing.assert_allclose(w, w0 - np.clip(gw, -0.01, 0.01), rtol=1e-5)
+
+
+def test_static_loss_scaling_gives_the_unscaled_update(problem):
+    w0, b0, x, y = problem
+    mixed = {"enabled": True, "dtype": "bfloat16"}
+    w, _, _, scale = one_step({"optimizer_type": "sgd", "learning_rate": 0.1, "loss_scaling_factor": 128.0},
+                              w0, b0, x, y, mixed=mixed)
+    gw, _ = gradients(w0, b0, x, y)
+    np.testing.assert_allclose(w, w0 - 0.1 * gw, rtol=1e-5)
+    assert scale == 128.0
+
+
+def test_dynamic_loss_scaling_skips_overflow_and_grows(problem):
+    w0, b0, x, y = problem
+    mixed = {"enabled": True, "dtype": "bfloat16"}
+    optimizer = {"optimizer_type": "sgd", "learning_rate": 0.1, "loss_scaling_factor": "dynamic",
+                 "initial_loss_scale": 3.0e38, "steps_per_increase": 2}
+    # the first scaled loss overflows float32: the update is skipped and the scale halves, until finite
+    w, _, _, scale = one_step(optimizer, w0, b0, x * 1e3, y, mixed=mixed)
+    np.testing.assert_array_equal(w, w0)
+    assert scale == pytest.approx(1.5e38)
+    w, _, _, scale = one_step({**optimizer, "initial_loss_scale": 4.0}, w0, b0, x, y, steps=4, mixed=mixed)
+    assert scale == 16.0  # doubled after every 2 finite steps
+    assert not np.array_equal(w, w0)
+
+
+def test_mixed_bfloat16_trains_tf_mnist(tf_mnist, tiny_args, tmp_path):
+    tf_mnist.main(tiny_args("mixed_precision.enabled=true", "optimizer.loss_scaling_factor=dynamic",
+                            "runconfig.max_steps=6", "model.dropout=0.0", "optimizer.learning_rate=0.01"))
+    scalars = read_scalars(str(tmp_path / "model" / "train"))
+    losses = [v for _, v in scalars["loss"]]
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+    assert scalars["loss_scale"][0][1] == 32768.0
+
+
+def test_float16_is_refused_on_the_cpu(tf_mnist, tiny_args, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        tf_mnist.main(tiny_args("mixed_precision.enabled=true", "mixed_precision.dtype=float16"))
+    assert exit_info.value.code == 2
+    assert "float16 needs --device gpu" in capsys.readouterr().err
