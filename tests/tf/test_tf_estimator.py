@@ -235,6 +235,28 @@ def test_keras_dropout_draws_a_new_mask_every_step(tmp_path):
     assert not np.array_equal(masks[0], masks[1]) and not np.array_equal(masks[1], masks[2])
 
 
+def test_keras_batch_norm_moving_statistics_update_in_training(tmp_path):
+    """Keras 3's BatchNormalization updates its moving mean/variance with orphan assigns in a TF1 graph."""
+    def with_bn(features, labels, mode, params):
+        h = keras.layers.BatchNormalization(momentum=0.5, name="bn")(features, training=mode == ModeKeys.TRAIN)
+        logits = keras.layers.Dense(CLASSES, name="dense")(h)  # (B, 3)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        return EstimatorSpec(mode, loss=loss, train_op=build_train_op(loss, params))
+
+    from common.params import load_params
+
+    estimator = CerebrasEstimator(with_bn, config=RunConfig(model_dir=str(tmp_path)),
+                                  params=load_params(None, default_params()))
+    run = GraphSession(estimator.build(input_fn, ModeKeys.TRAIN), estimator.config)
+    with run.built.graph.as_default():
+        moving_mean = next(v for v in tf.compat.v1.global_variables() if "moving_mean" in v.name)
+    before = run.session.run(moving_mean)
+    run.session.run(run.built.train_op)
+    after = run.session.run(moving_mean)
+    run.close()
+    assert np.all(before == 0) and np.all(after != 0)
+
+
 def test_model_fn_scalar_summaries_reach_tensorboard(tmp_path):
     def with_summary(features, labels, mode, params):
         spec = model_fn(features, labels, mode, params)

@@ -48,7 +48,7 @@ class Graph:
     batch_size: int | None  # None: the dataset's batch dimension is unknown
     static_shapes: bool
     dynamic_batch_size: tf.Tensor | None = None  # the batch dimension at run time, where it is unknown
-    train_op: Any = None  # TRAIN: the spec's train_op, plus advancing Keras seed generators
+    train_op: Any = None  # TRAIN: the spec's train_op, plus the Keras layers' state updates
     learning_rate: tf.Tensor | None = None
     loss_scale: tf.Tensor | None = None
     summary: tf.Tensor | None = None  # merged tf.compat.v1.summary scalars of the model_fn
@@ -172,26 +172,28 @@ def _ancestors(targets: list) -> set:
     return seen
 
 
-def _advance_seed_generators(graph: tf.Graph, train_op: Any) -> Any:
-    """Make Keras 3's random layers (Dropout) draw a fresh mask at every step.
+def _run_state_updates(graph: tf.Graph, train_op: Any) -> Any:
+    """Run the state updates of Keras 3 layers with every training step.
 
-    A Keras SeedGenerator keeps its seed in a variable and advances it with an assign op
-    that, in a TF1 graph, nothing depends on: every step would reuse the first step's
-    mask. Here each such assign runs with the train op, after the step's reads of the
-    seed, so the masks follow one deterministic stream that a checkpoint (which holds the
-    seed variable) resumes.
+    In a TF1 graph, Keras 3 layers update their non-trainable state with assign ops that
+    nothing depends on: a SeedGenerator's seed (every step would reuse the first step's
+    dropout mask) and BatchNormalization's moving mean and variance (they would never
+    move). Here each such assign runs with the train op, after the step's reads of its
+    variable, so the masks follow one deterministic stream that a checkpoint (which holds
+    the seed variable) resumes, and the running statistics update as in eager Keras.
     """
     initializers = {v.initializer for v in tf.compat.v1.global_variables()}
+    trainable = {v.handle.op for v in tf.compat.v1.trainable_variables()}
     needed = _ancestors([train_op])
     advances = []
     for op in graph.get_operations():
         if op.type != "AssignVariableOp" or op in initializers or op in needed:
             continue
         handle = op.inputs[0].op
-        if handle.type != "VarHandleOp" or not handle.name.endswith("seed_generator_state"):
+        if handle.type != "VarHandleOp" or handle in trainable:
             continue
         reads = [c for c in handle.outputs[0].consumers() if c.type == "ReadVariableOp" and c in needed]
-        op._add_control_inputs(reads)  # after this step's masks read the old seed (no public API for it)
+        op._add_control_inputs(reads)  # after this step's reads of the old value (no public API for it)
         advances.append(op)
     return tf.group(train_op, *advances, name="train_step") if advances else train_op
 
@@ -245,7 +247,7 @@ def build_graph(model_fn: Callable, input_fn: Callable, mode: str, params: Mappi
         if batch_size is None:
             built.dynamic_batch_size = tf.shape(tf.nest.flatten(features)[0])[0]
         if mode == ModeKeys.TRAIN:
-            built.train_op = _advance_seed_generators(graph, spec.train_op)
+            built.train_op = _run_state_updates(graph, spec.train_op)
             built.learning_rate = _single(graph, LEARNING_RATE_COLLECTION)
             built.loss_scale = _single(graph, LOSS_SCALE_COLLECTION)
             built.summary = tf.compat.v1.summary.merge_all()
