@@ -1,0 +1,174 @@
+"""PyTorchBaseModel: a model's forward and loss, with everything params say about training it.
+
+A model subclasses it, builds its ``nn.Module``, hands it over, declares its metrics and
+writes ``__call__``::
+
+    class MnistModel(PyTorchBaseModel):
+        def __init__(self, params, device):
+            super().__init__(params, MLP(...), device)
+            self.metrics = {"accuracy": Accuracy(output="logits")}
+
+        def __call__(self, batch):
+            images, labels = batch                     # (B, 1, 28, 28), (B,)
+            logits = self.model(images)                # (B, 10)
+            return F.cross_entropy(logits, labels), {"logits": logits}
+
+``__call__`` returns the loss, or ``(loss, outputs)`` with named output tensors (metrics
+and predict read them). From params the base builds the optimizer, the learning-rate
+schedule, gradient clipping and mixed precision (autocast, loss scaling); the runner calls
+``train_step`` / ``eval_step`` and saves ``get_state()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Mapping
+
+import torch
+
+from common.errors import UserError
+from common.pytorch.metrics import Metric
+from common.pytorch.optim import ScheduledLR, build_optimizer, build_schedule
+
+logger = logging.getLogger("zoo")
+
+_AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def check_precision(params: Mapping, device: str) -> None:
+    """Refuse a mixed-precision dtype that ``device`` (cpu, gpu, emulator) cannot run."""
+    mp = params["mixed_precision"]
+    if not mp["enabled"]:
+        return
+    if mp["dtype"] == "cb16" and device != "emulator":
+        raise UserError("mixed_precision.dtype: cb16 exists on the device only; run with --device emulator "
+                        "or use bfloat16")
+    if mp["dtype"] == "float16" and device == "cpu":
+        raise UserError("mixed_precision.dtype: float16 needs --device gpu (or emulator); use bfloat16 on the CPU")
+
+
+def loss_scaling(params: Mapping) -> float | str | None:
+    """The loss scaling params ask for: None, a fixed factor, or "dynamic" (mixed precision only)."""
+    factor = params["optimizer"]["loss_scaling_factor"]
+    if isinstance(factor, str) and factor != "dynamic":
+        raise UserError(f"optimizer.loss_scaling_factor must be a number or 'dynamic', got {factor!r}")
+    if not params["mixed_precision"]["enabled"]:
+        if factor != 1.0:
+            logger.warning("optimizer.loss_scaling_factor=%s is ignored: mixed_precision.enabled is false", factor)
+        return None
+    if factor == "dynamic":
+        return factor
+    if factor <= 0:
+        raise UserError(f"optimizer.loss_scaling_factor must be positive, got {factor}")
+    return None if factor == 1.0 else float(factor)
+
+
+def split_result(result: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``__call__``'s loss or (loss, outputs) as (loss, outputs)."""
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], Mapping):
+        return result[0], dict(result[1])
+    if isinstance(result, torch.Tensor):
+        return result, {}
+    raise TypeError(f"a model's __call__ returns the loss or (loss, outputs: dict), got {type(result).__name__}")
+
+
+class PyTorchBaseModel:
+    """Optimizer, LR schedule, clipping and mixed precision around ``model``, all from params."""
+
+    def __init__(self, params: Mapping, model: torch.nn.Module, device: torch.device | str):
+        self.params = params
+        self.device = torch.device(device)
+        self.model = model.to(self.device)
+        optimizer = params["optimizer"]
+        self.optimizer = build_optimizer(self.model, optimizer)
+        self.schedule = build_schedule(optimizer["learning_rate"])
+        self.lr_scheduler = ScheduledLR(self.optimizer, self.schedule)
+        if optimizer["max_gradient_norm"] is not None and optimizer["max_gradient_value"] is not None:
+            raise UserError("optimizer: give max_gradient_norm or max_gradient_value, not both")
+        self.max_gradient_norm = optimizer["max_gradient_norm"]
+        self.max_gradient_value = optimizer["max_gradient_value"]
+
+        mp = params["mixed_precision"]
+        # cb16 has no torch dtype: it runs on the emulator only (check_precision)
+        self.autocast_dtype = _AUTOCAST_DTYPES.get(mp["dtype"]) if mp["enabled"] else None
+        scaling = loss_scaling(params)
+        self.scaler = None
+        self.static_loss_scale = None
+        if scaling == "dynamic":
+            self.scaler = torch.amp.GradScaler(self.device.type, init_scale=optimizer["initial_loss_scale"],
+                                               growth_interval=optimizer["steps_per_increase"])
+        elif scaling is not None:
+            self.static_loss_scale = scaling
+        self.metrics: dict[str, Metric] = {}
+
+    def __call__(self, batch: Any) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        raise NotImplementedError("a model subclasses PyTorchBaseModel and writes __call__(batch)")
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+    def loss_scale(self) -> float | None:
+        """The current loss scale (None without loss scaling)."""
+        if self.scaler is not None:
+            return float(self.scaler.get_scale())
+        return self.static_loss_scale
+
+    def train_step(self, batch: Any) -> torch.Tensor:
+        """One optimizer step on ``batch`` (already on the device); returns the loss, detached."""
+        if not self.model.training:  # eval_step switched it off (a recursive call, not free per step)
+            self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.autocast():
+            loss, _ = split_result(self(batch))
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients
+        elif self.static_loss_scale is not None:
+            (loss * self.static_loss_scale).backward()
+            for p in self.model.parameters():
+                if p.grad is not None:
+                    p.grad.div_(self.static_loss_scale)
+        else:
+            loss.backward()
+        if self.max_gradient_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_gradient_norm)
+        elif self.max_gradient_value is not None:
+            torch.nn.utils.clip_grad_value_(self.model.parameters(), self.max_gradient_value)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)  # skipped when a gradient is inf/NaN
+            self.scaler.update()
+        elif self.static_loss_scale is None or self._gradients_finite():
+            # a static loss scale skips a step whose gradients overflowed, as GradScaler and the device do
+            self.optimizer.step()
+        self.lr_scheduler.step()
+        return loss.detach()
+
+    def _gradients_finite(self) -> bool:
+        return all(bool(torch.isfinite(p.grad).all()) for p in self.model.parameters() if p.grad is not None)
+
+    @torch.no_grad()
+    def eval_step(self, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        self.model.eval()
+        with self.autocast():
+            return split_result(self(batch))
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "lr_scheduler": self.lr_scheduler.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+        }
+
+    def set_state(self, state: Mapping[str, Any], weights_only: bool = False) -> None:
+        """Load ``get_state()``'s dict; ``weights_only`` loads the model alone (eval, predict)."""
+        self.model.load_state_dict(state["model"])
+        if weights_only:
+            return
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])

@@ -1,0 +1,221 @@
+"""The PyTorch runner on the device: --validate_only, --compile_only and --device emulator.
+
+The model's training step (``PyTorchBaseModel.__call__`` over one batch, with its
+torch.optim optimizer) is captured as the device IR (device/capture/torch.py), then:
+
+    --validate_only     validated and matched to kernels; the report is printed, exit 0
+                        when the model will compile (a failed validation is one error line
+                        per finding, exit 2)
+    --compile_only      compiled completely; the report (text, JSON, IR, placement picture)
+                        goes to model_dir/compile/
+    --device emulator   compiled, then run on the numpy emulator (device/runtime/program.py)
+                        by the same loop as a CPU run (common/pytorch/run.py: Runner), with the
+                        same batches in the same order, log lines, TensorBoard files and
+                        checkpoints; only the step itself runs on the emulator
+
+Checkpoints stay in the runner's .mdl format: before each save the emulator's weights,
+optimizer slots and loss scale go back into the torch model, optimizer and GradScaler, and
+on start the torch state (fresh, or loaded from a checkpoint) goes into the emulator. So a
+model trained on the emulator evaluates or resumes on the CPU, and the other way round.
+
+The captured graph is fp32; ``mixed_precision.dtype`` (float16, bfloat16 or cb16) is the
+compute format the emulator rounds each kernel's inputs and outputs to (fp32 weights). The
+emulator draws its dropout masks from its own numpy RNG (seeded from runconfig.seed and the
+starting step), not torch's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from common.errors import UserError
+from common.pytorch.base_model import PyTorchBaseModel, loss_scaling
+from common.pytorch.data_order import epoch_batches
+from common.pytorch.run import TRAINS, DataFn, ModelFn, Runner, seed_everything
+from device.api import compile_graph, validate_graph
+from device.capture.torch import capture, load_weights, state_of, weights_of
+from device.errors import DeviceCompileError
+from device.ir import Graph
+from device.passes import match
+from device.report import render_text
+from device.runtime.program import Program
+
+logger = logging.getLogger("zoo")
+
+
+def run_on_device(args, params: Mapping, model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn) -> Any:
+    """Entry from common.pytorch.run.run for --validate_only, --compile_only and --device emulator."""
+    if args.device == "gpu":
+        raise UserError("--device gpu does not go with --validate_only / --compile_only, which compile for the "
+                        "device (drop --device, or use --device emulator)")
+    if args.validate_only or args.compile_only:
+        return compile_for_device(args, params, model_fn, train_data_fn, eval_data_fn)
+    return EmulatorRunner(args, params, model_fn, train_data_fn, eval_data_fn).execute()
+
+
+def precision(params: Mapping) -> str:
+    """The device's compute format: mixed_precision.dtype when enabled, else float32."""
+    mixed = params["mixed_precision"]
+    return mixed["dtype"] if mixed["enabled"] else "float32"
+
+
+def first_batch(loader, seed: int) -> Any:
+    """The first batch of epoch 0, drawn as training would (without touching the global torch RNG)."""
+    for batch in epoch_batches(loader, seed, epoch=0):
+        return batch
+    raise UserError("the data yielded no batch to capture the model with (is the dataset smaller than "
+                    "batch_size with drop_last?)")
+
+
+def capture_step(model: PyTorchBaseModel, batch: Any, training: bool, params: Mapping) -> Graph:
+    """The device IR of ``model(batch)``: its loss and outputs, and with ``training`` the optimizer."""
+    if not isinstance(batch, (list, tuple)) or not all(isinstance(t, torch.Tensor) for t in batch):
+        raise UserError("the device takes batches that are a tuple or list of tensors; the DataLoader gives "
+                        f"{type(batch).__name__}")
+    optimizer = params["optimizer"]
+    if not training:
+        return capture(model, model.model, tuple(batch), precision=precision(params))
+    return capture(model, model.model, tuple(batch), optimizer=model.optimizer, precision=precision(params),
+                   max_gradient_norm=optimizer["max_gradient_norm"],
+                   max_gradient_value=optimizer["max_gradient_value"], loss_scale=loss_scaling(params),
+                   initial_loss_scale=optimizer["initial_loss_scale"],
+                   steps_per_increase=optimizer["steps_per_increase"])
+
+
+def compile_for_device(args, params: Mapping, model_fn: ModelFn, train_data_fn: DataFn,
+                       eval_data_fn: DataFn) -> Any:
+    """--validate_only (up to kernel matching) or --compile_only (everything, report in model_dir/compile)."""
+    rc, device = params["runconfig"], params["device"]
+    training = args.mode in TRAINS
+    seed_everything(rc["seed"])
+    loader = train_data_fn(params) if training else eval_data_fn(params)
+    model = model_fn(params, torch.device("cpu"))
+    graph = capture_step(model, first_batch(loader, rc["seed"]), training, params)
+    if args.validate_only:
+        report = validate_graph(graph, mode=args.mode, profile_name=device["profile"])
+        if not report.ok:
+            raise DeviceCompileError(f"{report.summary()}\n{report.to_text()}")
+        kernels = match(graph)
+        print(f"{report.summary()}; {len(kernels)} kernels matched")
+        if report.to_text():
+            print(report.to_text())
+        return report
+    out_dir = os.path.join(rc["model_dir"], "compile")
+    result = compile_graph(graph, mode=args.mode, profile_name=device["profile"],
+                           execution_mode=device["execution_mode"], out_dir=out_dir)
+    print(render_text(result), end="", flush=True)
+    logger.info("compile report: %s (report.txt, report.json, ir.json, placement.svg)", out_dir)
+    return result
+
+
+# --- the optimizer's state between torch and the emulator --------------------------------
+
+# torch.optim state key -> the emulator's slot name, per update rule
+_SLOTS = {"sgd": {}, "momentum": {"momentum_buffer": "momentum"},
+          "adam": {"exp_avg": "m", "exp_avg_sq": "v"}, "adamw": {"exp_avg": "m", "exp_avg_sq": "v"}}
+
+
+def _named_params(model: PyTorchBaseModel) -> list[tuple[str, torch.nn.Parameter]]:
+    """The optimizer's parameters by state_dict key, in its state_dict's index order."""
+    names = {id(p): name for name, p in model.model.named_parameters()}
+    return [(names[id(p)], p) for group in model.optimizer.param_groups for p in group["params"]]
+
+
+def emulator_optimizer_state(model: PyTorchBaseModel, kind: str) -> dict | None:
+    """The torch optimizer's (and GradScaler's) state as Program.set_optimizer_state takes it; None when fresh."""
+    torch_state = model.optimizer.state
+    if not any(torch_state.get(p) for _, p in _named_params(model)):
+        return None
+    state: dict[str, Any] = {"step": 0}
+    for name, p in _named_params(model):
+        saved = torch_state.get(p, {})
+        state[name] = {slot: saved[key].detach().cpu().numpy() for key, slot in _SLOTS[kind].items() if key in saved}
+        if "step" in saved:
+            state["step"] = max(state["step"], int(saved["step"]))
+    if model.scaler is not None:
+        scaler = model.scaler.state_dict()
+        state["loss_scale"], state["loss_scale_good_steps"] = scaler["scale"], scaler["_growth_tracker"]
+    return state
+
+
+def load_torch_optimizer_state(model: PyTorchBaseModel, state: dict, kind: str) -> None:
+    """The emulator's optimizer state (Program.get_optimizer_state) into the torch optimizer and GradScaler."""
+    keys = {slot: key for key, slot in _SLOTS[kind].items()}
+    torch_state: dict[int, dict[str, torch.Tensor]] = {}
+    for index, (name, _) in enumerate(_named_params(model)):
+        entry = {keys[slot]: torch.from_numpy(np.array(array, dtype=np.float32))
+                 for slot, array in state.get(name, {}).items() if slot in keys}
+        if kind in ("adam", "adamw") and entry:
+            entry["step"] = torch.tensor(float(state["step"]))  # torch keeps Adam's step per parameter
+        if entry:
+            torch_state[index] = entry
+    model.optimizer.load_state_dict({"state": torch_state,
+                                     "param_groups": model.optimizer.state_dict()["param_groups"]})
+    if model.scaler is not None and "loss_scale" in state:
+        model.scaler.load_state_dict({**model.scaler.state_dict(), "scale": float(state["loss_scale"]),
+                                      "_growth_tracker": int(state.get("loss_scale_good_steps", 0))})
+
+
+# --- the runner ------------------------------------------------------------------------------
+
+class EmulatorRunner(Runner):
+    """Runner whose steps run on the emulator; everything around them is the CPU runner's."""
+
+    def __init__(self, args, params: Mapping, model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn):
+        self.program: Program | None = None  # built once the torch model holds its starting weights
+        super().__init__(args, params, model_fn, train_data_fn, eval_data_fn)
+        rc, device = params["runconfig"], params["device"]
+        training = self.mode in TRAINS
+        batch = first_batch(self.train_loader if training else self.eval_loader, rc["seed"])
+        self.graph = capture_step(self.model, batch, training, params)
+        # a model that will not compile (or train_and_eval, which the device refuses) stops here,
+        # before model_dir is written
+        compiled = compile_graph(self.graph, mode=self.mode, profile_name=device["profile"],
+                                 execution_mode=device["execution_mode"])
+        module = self.model.model
+        # a resumed run draws other dropout masks than the run's start did
+        seed = int(np.random.SeedSequence([rc["seed"], self.global_step]).generate_state(1)[0])
+        self.program = Program(self.graph, weights_of(module, self.graph), state_of(module, self.graph), seed=seed)
+        if training:
+            state = emulator_optimizer_state(self.model, self.graph.optimizer.kind)
+            if state is not None:
+                self.program.set_optimizer_state(state)
+        logger.info("compiled for the emulator: %d kernels, %s, profile %s, %s compute (estimated %.0f samples/s "
+                    "on the device)", len(compiled.kernels), compiled.execution_mode, compiled.profile.name,
+                    self.graph.precision, compiled.cost.samples_per_s)
+
+    def _restore(self, path: str, weights_only: bool) -> dict:
+        state = super()._restore(path, weights_only)
+        if self.program is not None:  # eval_all: the next checkpoint's weights into the emulator
+            self.program.set_weights(weights_of(self.model.model, self.graph))
+            self.program.set_state(state_of(self.model.model, self.graph))
+        return state
+
+    @staticmethod
+    def _arrays(batch: Any) -> list[np.ndarray]:
+        return [t.numpy() for t in batch]
+
+    def train_batch(self, batch: Any) -> float:
+        # the learning rate of this step: the schedule at the number of steps taken
+        return self.program.train_step(self._arrays(batch), self.model.schedule(self.global_step))
+
+    def eval_batch(self, batch: Any) -> tuple[float, dict[str, np.ndarray]]:
+        outputs = self.program.eval_step(self._arrays(batch))
+        return float(outputs.pop("loss")), outputs
+
+    def loss_scale(self) -> float | None:
+        optimizer = self.program.optimizer
+        return optimizer.loss_scale if optimizer is not None and optimizer.scaler is not None else None
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The emulator's weights, state and optimizer back into the torch model, then its state."""
+        model = self.model
+        load_weights(model.model, {**self.program.get_weights(), **self.program.get_state()})
+        load_torch_optimizer_state(model, self.program.get_optimizer_state(), self.graph.optimizer.kind)
+        model.lr_scheduler.set_step(self.global_step)
+        return model.get_state()

@@ -1,0 +1,239 @@
+"""The shared PyTorch runner, driven through pytorch/mnist's run.py on generated IDX data."""
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from common.data import write_fake_mnist
+from common.folder import import_beside, load_run_module
+from common.params import load_params
+from common.pytorch import checkpoint as checkpoint_module
+from common.pytorch.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
+from common.pytorch.run import StepWindow
+from common.summaries import read_scalars
+
+ROOT = Path(__file__).resolve().parents[2]
+MNIST = str(ROOT / "pytorch" / "mnist")
+TINY = os.path.join(MNIST, "configs", "params_tiny.yaml")
+model, data, utils = import_beside(os.path.join(MNIST, "run.py"), "model", "data", "utils")
+
+
+def tiny_params(*overrides):
+    return load_params(TINY, utils.default_params(), overrides)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mnist")
+    write_fake_mnist(folder, n_train=200, n_test=64, seed=0)  # 6 train batches of 32 per epoch, 2 eval
+    return str(folder)
+
+
+def run_mnist(model_dir, data_dir, *extra, mode="train"):
+    argv = ["--mode", mode, "--params", TINY, "--model_dir", str(model_dir),
+            f"train_input.data_dir={data_dir}", f"eval_input.data_dir={data_dir}", *extra]
+    return load_run_module(MNIST).main(argv)
+
+
+def steps_of(scalars, tag):
+    return [step for step, _ in scalars[tag]]
+
+
+def test_train_writes_checkpoints_params_and_summaries(tmp_path, data_dir):
+    run_mnist(tmp_path, data_dir)
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [2, 4]
+    saved = load_params(str(tmp_path / "params_train.yaml"), utils.default_params())
+    assert saved["runconfig"]["max_steps"] == 4 and saved["train_input"]["data_dir"] == data_dir
+    train = read_scalars(str(tmp_path / "train"))
+    assert steps_of(train, "loss") == [1, 2, 3, 4]
+    assert [v for _, v in train["lr"]] == pytest.approx([0.005] * 4)  # params_tiny.yaml
+    assert all(v > 0 for _, v in train["samples_per_sec"])
+    assert "loss_scale" not in train
+    state = load_checkpoint(str(tmp_path / "checkpoint_4.mdl"))
+    assert state["global_step"] == 4 and state["data_order"] == {"epoch": 0, "batch": 4}
+    assert {"model", "optimizer", "lr_scheduler", "scaler", "rng"} <= set(state)
+
+
+def test_eval_latest_or_checkpoint_path(tmp_path, data_dir):
+    run_mnist(tmp_path, data_dir)
+    latest = run_mnist(tmp_path, data_dir, mode="eval")
+    assert set(latest) == {"accuracy", "loss"} and 0.0 <= latest["accuracy"] <= 1.0
+    earlier = run_mnist(tmp_path, data_dir, "--checkpoint_path", str(tmp_path / "checkpoint_2.mdl"), mode="eval")
+    assert earlier["loss"] != latest["loss"]
+    evals = read_scalars(str(tmp_path / "eval"))
+    assert steps_of(evals, "accuracy") == [4, 2] and steps_of(evals, "loss") == [4, 2]
+    assert (tmp_path / "params_eval.yaml").is_file()
+
+
+def test_eval_all_evaluates_every_checkpoint_in_step_order(tmp_path, data_dir):
+    run_mnist(tmp_path, data_dir, "runconfig.max_steps=6", "runconfig.keep_checkpoint_max=0")
+    results = run_mnist(tmp_path, data_dir, mode="eval_all")
+    assert list(results) == [2, 4, 6]
+    assert steps_of(read_scalars(str(tmp_path / "eval")), "accuracy") == [2, 4, 6]
+    # each equals a single eval of that checkpoint
+    single = run_mnist(tmp_path, data_dir, "--checkpoint_path", str(tmp_path / "checkpoint_4.mdl"), mode="eval")
+    assert single == results[4]
+
+
+def test_train_and_eval_evaluates_at_each_checkpoint_and_the_end(tmp_path, data_dir):
+    final = run_mnist(tmp_path, data_dir, "runconfig.max_steps=7", "runconfig.checkpoint_steps=3",
+                      mode="train_and_eval")
+    assert steps_of(read_scalars(str(tmp_path / "eval")), "loss") == [3, 6, 7]
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [6, 7]
+    assert final == run_mnist(tmp_path, data_dir, mode="eval")
+
+
+def test_predict_writes_outputs_over_the_eval_set(tmp_path, data_dir):
+    run_mnist(tmp_path, data_dir)
+    path = run_mnist(tmp_path, data_dir, mode="predict")
+    with np.load(path) as predictions:
+        logits = predictions["logits"]
+    assert logits.shape == (64, 10) and np.isfinite(logits).all()
+    # the predictions are the ones eval scores
+    eval_loader = data.get_eval_dataloader(tiny_params(f"eval_input.data_dir={data_dir}"))
+    labels = torch.cat([labels for _, labels in eval_loader]).numpy()  # (64,)
+    accuracy = run_mnist(tmp_path, data_dir, mode="eval")["accuracy"]
+    assert np.mean(logits.argmax(-1) == labels) == pytest.approx(accuracy)
+
+
+def test_keep_checkpoint_max(tmp_path, data_dir):
+    run_mnist(tmp_path, data_dir, "runconfig.max_steps=10", "runconfig.keep_checkpoint_max=2")
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint_10.mdl", "checkpoint_8.mdl", "params_train.yaml", "train"]
+
+
+def test_resume_equals_one_run_bitwise_with_dropout(tmp_path, data_dir):
+    """16 steps in one run == 8 + resume 8 (the resume lands mid-epoch: 6 batches per epoch)."""
+    common = ("model.dropout=0.3", "runconfig.checkpoint_steps=8", "runconfig.keep_checkpoint_max=0")
+    once, twice = tmp_path / "once", tmp_path / "twice"
+    run_mnist(once, data_dir, "runconfig.max_steps=16", *common)
+    run_mnist(twice, data_dir, "runconfig.max_steps=8", *common)
+    assert load_checkpoint(str(twice / "checkpoint_8.mdl"))["data_order"] == {"epoch": 1, "batch": 2}
+    run_mnist(twice, data_dir, "runconfig.max_steps=16", *common)
+
+    losses = [read_scalars(str(d / "train"))["loss"] for d in (once, twice)]
+    assert losses[0] == losses[1] and len(losses[0]) == 16
+    a, b = (load_checkpoint(str(d / "checkpoint_16.mdl")) for d in (once, twice))
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+    for key, value in a["optimizer"]["state"].items():
+        for field in value:
+            assert torch.equal(value[field], b["optimizer"]["state"][key][field])
+    assert a["data_order"] == b["data_order"] == {"epoch": 2, "batch": 4}
+    assert torch.equal(a["rng"]["torch"], b["rng"]["torch"])
+
+
+def test_resume_from_checkpoint_path_into_a_new_model_dir(tmp_path, data_dir):
+    run_mnist(tmp_path / "first", data_dir)
+    run_mnist(tmp_path / "second", data_dir, "--checkpoint_path", str(tmp_path / "first" / "checkpoint_4.mdl"),
+              "runconfig.steps=2")
+    assert [step for step, _ in list_checkpoints(tmp_path / "second")] == [6]
+    assert steps_of(read_scalars(str(tmp_path / "second" / "train")), "loss") == [5, 6]
+
+
+def test_a_crash_during_save_keeps_the_previous_checkpoint(tmp_path, data_dir, monkeypatch):
+    run_mnist(tmp_path, data_dir)
+    real_save = torch.save
+
+    def crash_halfway(obj, f, *args, **kwargs):
+        f.write(b"PK\x03\x04 half a checkpoint")
+        raise KeyboardInterrupt("killed during save")
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", crash_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        run_mnist(tmp_path, data_dir, "runconfig.max_steps=6")
+    monkeypatch.setattr(checkpoint_module.torch, "save", real_save)
+
+    assert latest_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint_4.mdl")
+    assert load_checkpoint(latest_checkpoint(str(tmp_path)))["global_step"] == 4
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
+    # a temporary file a real kill would leave behind is not taken for a checkpoint
+    (tmp_path / ".checkpoint_6.mdl.x1y2.tmp").write_bytes(b"PK half")
+    run_mnist(tmp_path, data_dir, "runconfig.max_steps=6")
+    assert load_checkpoint(latest_checkpoint(str(tmp_path)))["global_step"] == 6
+
+
+def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path, data_dir, capsys):
+    # the learning rate jumps to 1e30 after step 4; the weights blow up and step 6's loss is NaN
+    explode = "optimizer.learning_rate={scheduler: PiecewiseConstant, values: [0.001, 1.0e+30], boundaries: [4]}"
+    with pytest.raises(SystemExit) as exit_info:
+        run_mnist(tmp_path, data_dir, "runconfig.max_steps=10", explode)
+    assert exit_info.value.code == 3
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("error: step 6: the loss is nan")
+    assert str(tmp_path / "checkpoint_4.mdl") in error
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [2, 4]
+    assert load_checkpoint(str(tmp_path / "checkpoint_4.mdl"))["global_step"] == 4
+
+
+def test_bf16_autocast_with_dynamic_loss_scaling_on_cpu(tmp_path, data_dir):
+    run_mnist(tmp_path, data_dir, "mixed_precision.enabled=true", "optimizer.loss_scaling_factor=dynamic",
+              "optimizer.initial_loss_scale=1024")
+    train = read_scalars(str(tmp_path / "train"))
+    assert all(np.isfinite(v) for _, v in train["loss"])
+    assert [v for _, v in train["loss_scale"]] == [1024.0] * 4
+    assert load_checkpoint(str(tmp_path / "checkpoint_4.mdl"))["scaler"]["scale"] == 1024.0
+
+    mnist = model.model_fn(tiny_params("mixed_precision.enabled=true"), torch.device("cpu"))
+    _, outputs = mnist.eval_step((torch.zeros(2, 1, 28, 28), torch.zeros(2, dtype=torch.long)))
+    assert outputs["logits"].dtype == torch.bfloat16
+
+
+def test_static_loss_scale_gives_the_same_step_as_none():
+    """A power-of-two loss scale is exact: the weights after a step are equal bit for bit."""
+    batch = (torch.randn(8, 1, 28, 28, generator=torch.Generator().manual_seed(0)), torch.arange(8) % 10)
+    weights = []
+    for factor in (1.0, 1024.0):
+        params = tiny_params("mixed_precision.enabled=true", "model.dropout=0.0", "optimizer.optimizer_type=sgd",
+                             f"optimizer.loss_scaling_factor={factor}")
+        torch.manual_seed(0)
+        mnist = model.model_fn(params, torch.device("cpu"))
+        assert mnist.loss_scale() == (None if factor == 1.0 else factor)
+        mnist.train_step(batch)
+        weights.append(mnist.model.state_dict())
+    for name in weights[0]:
+        assert torch.equal(weights[0][name], weights[1][name]), name
+
+
+def test_input_bound_windows_warn_once(caplog):
+    window = StepWindow()
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        for step in (10, 20, 30):  # the first window is start-up and never warns
+            window.add(samples=100, waiting=0.8, total=1.0)
+            assert window.end(step) == pytest.approx(100.0)
+    warnings = [r.getMessage() for r in caplog.records if "bottleneck" in r.getMessage()]
+    assert len(warnings) == 1 and "up to step 20" in warnings[0] and "num_workers" in warnings[0]
+
+    fed = StepWindow()
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        for step in (10, 20):
+            fed.add(samples=100, waiting=0.1, total=1.0)
+            fed.end(step)
+    assert len([r for r in caplog.records if "bottleneck" in r.getMessage()]) == 1
+
+
+def test_nothing_to_train_at_max_steps(tmp_path, data_dir):
+    run_mnist(tmp_path, data_dir)
+    before = sorted(os.listdir(tmp_path))
+    assert run_mnist(tmp_path, data_dir) is None
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_the_schedule_drives_the_optimizer_across_a_resume(tmp_path, data_dir):
+    schedule = "optimizer.learning_rate={scheduler: PiecewiseConstant, values: [0.01, 0.001], boundaries: [3]}"
+    run_mnist(tmp_path, data_dir, schedule, "runconfig.max_steps=2")
+    run_mnist(tmp_path, data_dir, schedule, "runconfig.max_steps=5")
+    assert [v for _, v in read_scalars(str(tmp_path / "train"))["lr"]] == pytest.approx([0.01] * 3 + [0.001] * 2)
+    state = load_checkpoint(str(tmp_path / "checkpoint_5.mdl"))
+    assert state["lr_scheduler"]["last_epoch"] == 5
+    assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(0.001)
+
+
+def test_worker_processes_give_the_same_batches(tmp_path, data_dir):
+    run_mnist(tmp_path / "main", data_dir, "model.dropout=0.0")
+    run_mnist(tmp_path / "workers", data_dir, "model.dropout=0.0", "train_input.num_workers=2")
+    assert read_scalars(str(tmp_path / "main" / "train"))["loss"] == \
+        read_scalars(str(tmp_path / "workers" / "train"))["loss"]
