@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import difflib
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -203,6 +204,9 @@ def _type_name(types: Iterable[type]) -> str:
                        "list" if t is list else "mapping" if t is dict else t.__name__ for t in types)
 
 
+_YAML11_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def _check_type(value: Any, spec: Any, where: str, dotted: str) -> Any:
     """Return the value (ints widened to float where a float is expected) or raise."""
     if isinstance(spec, Typed):
@@ -213,6 +217,8 @@ def _check_type(value: Any, spec: Any, where: str, dotted: str) -> Any:
         types, choices = (type(spec),), None
     if value is None and (spec is None or (isinstance(spec, Typed) and spec.default is None)):
         return value
+    if float in types and isinstance(value, str) and _YAML11_FLOAT.fullmatch(value.strip()):
+        value = float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string; a user means the number
     for t in types:
         if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
             value = float(value)

@@ -2,8 +2,9 @@
 
 Layer-pipelined (the whole network on the wafer at once, wafer-facts.md): every kernel
 that does work gets its own rectangle. Its area is its share of the work (PE-cycles of
-its roofline, see ``device.cost.pe_cycles``), raised where needed to the area whose SRAM
-holds what the kernel keeps:
+its roofline, see ``device.cost.pe_cycles``), at most one PE per multiply-add of a sample
+(more PEs would idle), raised where needed to the area whose SRAM holds what the kernel
+keeps:
 
     weights (fp32) + gradients (fp32) + optimizer slots (fp32; 2 adam/adamw, 1 momentum, 0 sgd)
     + state (batch-norm statistics) + in-flight activations.
@@ -171,10 +172,13 @@ def _place_pipelined(placement: Placement, kernels: list[Kernel], profile: Profi
     if sum(min_areas) > profile.pes:
         raise _too_large(working, rows, profile, placement.optimizer)
     work = [max(pe_cycles(k, profile, precision, placement.training)) for k in working]
+    # a kernel cannot use more PEs than it has multiply-adds per sample (its weights, for a dense
+    # layer): beyond that a PE would have less than one operation per sample to do
+    max_areas = [max(m, math.ceil(k.flops_fwd / max(k.batch, 1) / 2)) for m, k in zip(min_areas, working)]
 
     best = None
     for fill in FILLS:
-        areas = _water_fill(min_areas, work, profile.pes * fill)
+        areas = _water_fill(min_areas, max_areas, work, profile.pes * fill)
         for width in COLUMN_WIDTHS:
             if width > profile.width:
                 break
@@ -194,18 +198,21 @@ def _place_pipelined(placement: Placement, kernels: list[Kernel], profile: Profi
         row.x, row.y, row.w, row.h = x, y, w, h
 
 
-def _water_fill(min_areas: list[int], work: list[float], total: float) -> list[int]:
-    """Areas max(min_i, lam * work_i) with lam chosen so that they add up to ``total``."""
+def _water_fill(min_areas: list[int], max_areas: list[int], work: list[float], total: float) -> list[int]:
+    """Areas clamp(lam * work_i, min_i, max_i), with lam as large as keeps their sum within ``total``."""
+    def areas(lam: float) -> list[float]:
+        return [min(max(m, lam * w), cap) for m, cap, w in zip(min_areas, max_areas, work)]
+
     if sum(min_areas) >= total or sum(work) == 0:
         return list(min_areas)
-    lo, hi = 0.0, total / sum(work)  # at hi every area is at least lam * work_i, so the sum is >= total
+    lo, hi = 0.0, total / min(w for w in work if w > 0) + 1  # at hi every kernel is at its cap or past total
     for _ in range(60):
         lam = (lo + hi) / 2
-        if sum(max(m, lam * w) for m, w in zip(min_areas, work)) > total:
+        if sum(areas(lam)) > total:
             hi = lam
         else:
             lo = lam
-    return [max(m, math.floor(lo * w)) for m, w in zip(min_areas, work)]
+    return [math.floor(a) if a > m else m for a, m in zip(areas(lo), min_areas)]
 
 
 def _pack(areas: list[int], column: int, width: int, height: int) -> list[tuple[int, int, int, int]] | None:

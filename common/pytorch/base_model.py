@@ -29,7 +29,8 @@ import torch
 
 from common.errors import UserError
 from common.pytorch.metrics import Metric
-from common.pytorch.optim import ScheduledLR, build_optimizer, build_schedule
+from common.pytorch.optim import ScheduledLR, build_optimizer
+from common.schedules import build_schedule
 
 logger = logging.getLogger("zoo")
 

@@ -14,19 +14,7 @@ The params keys are the PyTorch side's (common/pytorch/optim.py), with the same 
       max_gradient_norm: 1.0         # or max_gradient_value
       loss_scaling_factor: dynamic   # 1.0 (none), a number, or dynamic (mixed precision only)
 
-Schedules (``step`` = optimizer steps already taken, i.e. global_step before the update):
-
-    Constant(learning_rate)
-    Exponential(initial_learning_rate, decay_steps, decay_rate, staircase=False)
-        lr = initial * decay_rate ** (step / decay_steps)   (the exponent floored if staircase)
-    PiecewiseConstant(values, boundaries)
-        lr = values[i] for boundaries[i-1] <= step < boundaries[i]
-    Polynomial(initial_learning_rate, end_learning_rate, steps, power=1.0)   (Linear: power 1)
-        lr = (initial - end) * (1 - min(step, steps) / steps) ** power + end
-    Cosine(initial_learning_rate, end_learning_rate | alpha, steps)   (alpha: end = alpha * initial)
-        lr = end + (initial - end) * (1 + cos(pi * min(step, steps) / steps)) / 2
-
-In a list, each entry but the last gives ``steps`` and the next starts from its own step 0.
+Schedules are common/schedules.py's: parsed and validated there, built here as graph ops.
 The learning rate is a graph tensor of the global step (computed in float64, as the
 PyTorch side computes it in Python floats), so a checkpoint resumes the schedule exactly.
 The runner finds it (and the loss scale) in the graph collections below for its logs.
@@ -44,6 +32,7 @@ from typing import Any, Mapping, Sequence
 import tensorflow as tf
 
 from common.errors import UserError
+from common.schedules import Schedule, Segment, parse_schedule
 
 logger = logging.getLogger("zoo")
 
@@ -53,114 +42,36 @@ LOSS_SCALE_STEPS_COLLECTION = "zoo_loss_scale_good_steps"  # dynamic: finite ste
 # dynamic loss scaling stays within these (the device's bounds, device/ir.py OptimizerSpec)
 MIN_LOSS_SCALE, MAX_LOSS_SCALE = 1.0, 2.0**24
 
-SCHEDULERS = ("Constant", "Exponential", "PiecewiseConstant", "Polynomial", "Linear", "Cosine")
-# scheduler -> (required fields, optional fields with their defaults)
-_FIELDS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
-    "constant": (("learning_rate",), {"steps": None}),
-    "exponential": (("initial_learning_rate", "decay_steps", "decay_rate"), {"staircase": False, "steps": None}),
-    "piecewiseconstant": (("values", "boundaries"), {"steps": None}),
-    "polynomial": (("initial_learning_rate", "end_learning_rate", "steps"), {"power": 1.0}),
-    "linear": (("initial_learning_rate", "end_learning_rate", "steps"), {}),
-    "cosine": (("initial_learning_rate", "steps"), {"end_learning_rate": None, "alpha": None}),
-}
-
-
 # --- learning-rate schedules -------------------------------------------------------------
 
-def _number(spec: Mapping, key: str, where: str, integer: bool = False, positive: bool = False) -> float:
-    value = spec[key]
-    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if not ok or isinstance(value, bool) or (positive and value <= 0):
-        kind = ("a positive " if positive else "an " if integer else "a ") + ("integer" if integer else "number")
-        raise UserError(f"{where}.{key} must be {kind}, got {value!r}")
-    return int(value) if integer else float(value)
-
-
-def _numbers(spec: Mapping, key: str, where: str, integer: bool = False) -> list:
-    value = spec[key]
-    if not isinstance(value, (list, tuple)) or not value:
-        raise UserError(f"{where}.{key} must be a non-empty list, got {value!r}")
-    return [_number({key: v}, key, where, integer) for v in value]
-
-
-def _segment(spec: Any, where: str, step: tf.Tensor) -> tuple[tf.Tensor, int | None]:
-    """(lr at local ``step`` (float64), the segment's length) for one schedule mapping."""
-    if not isinstance(spec, Mapping):
-        raise UserError(f"{where} must be a number or a mapping with a 'scheduler' key, got {spec!r}")
-    name = spec.get("scheduler")
-    if not isinstance(name, str) or name.lower() not in _FIELDS:
-        raise UserError(f"{where}.scheduler must be one of {', '.join(SCHEDULERS)}, got {name!r}")
-    required, optional = _FIELDS[name.lower()]
-    for key in spec:
-        if key != "scheduler" and key not in required and key not in optional:
-            raise UserError(f"{where}: unknown key '{key}' for scheduler {name} "
-                            f"(valid: {', '.join([*required, *optional])})")
-    for key in required:
-        if key not in spec:
-            raise UserError(f"{where}: scheduler {name} needs '{key}'")
-    spec = {**optional, **spec}
-    steps = None if spec["steps"] is None else _number(spec, "steps", where, integer=True, positive=True)
-    kind = name.lower()
-
-    if kind == "constant":
-        return tf.constant(_number(spec, "learning_rate", where), tf.float64), steps
-
-    if kind == "exponential":
-        initial = _number(spec, "initial_learning_rate", where)
-        decay_steps = _number(spec, "decay_steps", where, integer=True, positive=True)
-        rate = _number(spec, "decay_rate", where)
-        if not isinstance(spec["staircase"], bool):
-            raise UserError(f"{where}.staircase must be true or false, got {spec['staircase']!r}")
-        exponent = step / decay_steps
-        if spec["staircase"]:
+def _segment_tensor(segment: Segment, step: tf.Tensor) -> tf.Tensor:
+    """The formula of common/schedules.py's Segment, as float64 ops of the local ``step``."""
+    if segment.kind == "constant":
+        return tf.constant(segment.initial, tf.float64)
+    if segment.kind == "exponential":
+        exponent = step / segment.decay_steps
+        if segment.staircase:
             exponent = tf.floor(exponent)
-        return initial * tf.pow(tf.constant(rate, tf.float64), exponent), steps
-
-    if kind == "piecewiseconstant":
-        values = _numbers(spec, "values", where)
-        boundaries = _numbers(spec, "boundaries", where, integer=True)
-        if len(values) != len(boundaries) + 1:
-            raise UserError(f"{where}: PiecewiseConstant needs one more value than boundaries, "
-                            f"got {len(values)} values and {len(boundaries)} boundaries")
-        if any(b <= a for a, b in zip(boundaries, boundaries[1:])):
-            raise UserError(f"{where}.boundaries must increase, got {boundaries}")
+        return segment.initial * tf.pow(tf.constant(segment.decay_rate, tf.float64), exponent)
+    if segment.kind == "piecewise":
         # index = how many boundaries the step has reached (step == boundary: the next value)
-        index = tf.reduce_sum(tf.cast(step >= tf.constant(boundaries, tf.float64), tf.int32))
-        return tf.gather(tf.constant(values, tf.float64), index), steps
-
-    initial = _number(spec, "initial_learning_rate", where)
-    progress = tf.minimum(step, float(steps)) / steps
-    if kind == "cosine":
-        if (spec["end_learning_rate"] is None) == (spec["alpha"] is None):
-            raise UserError(f"{where}: scheduler Cosine needs exactly one of 'end_learning_rate' and 'alpha'")
-        end = (_number(spec, "end_learning_rate", where) if spec["end_learning_rate"] is not None
-               else initial * _number(spec, "alpha", where))
-        return end + (initial - end) * 0.5 * (1.0 + tf.cos(math.pi * progress)), steps
-
-    end = _number(spec, "end_learning_rate", where)
-    power = 1.0 if kind == "linear" else _number(spec, "power", where)
-    return (initial - end) * tf.pow(1.0 - progress, power) + end, steps
+        index = tf.reduce_sum(tf.cast(step >= tf.constant(segment.boundaries, tf.float64), tf.int32))
+        return tf.gather(tf.constant(segment.values, tf.float64), index)
+    progress = tf.minimum(step, float(segment.steps)) / segment.steps
+    if segment.kind == "cosine":
+        return segment.end + (segment.initial - segment.end) * 0.5 * (1.0 + tf.cos(math.pi * progress))
+    return (segment.initial - segment.end) * tf.pow(1.0 - progress, segment.power) + segment.end
 
 
 def learning_rate(spec: Any, global_step: tf.Tensor, where: str = "optimizer.learning_rate") -> tf.Tensor:
     """The float32 learning rate at ``global_step`` from ``params["optimizer"]["learning_rate"]``."""
+    schedule = Schedule(parse_schedule(spec, where))
     step = tf.cast(global_step, tf.float64)
-    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
-        return tf.constant(float(spec), tf.float32, name="learning_rate")
-    if isinstance(spec, Mapping):
-        spec = [spec]
-    if not isinstance(spec, (list, tuple)) or not spec:
-        raise UserError(f"{where} must be a number, a schedule or a non-empty list of schedules, got {spec!r}")
-    lr, start = None, 0
-    for i, entry in enumerate(spec):
-        entry_where = where if len(spec) == 1 else f"{where}[{i}]"
-        value, steps = _segment(entry, entry_where, step - start)
+    lr = None
+    for segment, start in zip(schedule.segments, schedule.starts):
+        value = _segment_tensor(segment, step - start)
         # later segments take over from their start step on
         lr = value if lr is None else tf.where(step >= start, value, lr)
-        if i < len(spec) - 1:
-            if steps is None:
-                raise UserError(f"{entry_where}: every schedule but the last in a list needs 'steps'")
-            start += steps
     return tf.cast(lr, tf.float32, name="learning_rate")
 
 

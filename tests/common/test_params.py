@@ -114,3 +114,11 @@ def test_effective_params_round_trip(tmp_path):
     assert out.endswith("params_train.yaml")
     assert load_params(out, MODEL_DEFAULTS) == params
     assert yaml.safe_load(open(out))["model"]["hidden_sizes"] == [500, 300]
+
+
+def test_exponent_without_a_dot_is_a_number(tmp_path):
+    # YAML 1.1 (PyYAML) reads 1e-3 as a string; a user writing it means 0.001
+    params = load_params(write(tmp_path, "optimizer:\n  learning_rate: 1e-3\n  epsilon: 1E-7\n"), MODEL_DEFAULTS)
+    assert params["optimizer"]["learning_rate"] == 0.001 and params["optimizer"]["epsilon"] == 1e-7
+    with pytest.raises(UserError, match="must be an integer"):
+        load_params(write(tmp_path, "runconfig:\n  max_steps: 1e3\n"), MODEL_DEFAULTS)

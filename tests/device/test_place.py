@@ -82,6 +82,18 @@ def test_more_work_gets_more_pes():
     assert pes[0] > pes[1] > pes[2]
 
 
+def test_a_small_model_does_not_spread_past_its_parallelism():
+    """A kernel gets at most one PE per multiply-add of a sample: on the whole wafer a small MLP
+    leaves PEs idle rather than giving a PE less than one operation per sample."""
+    graph = mlp_graph()
+    kernels = match(graph)
+    placement = place(kernels, get_profile("wse2"), "pipelined", graph.optimizer)
+    for k in kernels:
+        if not k.free:
+            assert placement.get(k.name).pes <= max(1, k.flops_fwd // k.batch // 2) + placement.get(k.name).w
+    assert placement.active_pes < 0.5 * get_profile("wse2").pes
+
+
 @pytest.mark.parametrize("kind, slots", [("sgd", 0), ("momentum", 1), ("adam", 2), ("adamw", 2)])
 def test_optimizer_state_slots(kind, slots):
     graph = mlp_graph(optimizer_kind=kind)

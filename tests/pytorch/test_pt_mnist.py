@@ -34,8 +34,11 @@ def test_defaults_match_the_reference_mlp():
     params = load_params(None, utils.default_params())
     assert params["model"] == {"hidden_sizes": (500, 300), "dropout": 0.2, "activation_fn": "relu"}
     assert params["optimizer"]["optimizer_type"] == "adam" and params["optimizer"]["learning_rate"] == 0.001
+    assert params["train_input"]["batch_size"] == 256
+    # eval: a batch that divides both test sets (360 embedded digits, 10,000 MNIST), so none is dropped
+    assert params["eval_input"]["batch_size"] == 40 and 360 % 40 == 0 and 10_000 % 40 == 0
     for section in ("train_input", "eval_input"):
-        assert params[section]["batch_size"] == 256 and params[section]["drop_last"] is True
+        assert params[section]["drop_last"] is True
     assert params["train_input"]["shuffle"] and not params["eval_input"]["shuffle"]
 
 

@@ -10,11 +10,11 @@ from common.params import Typed
 ACTIVATIONS = ("relu", "tanh", "elu", "selu", "linear")
 
 
-def _input(shuffle: bool) -> dict:
+def _input(shuffle: bool, batch_size: int) -> dict:
     return {
         "data_dir": "./data/mnist",  # a tfds-prepared mnist, or MNIST/raw IDX files; else the embedded digits
         "dataset": Typed("auto", (str,), DATASETS),  # auto: MNIST if data_dir holds it, else UCI digits
-        "batch_size": 256,
+        "batch_size": batch_size,
         "shuffle": shuffle,
         "drop_last": True,  # batch(drop_remainder=True): static batch shapes, as the device needs
         "num_parallel_calls": 0,  # of the batch map; 0: tf.data.AUTOTUNE
@@ -28,8 +28,9 @@ def default_params() -> dict:
             "dropout": 0.2,
             "activation_fn": Typed("relu", (str,), ACTIVATIONS),
         },
-        "train_input": _input(shuffle=True),
-        "eval_input": _input(shuffle=False),
+        "train_input": _input(shuffle=True, batch_size=256),
+        # 40 divides both test sets (360 embedded digits, 10,000 MNIST): drop_last drops none
+        "eval_input": _input(shuffle=False, batch_size=40),
         "optimizer": {"optimizer_type": "adam", "learning_rate": 0.001},
         "runconfig": {
             "model_dir": "model_dir/tf_mnist",
