@@ -57,3 +57,20 @@ def test_a_copied_folder_runs_without_editing_imports(framework, tmp_path):
                             capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "| Train Device=cpu Step=2" in result.stdout + result.stderr
+
+
+def test_the_two_mnist_models_share_their_defaults():
+    """pytorch/mnist and tf/mnist are deliberate twins: the same keys and defaults but for the
+    input's parallelism (DataLoader num_workers, tf.data num_parallel_calls) and model_dir."""
+    from common.folder import import_beside
+
+    def defaults(framework):
+        utils = import_beside(os.path.join(zoo.ROOT, framework, "mnist", "utils.py"), "utils")
+        params = utils.default_params()
+        for section in ("train_input", "eval_input"):
+            params[section].pop("num_workers", None)
+            params[section].pop("num_parallel_calls", None)
+        params["runconfig"].pop("model_dir")
+        return params
+
+    assert defaults("pytorch") == defaults("tf")

@@ -28,6 +28,7 @@ from typing import Any, Mapping
 import torch
 
 from common.errors import UserError
+from common.precision import loss_scaling
 from common.pytorch.metrics import Metric
 from common.pytorch.optim import ScheduledLR, build_optimizer
 from common.schedules import build_schedule
@@ -35,34 +36,6 @@ from common.schedules import build_schedule
 logger = logging.getLogger("zoo")
 
 _AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def check_precision(params: Mapping, device: str) -> None:
-    """Refuse a mixed-precision dtype that ``device`` (cpu, gpu, emulator) cannot run."""
-    mp = params["mixed_precision"]
-    if not mp["enabled"]:
-        return
-    if mp["dtype"] == "cb16" and device != "emulator":
-        raise UserError("mixed_precision.dtype: cb16 exists on the device only; run with --device emulator "
-                        "or use bfloat16")
-    if mp["dtype"] == "float16" and device == "cpu":
-        raise UserError("mixed_precision.dtype: float16 needs --device gpu (or emulator); use bfloat16 on the CPU")
-
-
-def loss_scaling(params: Mapping) -> float | str | None:
-    """The loss scaling params ask for: None, a fixed factor, or "dynamic" (mixed precision only)."""
-    factor = params["optimizer"]["loss_scaling_factor"]
-    if isinstance(factor, str) and factor != "dynamic":
-        raise UserError(f"optimizer.loss_scaling_factor must be a number or 'dynamic', got {factor!r}")
-    if not params["mixed_precision"]["enabled"]:
-        if factor != 1.0:
-            logger.warning("optimizer.loss_scaling_factor=%s is ignored: mixed_precision.enabled is false", factor)
-        return None
-    if factor == "dynamic":
-        return factor
-    if factor <= 0:
-        raise UserError(f"optimizer.loss_scaling_factor must be positive, got {factor}")
-    return None if factor == 1.0 else float(factor)
 
 
 def split_result(result: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

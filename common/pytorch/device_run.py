@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from common.errors import UserError
-from common.pytorch.base_model import PyTorchBaseModel, loss_scaling
+from common.precision import loss_scaling
+from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.data_order import epoch_batches
 from common.pytorch.run import TRAINS, DataFn, ModelFn, Runner, seed_everything
 from device.api import compile_graph, validate_graph

@@ -40,7 +40,8 @@ from common.errors import NonFiniteLossError, UserError
 from common.io import atomic_open
 from common.log import TrainMeter, eval_line
 from common.params import save_params
-from common.pytorch.base_model import PyTorchBaseModel, check_precision
+from common.precision import check_precision
+from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.checkpoint import (list_checkpoints, latest_checkpoint, load_checkpoint, rng_state,
                                        save_checkpoint, set_rng_state)
 from common.pytorch.data_order import TrainOrder, epoch_batches

@@ -28,7 +28,8 @@ from common.summaries import ScalarWriter
 from common.tf.estimator.cs_estimator import CerebrasEstimator, GraphSession
 from common.tf.estimator.graph import Graph, where
 from common.tf.estimator.mode_keys import ModeKeys
-from common.tf.optim import LOSS_SCALE_STEPS_COLLECTION, loss_scaling
+from common.precision import loss_scaling
+from common.tf.optim import LOSS_SCALE_STEPS_COLLECTION
 from device.api import compile_graph, validate_graph
 from device.capture import tf as capture_tf
 from device.errors import DeviceCompileError

@@ -32,6 +32,7 @@ from typing import Any, Mapping, Sequence
 import tensorflow as tf
 
 from common.errors import UserError
+from common.precision import loss_scaling
 from common.schedules import Schedule, Segment, parse_schedule
 
 logger = logging.getLogger("zoo")
@@ -122,22 +123,6 @@ def build_optimizer(optimizer_params: Mapping, lr: tf.Tensor, var_list: Sequence
         names = {v.op.name for v in var_list if not _excluded(v.op.name, p["weight_decay_exclude"])}
         return AdamWOptimizer(lr, p["weight_decay"], names, **adam)
     raise UserError(f"optimizer.optimizer_type must be one of sgd, momentum, adam, adamw, got {kind!r}")
-
-
-def loss_scaling(params: Mapping) -> float | str | None:
-    """None, a fixed factor, or "dynamic" (mixed precision only), as on the PyTorch side."""
-    factor = params["optimizer"]["loss_scaling_factor"]
-    if isinstance(factor, str) and factor != "dynamic":
-        raise UserError(f"optimizer.loss_scaling_factor must be a number or 'dynamic', got {factor!r}")
-    if not params["mixed_precision"]["enabled"]:
-        if factor != 1.0:
-            logger.warning("optimizer.loss_scaling_factor=%s is ignored: mixed_precision.enabled is false", factor)
-        return None
-    if factor == "dynamic":
-        return factor
-    if factor <= 0:
-        raise UserError(f"optimizer.loss_scaling_factor must be positive, got {factor}")
-    return None if factor == 1.0 else float(factor)
 
 
 # --- the train op ------------------------------------------------------------------------

@@ -16,12 +16,13 @@ import contextlib
 import inspect
 import logging
 import os
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import numpy as np
 
 from common.cli import effective_params, guarded, parse_command_line, setup_logging
 from common.errors import UserError
+from common.precision import check_precision
 from common.io import atomic_open
 from common.params import save_params
 
@@ -30,18 +31,6 @@ logger = logging.getLogger("zoo")
 # --mode -> the ModeKeys value a compile of that mode builds
 _COMPILE_MODES = {"train": "train", "train_and_eval": "train", "eval": "eval", "eval_all": "eval",
                   "predict": "infer"}
-
-
-def check_precision(params: Mapping, device: str) -> None:
-    """Refuse a mixed-precision dtype that ``device`` cannot run (as the PyTorch side does)."""
-    mp = params["mixed_precision"]
-    if not mp["enabled"]:
-        return
-    if mp["dtype"] == "cb16" and device != "emulator":
-        raise UserError("mixed_precision.dtype: cb16 exists on the device only; run with --device emulator "
-                        "or use bfloat16")
-    if mp["dtype"] == "float16" and device == "cpu":
-        raise UserError("mixed_precision.dtype: float16 needs --device gpu (or emulator); use bfloat16 on the CPU")
 
 
 def _check_device(device: str) -> None:

@@ -16,7 +16,7 @@ import keras
 import tensorflow as tf
 
 from common.errors import UserError
-from common.tf.estimator.cs_estimator_spec import CSEstimatorSpec, EstimatorSpec
+from common.tf.estimator.cs_estimator_spec import EstimatorSpec
 from common.tf.estimator.mode_keys import ModeKeys
 from common.tf.optim import LEARNING_RATE_COLLECTION, LOSS_SCALE_COLLECTION
 
