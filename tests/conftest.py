@@ -17,3 +17,8 @@ if importlib.util.find_spec("torch") is not None:
     # torch.optim's first step loads torch._dynamo (and with it triton) lazily: load it now,
     # before any test imports TensorFlow, or that first step crashes the process.
     import torch._dynamo  # noqa: F401
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true",
+                     help="rewrite tests/golden/ from the models' current lowered graphs")
