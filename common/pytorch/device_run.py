@@ -88,6 +88,22 @@ def capture_step(model: PyTorchBaseModel, batch: Any, training: bool, params: Ma
                    steps_per_increase=optimizer["steps_per_increase"])
 
 
+def mark_dynamic_batch(graph: Graph, loader) -> Graph:
+    """A DataLoader that can end an epoch on a smaller batch (drop_last=False and a dataset
+    that batch_size does not divide) feeds the device a batch dimension that changes: mark
+    it None, so that validation reports it and points at drop_last."""
+    size = getattr(loader, "batch_size", None)
+    try:
+        partial = size is not None and not loader.drop_last and len(loader.dataset) % size != 0
+    except TypeError:  # an iterable dataset has no length: its last batch may be partial
+        partial = size is not None and not loader.drop_last
+    if partial:
+        for name in graph.inputs:
+            value = graph.values[name]
+            value.shape = (None, *value.shape[1:])
+    return graph
+
+
 def compile_for_device(args, params: Mapping, model_fn: ModelFn, train_data_fn: DataFn,
                        eval_data_fn: DataFn) -> Any:
     """--validate_only (up to kernel matching) or --compile_only (everything, report in model_dir/compile)."""
@@ -96,7 +112,7 @@ def compile_for_device(args, params: Mapping, model_fn: ModelFn, train_data_fn: 
     seed_everything(rc["seed"])
     loader = train_data_fn(params) if training else eval_data_fn(params)
     model = model_fn(params, torch.device("cpu"))
-    graph = capture_step(model, first_batch(loader, rc["seed"]), training, params)
+    graph = mark_dynamic_batch(capture_step(model, first_batch(loader, rc["seed"]), training, params), loader)
     if args.validate_only:
         report = validate_graph(graph, mode=args.mode, profile_name=device["profile"])
         if not report.ok:
@@ -172,8 +188,9 @@ class EmulatorRunner(Runner):
         super().__init__(args, params, model_fn, train_data_fn, eval_data_fn)
         rc, device = params["runconfig"], params["device"]
         training = self.mode in TRAINS
-        batch = first_batch(self.train_loader if training else self.eval_loader, rc["seed"])
-        self.graph = capture_step(self.model, batch, training, params)
+        loader = self.train_loader if training else self.eval_loader
+        self.graph = mark_dynamic_batch(capture_step(self.model, first_batch(loader, rc["seed"]), training, params),
+                                        loader)
         # a model that will not compile (or train_and_eval, which the device refuses) stops here,
         # before model_dir is written
         compiled = compile_graph(self.graph, mode=self.mode, profile_name=device["profile"],

@@ -167,8 +167,15 @@ def snapshot(folder: Path) -> dict[str, str]:
     (["--device", "emulator", "device.profile=wse9"], "wse9"),
     (["--validate_only", "device.profile=wse9"], "wse9"),
     (["--validate_only", "--device", "gpu"], "--device gpu does not go with"),
+    # 1,024 generated digits in batches of 96: the last batch of an epoch is smaller
+    (["--validate_only", "train_input.drop_last=false", "train_input.batch_size=96"], "drop_last=True"),
+    (["--device", "emulator", "train_input.drop_last=false", "train_input.batch_size=96"], "drop_last=True"),
+    (["--compile_only", "model.hidden_sizes=[4096, 4096]", "device.profile=tiny"],
+     "the largest kernel 'dense_1'"),
 ])
 def test_device_bad_input_one_message_nothing_overwritten(tmp_path, data_dir, capsys, extra, message):
+    """Each a clear error, exit 2, no traceback, model_dir untouched: train_and_eval on the device,
+    an unknown profile, a batch dimension that changes, a model too large to lay out whole."""
     mnist(tmp_path, data_dir, params=TINY)  # a model_dir with a CPU run in it
     before = snapshot(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
@@ -178,6 +185,17 @@ def test_device_bad_input_one_message_nothing_overwritten(tmp_path, data_dir, ca
     assert "Traceback" not in err and message in err
     assert [line for line in err.splitlines() if "error:" in line][0].startswith("error: ")
     assert snapshot(tmp_path) == before
+
+
+def test_too_large_for_pipelined_says_how_much_and_compiles_with_weight_streaming(tmp_path, data_dir, capsys):
+    big = ["--compile_only", "model.hidden_sizes=[4096, 4096]", "device.profile=tiny"]
+    with pytest.raises(SystemExit):
+        mnist(tmp_path / "a", data_dir, *big, params=TINY)
+    err = capsys.readouterr().err
+    assert "needs 268,582,912 bytes" in err and "50,331,648 bytes (48.0 MiB) are available" in err
+    assert "device.execution_mode=weight_streaming" in err and "pytorch/mnist/model.py:" in err
+    mnist(tmp_path / "b", data_dir, *big, "device.execution_mode=weight_streaming", params=TINY)
+    assert (tmp_path / "b" / "compile" / "report.txt").read_text().count("weight_streaming") >= 1
 
 
 class Sorting(PyTorchBaseModel):

@@ -43,6 +43,19 @@ def test_compile_only_writes_the_report(tf_mnist, tiny_args, tmp_path, capsys):
     assert report["num_params"] == 25818
 
 
+def test_too_large_for_pipelined_names_the_kernel_and_suggests_weight_streaming(tf_mnist, tiny_args, tmp_path,
+                                                                                 capsys):
+    big = ("--compile_only", "model.hidden_sizes=[4096, 4096]", "device.profile=tiny")
+    with pytest.raises(SystemExit) as exit_info:
+        tf_mnist.main(tiny_args(*big))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "the largest kernel 'dense_1'" in err and "bytes" in err and "device.execution_mode=weight_streaming" in err
+    assert not (tmp_path / "model").exists()
+    tf_mnist.main(tiny_args(*big, "device.execution_mode=weight_streaming"))
+    assert (tmp_path / "model" / "compile" / "report.txt").exists()
+
+
 def test_train_and_eval_on_the_device_is_the_validators_error(tf_mnist, tiny_args, capsys):
     with pytest.raises(SystemExit):
         tf_mnist.main(tiny_args("--mode", "train_and_eval", "--device", "emulator"))
