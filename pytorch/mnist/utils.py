@@ -10,6 +10,8 @@ from common.params import Typed
 ACTIVATIONS = ("relu", "tanh", "elu", "selu", "linear")
 
 
+# A deliberate twin of tf/mnist/utils.py (each model folder stands alone when copied);
+# tests/test_model_folders.py checks that the two keep the same defaults.
 def _input(shuffle: bool, batch_size: int) -> dict:
     return {
         "data_dir": "./data/mnist",  # holds MNIST/raw (datasets/prepare_mnist.py); else the embedded digits
