@@ -16,14 +16,13 @@ Simplifications, each keeping the work and memory of the real model:
 
 from __future__ import annotations
 
-import numpy as np
-
 from device.api import CompileResult, compile_graph
 from device.ir import Graph
-from device.testing import GraphBuilder, optimizer
+from device.testing import GraphBuilder, attention_block, layer_norm, optimizer
 
 # wafer-facts.md, "Calibration figure": samples/s observed (windows ranged 6,400-8,600)
 OBSERVED_SAMPLES_PER_S = 6400.0
+EPS = 1e-12  # BERT's layer-norm epsilon
 
 
 def bert_large_graph(batch: int = 1024, seq: int = 128, layers: int = 24, hidden: int = 1024, heads: int = 16,
@@ -35,7 +34,6 @@ def bert_large_graph(batch: int = 1024, seq: int = 128, layers: int = 24, hidden
     types = b.input("segment_ids", (batch, seq), "int32")
     mask = b.input("attention_bias", (batch, 1, 1, seq))  # 0 for tokens, -10000 for padding
     labels = b.input("masked_lm_ids", (batch * max_predictions,), "int32")
-    d = hidden // heads
     act = (batch, seq, hidden)
 
     # embeddings: word + segment + position, layer norm, dropout
@@ -43,41 +41,22 @@ def bert_large_graph(batch: int = 1024, seq: int = 128, layers: int = 24, hidden
     x = b.op("embedding", [word, ids], act)
     x = b.op("add", [x, b.op("embedding", [b.param("embeddings.segment", (2, hidden)), types], act)], act)
     x = b.op("add", [x, b.param("embeddings.position", (seq, hidden))], act)
-    x = _layer_norm(b, x, "embeddings.ln")
+    x = layer_norm(b, x, "embeddings.ln", EPS)
     x = b.op("dropout", [x], act, attrs={"rate": 0.1})
 
-    scale = b.constant("attention.scale", np.float32(1.0 / np.sqrt(d)))
     for i in range(layers):
         name = f"layer{i}"
-
-        def heads_of(t: str) -> str:  # (B, T, C) -> (B, H, T, d)
-            t = b.op("reshape", [t], (batch, seq, heads, d), attrs={"shape": [batch, seq, heads, d]})
-            return b.op("transpose", [t], (batch, heads, seq, d), attrs={"perm": [0, 2, 1, 3]})
-
-        q = heads_of(b.dense(x, hidden, name=f"{name}.query"))
-        k = heads_of(b.dense(x, hidden, name=f"{name}.key"))
-        v = heads_of(b.dense(x, hidden, name=f"{name}.value"))
-        k_t = b.op("transpose", [k], (batch, heads, d, seq), attrs={"perm": [0, 1, 3, 2]})
-        scores = b.op("matmul", [q, k_t], (batch, heads, seq, seq))  # (B, H, T, T)
-        scores = b.op("mul", [scores, scale], (batch, heads, seq, seq))
-        scores = b.op("add", [scores, mask], (batch, heads, seq, seq))
-        probs = b.op("softmax", [scores], (batch, heads, seq, seq), attrs={"axis": -1})
-        probs = b.op("dropout", [probs], (batch, heads, seq, seq), attrs={"rate": 0.1})
-        ctx = b.op("matmul", [probs, v], (batch, heads, seq, d))
-        ctx = b.op("transpose", [ctx], (batch, seq, heads, d), attrs={"perm": [0, 2, 1, 3]})
-        ctx = b.op("reshape", [ctx], act, attrs={"shape": list(act)})
-        attn = b.op("dropout", [b.dense(ctx, hidden, name=f"{name}.attention_out")], act, attrs={"rate": 0.1})
-        x = _layer_norm(b, b.op("add", [x, attn], act), f"{name}.attention_ln")
+        x = attention_block(b, x, heads, name=f"{name}.attention", mask=mask, dropout=0.1, eps=EPS)
         h = b.dense(x, ffn, activation="gelu", name=f"{name}.intermediate")
         h = b.op("dropout", [b.dense(h, hidden, name=f"{name}.output")], act, attrs={"rate": 0.1})
-        x = _layer_norm(b, b.op("add", [x, h], act), f"{name}.output_ln")
+        x = layer_norm(b, b.op("add", [x, h], act), f"{name}.output_ln", EPS)
 
     # masked-LM head on max_predictions positions: dense + gelu, layer norm, tied decoder, softmax loss
     rows = batch * max_predictions
     picked = b.op("slice", [x], (batch, max_predictions, hidden),
                   attrs={"begin": [0, 0, 0], "end": [batch, max_predictions, hidden], "step": [1, 1, 1]})
     picked = b.op("reshape", [picked], (rows, hidden), attrs={"shape": [rows, hidden]})
-    t = _layer_norm(b, b.dense(picked, hidden, activation="gelu", name="mlm.transform"), "mlm.ln")
+    t = layer_norm(b, b.dense(picked, hidden, activation="gelu", name="mlm.transform"), "mlm.ln", EPS)
     decoder = b.op("transpose", [word], (hidden, vocab), attrs={"perm": [1, 0]})
     logits = b.op("add", [b.op("matmul", [t, decoder], (rows, vocab)), b.param("mlm.bias", (vocab,))],
                   (rows, vocab))
@@ -85,12 +64,6 @@ def bert_large_graph(batch: int = 1024, seq: int = 128, layers: int = 24, hidden
     b.cross_entropy(logits, labels)
     b.graph.optimizer = optimizer("adamw")
     return b.graph
-
-
-def _layer_norm(b: GraphBuilder, x: str, name: str) -> str:
-    width = b.graph.values[x].shape[-1]
-    gamma, beta = b.param(f"{name}.weight", (width,)), b.param(f"{name}.bias", (width,))
-    return b.op("layer_norm", [x, gamma, beta], b.graph.values[x].shape, attrs={"axes": [-1], "eps": 1e-12})
 
 
 def predict(profile_name: str = "wse2", execution_mode: str = "pipelined") -> CompileResult:

@@ -101,6 +101,18 @@ _PER_PE = dict(
     sram_bytes_per_cycle=24,
 )
 
+
+def _test_fabric(name: str, side: int) -> Profile:
+    """A side x side fabric whose totals follow from the per-PE figures (4 links of 32-bit words, both ways)."""
+    pes = side * side
+    return Profile(
+        name=name, description=f"test fabric, {side} x {side} PEs with WSE per-PE figures",
+        width=side, height=side, marketed_pes=pes,
+        sram_total_bytes=pes * _PER_PE["sram_bytes_per_pe"],
+        memory_bandwidth_bytes_s=pes * _PER_PE["sram_bytes_per_cycle"] * _PER_PE["clock_hz"],
+        fabric_bandwidth_bits_s=pes * 4 * 32 * 2 * _PER_PE["clock_hz"], **_PER_PE)
+
+
 PROFILES: dict[str, Profile] = {
     "wse1": Profile(
         name="wse1", description="WSE-1 (CS-1); fabric size assumed, not published",
@@ -115,16 +127,8 @@ PROFILES: dict[str, Profile] = {
         width=762, height=1172, marketed_pes=900_000,
         sram_total_bytes=44e9, memory_bandwidth_bytes_s=21e15, fabric_bandwidth_bits_s=214e15, **_PER_PE),
     # small fabrics for tests and quick looks: the per-PE figures of a real wafer, fewer PEs
-    "tiny": Profile(
-        name="tiny", description="test fabric, 32 x 32 PEs with WSE per-PE figures",
-        width=32, height=32, marketed_pes=32 * 32,
-        sram_total_bytes=32 * 32 * 48 * KIB, memory_bandwidth_bytes_s=32 * 32 * 24 * 0.975e9,
-        fabric_bandwidth_bits_s=32 * 32 * 4 * 32 * 2 * 0.975e9, **_PER_PE),
-    "small": Profile(
-        name="small", description="test fabric, 128 x 128 PEs with WSE per-PE figures",
-        width=128, height=128, marketed_pes=128 * 128,
-        sram_total_bytes=128 * 128 * 48 * KIB, memory_bandwidth_bytes_s=128 * 128 * 24 * 0.975e9,
-        fabric_bandwidth_bits_s=128 * 128 * 4 * 32 * 2 * 0.975e9, **_PER_PE),
+    "tiny": _test_fabric("tiny", 32),
+    "small": _test_fabric("small", 128),
 }
 
 

@@ -132,8 +132,13 @@ def cnn_graph(batch: int = 4, image: int = 16, channels=(3, 8, 16), classes: int
     return b.graph
 
 
-def attention_block(b: GraphBuilder, x: str, heads: int, name: str = "attn") -> str:
-    """Self-attention with q, k, v and output projections, residual and layer norm: (B, T, C) -> (B, T, C)."""
+def attention_block(b: GraphBuilder, x: str, heads: int, name: str = "attn", mask: str | None = None,
+                    dropout: float = 0.0, eps: float = 1e-5) -> str:
+    """Self-attention with q, k, v and output projections, residual and layer norm: (B, T, C) -> (B, T, C).
+
+    mask: an additive bias broadcast over the scores (B, 1, 1, T); dropout (BERT's places):
+    on the attention probabilities and on the output projection.
+    """
     batch, seq, width = b.graph.values[x].shape
     d = width // heads
 
@@ -148,14 +153,26 @@ def attention_block(b: GraphBuilder, x: str, heads: int, name: str = "attn") -> 
     scores = b.op("matmul", [q, k_t], (batch, heads, seq, seq))  # (B, H, T, T)
     scale = b.constant(f"{name}.scale", np.float32(1.0 / np.sqrt(d)))
     scores = b.op("mul", [scores, scale], (batch, heads, seq, seq))
+    if mask is not None:
+        scores = b.op("add", [scores, mask], (batch, heads, seq, seq))
     probs = b.op("softmax", [scores], (batch, heads, seq, seq), attrs={"axis": -1})
+    if dropout:
+        probs = b.op("dropout", [probs], (batch, heads, seq, seq), attrs={"rate": dropout})
     ctx = b.op("matmul", [probs, v], (batch, heads, seq, d))  # (B, H, T, d)
     ctx = b.op("transpose", [ctx], (batch, seq, heads, d), attrs={"perm": [0, 2, 1, 3]})
     ctx = b.op("reshape", [ctx], (batch, seq, width), attrs={"shape": [batch, seq, width]})
     out = b.dense(ctx, width, name=f"{name}.out")
+    if dropout:
+        out = b.op("dropout", [out], (batch, seq, width), attrs={"rate": dropout})
     out = b.op("add", [x, out], (batch, seq, width))  # residual
-    gamma, beta = b.param(f"{name}.ln.weight", (width,)), b.param(f"{name}.ln.bias", (width,))
-    return b.op("layer_norm", [out, gamma, beta], (batch, seq, width), attrs={"axes": [-1], "eps": 1e-5})
+    return layer_norm(b, out, f"{name}.ln", eps)
+
+
+def layer_norm(b: GraphBuilder, x: str, name: str, eps: float = 1e-5) -> str:
+    """Layer norm over the last axis with its gamma and beta."""
+    width = b.graph.values[x].shape[-1]
+    gamma, beta = b.param(f"{name}.weight", (width,)), b.param(f"{name}.bias", (width,))
+    return b.op("layer_norm", [x, gamma, beta], b.graph.values[x].shape, attrs={"axes": [-1], "eps": eps})
 
 
 def attention_graph(batch: int = 2, seq: int = 8, width: int = 16, heads: int = 2, classes: int = 4,

@@ -25,7 +25,7 @@ import tensorflow as tf
 from common.errors import UserError
 from common.log import eval_line
 from common.summaries import ScalarWriter
-from common.tf.estimator.cs_estimator import CerebrasEstimator, GraphSession
+from common.tf.estimator.cs_estimator import CerebrasEstimator, GraphSession, predictions_of
 from common.tf.estimator.graph import Graph, where
 from common.tf.estimator.mode_keys import ModeKeys
 from common.precision import loss_scaling
@@ -314,11 +314,6 @@ def predict(estimator: CerebrasEstimator, input_fn: Callable, path: str, yield_s
             except tf.errors.OutOfRangeError:
                 return
             outputs = program.eval_step(batch)
-            predictions = {k: outputs[k] for k in run.built.predictions}
-            if not yield_single_examples:
-                yield predictions
-                continue
-            for i in range(len(next(iter(predictions.values())))):
-                yield {k: v[i] for k, v in predictions.items()}
+            yield from predictions_of({k: outputs[k] for k in run.built.predictions}, yield_single_examples)
     finally:
         run.close()

@@ -99,6 +99,15 @@ class GraphSession:
         self.session.close()
 
 
+def predictions_of(batch: dict[str, np.ndarray], single_examples: bool) -> Iterator[dict[str, np.ndarray]]:
+    """A batch of predictions as predict yields it: whole, or one example at a time."""
+    if not single_examples:
+        yield batch
+        return
+    for i in range(len(next(iter(batch.values())))):
+        yield {k: v[i] for k, v in batch.items()}
+
+
 def _first_line(error: Exception) -> str:
     text = getattr(error, "message", None) or str(error)
     return text.strip().splitlines()[0] if text.strip() else type(error).__name__
@@ -329,11 +338,7 @@ class CerebrasEstimator:
                     batch = run.session.run(run.built.predictions)
                 except tf.errors.OutOfRangeError:
                     return
-                if not yield_single_examples:
-                    yield batch
-                    continue
-                for i in range(len(next(iter(batch.values())))):
-                    yield {k: v[i] for k, v in batch.items()}
+                yield from predictions_of(batch, yield_single_examples)
         finally:
             run.close()
 
