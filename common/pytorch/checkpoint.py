@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import zipfile
 from typing import Any
 
 import numpy as np
@@ -64,8 +65,13 @@ def load_checkpoint(path: str) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for a damaged file (zip, pickle, EOF)
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"{path}: not a readable checkpoint ({reason[:200]})") from None
+        if not zipfile.is_zipfile(path):  # torch's own message would talk about weights_only
+            reason = "not a torch.save archive: truncated, damaged or another format"
+        elif "Weights only load failed" in str(e):
+            reason = "it holds Python objects beyond tensors and plain values, which a safe load refuses"
+        else:
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise UserError(f"{path}: not a readable checkpoint ({reason})") from None
     if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
         missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
         raise UserError(f"{path}: not a zoo checkpoint (missing {', '.join(missing)})")

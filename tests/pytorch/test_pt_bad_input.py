@@ -122,6 +122,17 @@ def test_checkpoint_path_corrupt(tmp_path, capsys, model_dir, data_dir, mode):
                           model_dir, f"{corrupt}: not a readable checkpoint")
 
 
+class NotWeights:
+    """An object a safe (weights-only) load refuses to unpickle."""
+
+
+def test_checkpoint_with_arbitrary_objects_is_refused(tmp_path, capsys, model_dir, data_dir):
+    unsafe = tmp_path / "checkpoint_5.mdl"
+    torch.save({"model": NotWeights()}, unsafe)
+    expect_one_error_line(capsys, argv_for(model_dir, data_dir, "--mode", "eval", "--checkpoint_path", str(unsafe)),
+                          model_dir, f"{unsafe}: not a readable checkpoint (it holds Python objects beyond tensors")
+
+
 def test_checkpoint_of_another_model(tmp_path, capsys, model_dir, data_dir):
     expect_one_error_line(capsys, argv_for(model_dir, data_dir, "model.hidden_sizes=[7]", "--mode", "eval"),
                           model_dir, "checkpoint_4.mdl: does not fit this model")
