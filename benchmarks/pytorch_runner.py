@@ -39,7 +39,7 @@ def params_for(model_dir: str, steps: int, data_dir: str | None):
     if data_dir:
         argv += [f"train_input.data_dir={data_dir}", f"eval_input.data_dir={data_dir}"]
     args = parse_command_line(argv)
-    return args, effective_params(args, utils.default_params(), MNIST)
+    return args, effective_params(args, utils.default_params, MNIST, "pytorch")
 
 
 def time_runner(steps: int, data_dir: str | None, scratch: str) -> float:

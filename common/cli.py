@@ -16,7 +16,7 @@ import traceback
 from typing import Any, Callable, Mapping, Sequence
 
 from common.errors import UserError
-from common.params import MODES, FrozenDict, load_params
+from common.params import MODES, defaults_form, load_params, load_vendor_params
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -61,12 +61,33 @@ def parse_command_line(argv: Sequence[str] | None = None, prog: str | None = Non
     return args
 
 
-def effective_params(args: argparse.Namespace, default_params: Mapping, model_folder: str) -> FrozenDict:
-    """Defaults -> the params file -> flags -> ``section.key=value`` overrides, validated and frozen."""
+def default_model_dir(framework: str, model_folder: str, params_path: str) -> str:
+    """``model_dir/<framework>_<folder>[_<config>]`` when nothing sets runconfig.model_dir: a
+    copied folder, or another config of the same folder, never resumes or overwrites the
+    checkpoints of the original (``configs/params_tiny.yaml`` -> ``..._tiny``)."""
+    stem = os.path.splitext(os.path.basename(params_path))[0]
+    config = "" if stem == "params" else "_" + (stem.removeprefix("params_") or stem)
+    return os.path.join("model_dir", f"{framework}_{os.path.basename(os.path.abspath(model_folder))}{config}")
+
+
+def effective_params(args: argparse.Namespace, default_params_fn: Callable, model_folder: str,
+                     framework: str, mode: str | None = None) -> Mapping:
+    """Defaults -> the params file -> flags -> ``section.key=value`` overrides, validated.
+
+    ``default_params_fn`` comes in either form (``common.params.defaults_form``): the zoo's
+    ``default_params() -> dict``, whose result is the schema (params come back frozen), or the
+    vendor's ``set_defaults(params)`` (TF: ``set_defaults(params, mode=mode)``), which fills
+    the loaded params in place (params come back as a plain, tracked dict). ``mode`` is the
+    vendor's mode key handed to a set_defaults that takes one.
+    """
     path = args.params or os.path.join(model_folder, "configs", "params.yaml")
     overrides = [f"runconfig.{flag}={getattr(args, flag)}" for flag in ("model_dir", "max_steps", "steps", "eval_steps")
                  if getattr(args, flag) is not None]
-    return load_params(path, default_params, [*overrides, *args.overrides])
+    model_dir = default_model_dir(framework, model_folder, path)
+    if defaults_form(default_params_fn) == "vendor":
+        return load_vendor_params(path, default_params_fn, [*overrides, *args.overrides], mode=mode,
+                                  model_dir=model_dir)
+    return load_params(path, default_params_fn(), [*overrides, *args.overrides], model_dir=model_dir)
 
 
 def setup_logging(verbose: bool) -> None:

@@ -53,10 +53,22 @@ def test_a_copied_folder_runs_without_editing_imports(framework, tmp_path):
     copy = tmp_path / "elsewhere" / "my_model"
     shutil.copytree(os.path.join(zoo.ROOT, framework, "mnist"), copy)
     result = subprocess.run([sys.executable, str(copy / "run.py"), "--params", str(copy / "configs/params_tiny.yaml"),
-                             "--model_dir", str(tmp_path / "md"), "--max_steps", "2"],
+                             "--max_steps", "2"],
                             capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "| Train Device=cpu Step=2" in result.stdout + result.stderr
+    # no config names a model_dir: the copy's own is derived from its folder and config,
+    # so it never resumes or overwrites the original's checkpoints
+    assert sorted(os.listdir(tmp_path / "model_dir")) == [f"{framework}_my_model_tiny"]
+
+
+def test_model_dir_is_derived_from_framework_folder_and_config():
+    from common.cli import default_model_dir
+
+    assert default_model_dir("pytorch", "/x/pytorch/mnist", "/x/pytorch/mnist/configs/params.yaml") == \
+        os.path.join("model_dir", "pytorch_mnist")
+    assert default_model_dir("tf", "/x/tf/mnist", "configs/params_tiny.yaml") == os.path.join("model_dir", "tf_mnist_tiny")
+    assert default_model_dir("tf", "/x/tf/mine", "/y/big.yaml") == os.path.join("model_dir", "tf_mine_big")
 
 
 def test_the_two_mnist_models_share_their_defaults():
@@ -70,7 +82,26 @@ def test_the_two_mnist_models_share_their_defaults():
         for section in ("train_input", "eval_input"):
             params[section].pop("num_workers", None)
             params[section].pop("num_parallel_calls", None)
-        params["runconfig"].pop("model_dir")
+        params["runconfig"].pop("model_dir", None)
         return params
 
     assert defaults("pytorch") == defaults("tf")
+
+
+@pytest.mark.parametrize("config", ["params.yaml", "params_tiny.yaml"])
+def test_the_two_mnist_twins_configs_agree(config):
+    """Each config file of the twins gives the same effective params (but for the input's
+    parallelism and the derived model_dir), so that their README figures compare."""
+    from common.folder import import_beside
+    from common.params import load_params, thaw
+
+    def effective(framework):
+        utils = import_beside(os.path.join(zoo.ROOT, framework, "mnist", "utils.py"), "utils")
+        params = thaw(load_params(os.path.join(zoo.ROOT, framework, "mnist", "configs", config),
+                                  utils.default_params(), model_dir=None))
+        for section in ("train_input", "eval_input"):
+            params[section].pop("num_workers", None)
+            params[section].pop("num_parallel_calls", None)
+        return params
+
+    assert effective("pytorch") == effective("tf")

@@ -4,7 +4,8 @@ A model's run.py hands over four callables; everything else is here:
 
     model_fn(params, device) -> PyTorchBaseModel
     train_data_fn(params) / eval_data_fn(params) -> torch.utils.data.DataLoader
-    default_params_fn() -> dict    the model's own keys (model, train_input, eval_input, ...)
+    default_params_fn() -> dict    the model's own keys (model, train_input, eval_input, ...), or the
+                                   vendor's set_defaults(params), which fills the loaded params in place
 
 One run, in order: command line -> params (defaults, the file, overrides) -> data loaders
 -> model -> checkpoint. Only when all of these loaded fine does the run create model_dir
@@ -39,7 +40,7 @@ from common.cli import effective_params, guarded, parse_command_line, setup_logg
 from common.errors import NonFiniteLossError, UserError
 from common.io import atomic_open
 from common.log import TrainMeter, eval_line
-from common.params import save_params
+from common.params import report_unused, save_params
 from common.precision import check_precision
 from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.checkpoint import (list_checkpoints, latest_checkpoint, load_checkpoint, rng_state,
@@ -58,7 +59,7 @@ EVALUATES = ("eval", "eval_all", "train_and_eval", "predict")
 INPUT_BOUND_SHARE = 0.3
 
 
-def run(model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn, default_params_fn: Callable[[], dict],
+def run(model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn, default_params_fn: Callable,
         argv: list[str] | None = None) -> Any:
     """Parse the command line and run the mode; bad input exits with one line (status 2)."""
     model_folder = os.path.dirname(os.path.abspath(inspect.getfile(model_fn)))
@@ -66,12 +67,15 @@ def run(model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn, default_
     setup_logging(args.verbose)
 
     def body(args):
-        params = effective_params(args, default_params_fn(), model_folder)
+        params = effective_params(args, default_params_fn, model_folder, "pytorch")
         if args.validate_only or args.compile_only or args.device == "emulator":
             from common.pytorch.device_run import run_on_device  # numpy emulator; loaded only when asked for
 
-            return run_on_device(args, params, model_fn, train_data_fn, eval_data_fn)
-        return Runner(args, params, model_fn, train_data_fn, eval_data_fn).execute()
+            result = run_on_device(args, params, model_fn, train_data_fn, eval_data_fn)
+        else:
+            result = Runner(args, params, model_fn, train_data_fn, eval_data_fn).execute()
+        report_unused(params)  # vendor-form params: keys of the file nobody read (once; training reports early)
+        return result
 
     return guarded(body, args)
 
@@ -279,6 +283,7 @@ class Runner:
             logger.info("already at step %d (max_steps %d): nothing to train", self.global_step, final)
             return self.evaluate() if with_eval else None
         rc = self.runconfig
+        started_at = self.global_step
         order = TrainOrder(self.train_loader, rc["seed"], self.data_state)
         batches = iter(order)
         meter = TrainMeter(self.device_name, self.global_step, final)
@@ -293,6 +298,8 @@ class Runner:
                 fetched = time.perf_counter()
                 loss = self.train_batch(batch)
                 step = self.global_step = self.global_step + 1
+                if step == started_at + 1:
+                    report_unused(self.params)  # by the end of the first step, model and data code read their keys
                 window.add(batch_size(batch), fetched - started, time.perf_counter() - started)
                 if not math.isfinite(loss):
                     raise NonFiniteLossError(f"step {step}: the loss is {loss}; training stopped, the last good "

@@ -24,7 +24,7 @@ from common.cli import effective_params, guarded, parse_command_line, setup_logg
 from common.errors import UserError
 from common.precision import check_precision
 from common.io import atomic_open
-from common.params import save_params
+from common.params import report_unused, save_params
 
 logger = logging.getLogger("zoo")
 
@@ -40,18 +40,21 @@ def _check_device(device: str) -> None:
         raise UserError("--device gpu: TensorFlow sees no GPU on this machine; use --device cpu")
 
 
-def run(model_fn: Callable, train_input_fn: Callable, eval_input_fn: Callable, default_params_fn: Callable[[], dict],
+def run(model_fn: Callable, train_input_fn: Callable, eval_input_fn: Callable, default_params_fn: Callable,
         argv: list[str] | None = None) -> Any:
-    """Parse the command line, run the mode; bad input exits with one ``error:`` line."""
+    """Parse the command line, run the mode; bad input exits with one ``error:`` line.
+
+    ``default_params_fn`` is the zoo's ``default_params() -> dict`` or the vendor's
+    ``set_defaults(params, mode=mode)`` (common/cli.py::effective_params tells them apart)."""
     model_folder = os.path.dirname(os.path.abspath(inspect.getfile(model_fn)))
     args = parse_command_line(argv, prog=f"{os.path.relpath(model_folder)}/run.py")
     setup_logging(args.verbose)
-    return guarded(lambda a: _run(a, model_fn, train_input_fn, eval_input_fn, default_params_fn(), model_folder),
+    return guarded(lambda a: _run(a, model_fn, train_input_fn, eval_input_fn, default_params_fn, model_folder),
                    args)
 
 
-def _run(args, model_fn, train_input_fn, eval_input_fn, defaults: dict, model_folder: str) -> Any:
-    params = effective_params(args, defaults, model_folder)
+def _run(args, model_fn, train_input_fn, eval_input_fn, default_params_fn: Callable, model_folder: str) -> Any:
+    params = effective_params(args, default_params_fn, model_folder, "tf", mode=_COMPILE_MODES[args.mode])
     check_precision(params, args.device)
     _check_device(args.device)
 
@@ -64,11 +67,15 @@ def _run(args, model_fn, train_input_fn, eval_input_fn, defaults: dict, model_fo
     mode, rc = args.mode, params["runconfig"]
 
     def write_params() -> None:
+        # the graph is built: model_fn and input_fn have read what they read
+        report_unused(params)
         save_params(params, config.model_dir, mode)
 
     if args.validate_only or args.compile_only:
         input_fn = train_input_fn if _COMPILE_MODES[mode] == "train" else eval_input_fn
-        return estimator.compile(input_fn, validate_only=args.validate_only, mode=_COMPILE_MODES[mode])
+        report = estimator.compile(input_fn, validate_only=args.validate_only, mode=_COMPILE_MODES[mode])
+        report_unused(params)
+        return report
 
     steps = rc["steps"]
     max_steps = None if steps is not None else rc["max_steps"]

@@ -6,7 +6,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.errors import UserError
 from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.metrics import Accuracy
 
@@ -34,11 +33,7 @@ class MLP(nn.Module):
 
 class MnistModel(PyTorchBaseModel):
     def __init__(self, params: Mapping, device: torch.device):
-        p = params["model"]
-        if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in p["hidden_sizes"]):
-            raise UserError(f"model.hidden_sizes must be a list of positive integers, got {list(p['hidden_sizes'])}")
-        if not 0.0 <= p["dropout"] < 1.0:
-            raise UserError(f"model.dropout must be in [0, 1), got {p['dropout']}")
+        p = params["model"]  # sizes and rates are checked by params (common/params.py NAME_RULES)
         super().__init__(params, MLP(p["hidden_sizes"], p["dropout"], p["activation_fn"]), device)
         self.metrics = {"accuracy": Accuracy(output="logits")}
 

@@ -35,7 +35,7 @@ def test_flags_and_overrides_reach_params(tmp_path):
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "params.yaml").write_text("runconfig:\n  max_steps: 5\n")
     args = parse_command_line(["--model_dir", str(tmp_path / "md"), "--max_steps", "8", "model.width=3"])
-    params = effective_params(args, {"model": {"width": 1}}, str(tmp_path))
+    params = effective_params(args, lambda: {"model": {"width": 1}}, str(tmp_path), "pytorch")
     assert params["runconfig"]["model_dir"] == str(tmp_path / "md")
     assert params["runconfig"]["max_steps"] == 8
     assert params["model"]["width"] == 3

@@ -122,3 +122,89 @@ def test_exponent_without_a_dot_is_a_number(tmp_path):
     assert params["optimizer"]["learning_rate"] == 0.001 and params["optimizer"]["epsilon"] == 1e-7
     with pytest.raises(UserError, match="must be an integer"):
         load_params(write(tmp_path, "runconfig:\n  max_steps: 1e3\n"), MODEL_DEFAULTS)
+
+
+# --- sizes, counts and rates (issue: the check belongs to params, not to each model) ---------
+
+@pytest.mark.parametrize("text, message", [
+    ("train_input:\n  batch_size: -3\n", ":2: 'train_input.batch_size' must be at least 1, got -3"),
+    ("train_input:\n  batch_size: 0\n", ":2: 'train_input.batch_size' must be at least 1, got 0"),
+    ("model:\n  dropout: 1.0\n", ":2: 'model.dropout' must be in [0, 1), got 1.0"),
+    ("model:\n  hidden_sizes: [32,\n    0]\n", ":3: 'model.hidden_sizes[1]' must be at least 1, got 0"),
+    ("runconfig:\n  log_steps: 0\n", ":2: 'runconfig.log_steps' must be at least 1, got 0"),
+    ("runconfig:\n  max_steps: -1\n", ":2: 'runconfig.max_steps' must be at least 0, got -1"),
+    ("optimizer:\n  learning_rate: -0.1\n", ":2: 'optimizer.learning_rate' must be at least 0, got -0.1"),
+    ("optimizer:\n  beta2: 1\n", ":2: 'optimizer.beta2' must be in [0, 1), got 1.0"),
+    ("optimizer:\n  epsilon: 0\n", ":2: 'optimizer.epsilon' must be greater than 0, got 0.0"),
+])
+def test_sizes_counts_and_rates_are_checked_by_params(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(UserError) as e:
+        load_params(path, MODEL_DEFAULTS)
+    assert str(e.value) == path + message
+
+
+def test_a_range_error_from_the_command_line_names_the_override():
+    with pytest.raises(UserError, match=r"^command line 'train_input.batch_size=-3': 'train_input.batch_size' must "
+                                        r"be at least 1, got -3$"):
+        load_params(None, MODEL_DEFAULTS, ["train_input.batch_size=-3"])
+
+
+def test_name_rules_leave_the_usual_special_values_alone():
+    defaults = {"train_input": {"num_workers": 1, "num_parallel_calls": 4, "shuffle_buffer_size": 10,
+                                "num_warmup_steps": 5}}
+    params = load_params(None, defaults, ["train_input.num_workers=0", "train_input.num_parallel_calls=-1",
+                                          "train_input.shuffle_buffer_size=-1", "train_input.num_warmup_steps=0"])
+    assert params["train_input"]["num_parallel_calls"] == -1 and params["train_input"]["num_workers"] == 0
+    with pytest.raises(UserError, match="'train_input.num_workers' must be at least 0, got -1"):
+        load_params(None, defaults, ["train_input.num_workers=-1"])
+
+
+def test_a_wrong_type_inside_a_list_names_its_line(tmp_path):
+    path = write(tmp_path, "model:\n  hidden_sizes:\n    - 32\n    - wide\n")
+    with pytest.raises(UserError) as e:
+        load_params(path, MODEL_DEFAULTS)
+    assert str(e.value) == f"{path}:4: 'model.hidden_sizes[1]' must be an integer, got 'wide'"
+
+
+def test_a_boolean_is_not_a_number_and_a_section_must_be_a_mapping():
+    with pytest.raises(UserError, match="'model.dropout' must be a number, got True"):
+        load_params(None, MODEL_DEFAULTS, ["model.dropout=true"])
+    with pytest.raises(UserError, match="'runconfig' must be a mapping of keys, got 5"):
+        load_params(None, MODEL_DEFAULTS, ["runconfig=5"])
+
+
+# --- a config that holds only what differs from its base ----------------------------------
+
+def test_base_file_holds_the_rest_and_lines_name_the_right_file(tmp_path):
+    base = write(tmp_path, "model:\n  dropout: 0.3\n  hidden_sizes: [8, 4]\nruncon" + "fig:\n  save_checkpoints_steps: 9\n")
+    tiny = write(tmp_path, "base: params.yaml\nmodel:\n  hidden_sizes: [2]\nruncon" + "fig:\n  checkpoint_steps: 3\n",
+                 name="params_tiny.yaml")
+    params = load_params(tiny, MODEL_DEFAULTS)
+    assert params["model"]["dropout"] == 0.3 and params["model"]["hidden_sizes"] == (2,)
+    assert params["runconfig"]["checkpoint_steps"] == 3  # the tiny file's spelling replaces the base's alias
+    write(tmp_path, "model:\n  dropout: 0.3\n  hidden_sizes: [8, 4]\n  colour: red\n")
+    with pytest.raises(UserError) as e:
+        load_params(tiny, MODEL_DEFAULTS)
+    assert str(e.value).startswith(f"{base}:4: unknown key 'model.colour'")
+    write(tmp_path, "model:\n  dropout: 0.3\n")
+    write(tmp_path, "base: params.yaml\nmodel:\n  dropout: 7\n", name="params_tiny.yaml")
+    with pytest.raises(UserError) as e:
+        load_params(tiny, MODEL_DEFAULTS)
+    assert str(e.value) == f"{tiny}:3: 'model.dropout' must be in [0, 1), got 7.0"
+
+
+def test_base_file_errors(tmp_path):
+    looped = write(tmp_path, "base: params.yaml\n")
+    with pytest.raises(UserError, match=r"params.yaml:1: 'base: params.yaml' includes itself"):
+        load_params(looped, MODEL_DEFAULTS)
+    missing = write(tmp_path, "model: {}\nbase: nowhere.yaml\n", name="tiny.yaml")
+    with pytest.raises(UserError, match=r"tiny.yaml:2: base params file .*nowhere.yaml not found"):
+        load_params(missing, MODEL_DEFAULTS)
+
+
+def test_model_dir_default_is_given_by_the_caller():
+    assert load_params(None, MODEL_DEFAULTS, model_dir="model_dir/pytorch_x")["runconfig"]["model_dir"] == \
+        "model_dir/pytorch_x"
+    assert load_params(None, MODEL_DEFAULTS, ["runconfig.model_dir=elsewhere"],
+                       model_dir="model_dir/pytorch_x")["runconfig"]["model_dir"] == "elsewhere"

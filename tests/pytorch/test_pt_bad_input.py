@@ -161,7 +161,7 @@ def test_bad_schedule(capsys, model_dir, data_dir):
 
 def test_log_steps_zero(capsys, model_dir, data_dir):
     expect_one_error_line(capsys, argv_for(model_dir, data_dir, "runconfig.log_steps=0"), model_dir,
-                          "runconfig.log_steps must be an integer of at least 1, got 0")
+                          "command line 'runconfig.log_steps=0': 'runconfig.log_steps' must be at least 1, got 0")
 
 
 @pytest.mark.parametrize("dtype, fragment", [("float16", "float16 needs --device gpu"),
@@ -196,5 +196,6 @@ def test_the_real_entry_point(tmp_path, data_dir):
 
     bad = subprocess.run([*cmd, "model.dropout=2"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2
-    assert bad.stderr.strip().splitlines()[-1] == "error: model.dropout must be in [0, 1), got 2.0"
+    assert bad.stderr.strip().splitlines()[-1] == ("error: command line 'model.dropout=2': 'model.dropout' must be "
+                                                     "in [0, 1), got 2.0")
     assert "Traceback" not in bad.stderr

@@ -78,7 +78,9 @@ def test_a_copied_folder_runs_beside_the_original(tmp_path, data_dir):
     copy = tmp_path / "elsewhere" / "my_mlp"
     shutil.copytree(MNIST, copy, ignore=shutil.ignore_patterns("__pycache__"))
     # without --params, a run reads configs/params.yaml beside the folder's model.py: the copy's own
-    shutil.copy(copy / "configs" / "params_tiny.yaml", copy / "configs" / "params.yaml")
+    params = (copy / "configs" / "params.yaml").read_text()
+    (copy / "configs" / "params.yaml").write_text(params.replace("max_steps: 1000", "max_steps: 4")
+                                                  .replace("hidden_sizes: [500, 300]", "hidden_sizes: [32, 16]"))
     argv = [f"train_input.data_dir={data_dir}"]
     load_run_module(str(copy)).main([*argv, "--model_dir", str(tmp_path / "copy_run")])
     load_run_module(MNIST).main([*argv, "--params", TINY, "--model_dir", str(tmp_path / "original_run")])

@@ -79,7 +79,7 @@ def test_mixed_precision_losses_match_the_cpu(tf_mnist, tiny_args, tmp_path):
     """bfloat16 compute: Keras' mixed_bfloat16 policy on the CPU, the device's rounding on
     the emulator; the losses agree within 2e-2 relative."""
     same = ("runconfig.max_steps=20", "runconfig.log_steps=1", "runconfig.checkpoint_steps=20", "model.dropout=0.0",
-            "mixed_precision.enabled=true", "mixed_precision.dtype=bfloat16")
+            "optimizer.learning_rate=0.001", "mixed_precision.enabled=true", "mixed_precision.dtype=bfloat16")
     tf_mnist.main(tiny_args(*same, model_dir=tmp_path / "cpu"))
     tf_mnist.main(tiny_args(*same, "--device", "emulator", model_dir=tmp_path / "emulator"))
     np.testing.assert_allclose(_losses(tmp_path / "emulator"), _losses(tmp_path / "cpu"), rtol=2e-2)

@@ -31,7 +31,7 @@ def test_train_writes_checkpoints_params_and_summaries(tf_mnist, tiny_args, tmp_
     assert [step for step, _ in scalars["loss"]] == [1, 2, 3, 4]
     for tag in ("lr", "samples_per_sec", "global_step/sec"):
         assert len(scalars[tag]) == 4
-    assert scalars["lr"][0][1] == pytest.approx(0.001)
+    assert scalars["lr"][0][1] == pytest.approx(0.005)  # params_tiny.yaml
 
 
 def test_loss_falls_and_eval_reports_accuracy(tf_mnist, tiny_args, tmp_path, capsys):

@@ -10,7 +10,6 @@ from typing import Mapping
 import keras
 import tensorflow as tf
 
-from common.errors import UserError
 from common.tf.estimator import CSEstimatorSpec, EstimatorSpec, ModeKeys
 from common.tf.optim import build_train_op
 
@@ -19,11 +18,7 @@ NUM_CLASSES = 10
 
 def mlp(images: tf.Tensor, params: Mapping, training: bool) -> tf.Tensor:
     """(B, 784) normalised pixels -> (B, 10) float32 logits."""
-    p = params["model"]
-    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in p["hidden_sizes"]):
-        raise UserError(f"model.hidden_sizes must be a list of positive integers, got {list(p['hidden_sizes'])}")
-    if not 0.0 <= p["dropout"] < 1.0:
-        raise UserError(f"model.dropout must be in [0, 1), got {p['dropout']}")
+    p = params["model"]  # sizes and rates are checked by params (common/params.py NAME_RULES)
     x = images  # (B, 784)
     for i, size in enumerate(p["hidden_sizes"]):
         x = keras.layers.Dense(size, activation=p["activation_fn"], name=f"fc{i}")(x)  # (B, size)

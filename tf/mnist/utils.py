@@ -35,7 +35,6 @@ def default_params() -> dict:
         "eval_input": _input(shuffle=False, batch_size=40),
         "optimizer": {"optimizer_type": "adam", "learning_rate": 0.001},
         "runconfig": {
-            "model_dir": "model_dir/tf_mnist",
             "max_steps": 1000,
             "checkpoint_steps": 500,
             "log_steps": 100,
