@@ -140,11 +140,12 @@ def _slowest(cost):
 def _why(result) -> str:
     """One sentence on what bounds the estimate, in the figures of the table below it."""
     cost, profile = result.cost, result.profile
-    could = _rate(cost.compute_samples_per_s)
     if cost.bound_by == "input":
+        could = (f"fewer than the {_rate(cost.compute_samples_per_s)} the compute could take"
+                 if math.isfinite(cost.compute_samples_per_s) else "and no kernel computes")
         return (f"the system I/O ({profile.system_io_bits_s / 1e12:g} Tb/s) carries "
                 f"{cost.input_bytes_per_sample:,.0f} bytes of input per sample, "
-                f"{_rate(cost.transmission_samples_per_s)}, fewer than the {could} the compute could take")
+                f"{_rate(cost.transmission_samples_per_s)}, {could}")
     input_could = f"the input could carry {_rate(cost.transmission_samples_per_s)}"
     if not math.isfinite(cost.compute_samples_per_s):
         return f"the graph has no kernel that computes, and {input_could}"
