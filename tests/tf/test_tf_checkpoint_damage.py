@@ -22,7 +22,9 @@ DATA_4, INDEX_4 = "model.ckpt-4.data-00000-of-00001", "model.ckpt-4.index"
 
 def _argv(mnist_dir, model_dir, *extra):
     return ["--params", TINY, "--model_dir", str(model_dir), f"train_input.data_dir={mnist_dir}",
-            f"eval_input.data_dir={mnist_dir}", "train_input.dataset=mnist", "eval_input.dataset=mnist", *extra]
+            f"eval_input.data_dir={mnist_dir}", "train_input.dataset=mnist", "eval_input.dataset=mnist",
+            # what the tests count on, whatever the tiny config says
+            "runconfig.max_steps=4", "runconfig.checkpoint_steps=2", "runconfig.keep_checkpoint_max=2", *extra]
 
 
 @pytest.fixture(scope="module")
