@@ -7,7 +7,8 @@ Every constant comes from the profile (device/profiles.py, which cites
     SRAM time    = SRAM bytes / (P x SRAM bytes per cycle per PE x clock)
     fabric time  = bytes in and out of the kernel / (links on its rectangle's boundary x link rate)
 
-and the kernel's time is the largest of them (what it is "bound by").
+and the kernel's time is the largest of them: what it is "bound by", one of BOUNDS (compute,
+memory: SRAM bandwidth, fabric, and in weight streaming the external link).
 
 Layer-pipelined: every kernel works at once on its own rectangle, so one batch takes the
 slowest kernel's time: compute samples/s = batch / slowest kernel time (wafer-facts.md:
@@ -24,6 +25,11 @@ hide behind.
 
 Input transmission: samples/s = system I/O / bytes of one sample's inputs (as fed, at
 their dtypes). The estimate is the smaller of compute and transmission samples/s.
+
+What bounds the estimate: "input" where transmission is the smaller; otherwise the bound
+that takes most of an iteration's time: pipelined, the slowest kernel's (it paces every
+stage); weight streaming, the bound under which the kernels, run one after another, spend
+the most time, the bubble counting as weight streaming.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from device.ir import Graph
 from device.passes.match import Kernel, batch_size
 from device.profiles import Profile
 
+# what can bound a kernel's time, in the words the report uses; "input" can bound the whole estimate
+BOUNDS = ("compute", "memory", "fabric", "weight streaming")
 INPUT_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "cb16": 2, "int64": 8, "int32": 4,
                "bool": 1}
 
@@ -60,7 +68,7 @@ class KernelCost:
     fabric_s: float
     stream_s: float
     time_s: float
-    bound_by: str  # compute, sram, fabric, weight stream, or free
+    bound_by: str  # one of BOUNDS, or free (a layout kernel: no PEs, no time)
 
 
 @dataclass
@@ -96,13 +104,39 @@ class CostReport:
         return 100.0 * self.flops_per_sample * self.samples_per_s / self.peak_flops
 
     @property
+    def iteration_by_bound(self) -> dict[str, float]:
+        """Seconds of one iteration (iteration_s) per bound, largest first.
+
+        Pipelined: the slowest kernel paces every stage, so the whole iteration is its bound's.
+        Weight streaming: the kernels run one after another, so each adds its time under its own
+        bound, and the bubble (weights and gradients crossing the external link) is weight streaming.
+        """
+        working = [k for k in self.kernels if k.bound_by != "free"]
+        if not working:
+            return {}
+        if self.execution_mode != "weight_streaming":
+            return {max(working, key=lambda k: k.time_s).bound_by: self.iteration_s}
+        seconds = dict.fromkeys(BOUNDS, 0.0)
+        for k in working:
+            seconds[k.bound_by] += k.time_s
+        seconds["weight streaming"] += self.bubble_s
+        return dict(sorted(((b, t) for b, t in seconds.items() if t > 0), key=lambda bt: -bt[1]))
+
+    @property
+    def compute_bound_by(self) -> str:
+        """What bounds compute samples/s: the bound with the largest share of the iteration."""
+        return next(iter(self.iteration_by_bound), "compute")
+
+    @property
     def bound_by(self) -> str:
-        return "transmission" if self.transmission_samples_per_s < self.compute_samples_per_s else "compute"
+        """What bounds the estimate: "input" (system I/O) or what bounds the compute."""
+        return "input" if self.transmission_samples_per_s < self.compute_samples_per_s else self.compute_bound_by
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if k != "kernels"}
         data.update(estimate=True, active_pes_pct=self.active_pes_pct,
                     compute_utilisation_pct=self.compute_utilisation_pct, bound_by=self.bound_by,
+                    compute_bound_by=self.compute_bound_by, iteration_by_bound=self.iteration_by_bound,
                     kernels=[asdict(k) for k in self.kernels])
         return data
 
@@ -145,15 +179,15 @@ def estimate(graph: Graph, kernels: list[Kernel], placement, profile: Profile, *
 
 def roofline(kernel: Kernel, w: int, h: int, profile: Profile, precision: str, training: bool,
              streaming: bool = False) -> dict[str, float]:
-    """Seconds of one batch of ``kernel`` on a w x h rectangle, per limit: compute, sram, fabric, weight stream."""
+    """Seconds of one batch of ``kernel`` on a w x h rectangle, per bound (BOUNDS)."""
     compute_cycles, sram_cycles = pe_cycles(kernel, profile, precision, training)
     pes = w * h
     boundary_links = 2 * (w + h)  # one outward link per edge PE (4 links per PE, wafer-facts.md)
     return {
         "compute": compute_cycles / (pes * profile.clock_hz),
-        "sram": sram_cycles / (pes * profile.clock_hz),
+        "memory": sram_cycles / (pes * profile.clock_hz),  # SRAM bandwidth
         "fabric": _fabric_bytes(kernel, training) / (boundary_links * profile.link_bytes_s),
-        "weight stream": _stream_bytes(kernel, training, streaming) / profile.external_link_bytes_s,
+        "weight streaming": _stream_bytes(kernel, training, streaming) / profile.external_link_bytes_s,
     }
 
 
@@ -180,7 +214,7 @@ def _kernel_cost(kernel: Kernel, rect, profile: Profile, precision: str, trainin
     times = roofline(kernel, rect.w, rect.h, profile, precision, training, streaming)
     bound_by = max(times, key=times.get)
     return KernelCost(kernel.name, kernel.kind, rect.pes, flops, sram_bytes, fabric_bytes, stream_bytes,
-                      times["compute"], times["sram"], times["fabric"], times["weight stream"], times[bound_by],
+                      times["compute"], times["memory"], times["fabric"], times["weight streaming"], times[bound_by],
                       bound_by)
 
 

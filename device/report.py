@@ -3,7 +3,8 @@
     report.txt     validation summary, "Estimated overall performance", per-kernel table, memory per kernel
     report.json    the same data
     ir.json        the captured graph (Graph.to_dict())
-    placement.svg  the fabric to scale, one coloured, labelled rectangle per kernel, a legend
+    placement.svg  the fabric to scale with a scale bar, one coloured, numbered rectangle per kernel, and a
+                   legend listing every kernel; in weight streaming, one iteration's time across the fabric
 
 Every file is rendered in memory first, then written atomically (common.io), so a failed
 or interrupted compile never leaves a half-written report over a good one.
@@ -55,10 +56,18 @@ def _finite(obj: Any) -> Any:
 # -- report.txt ---------------------------------------------------------------------
 
 
+# what each bound means, as a kernel that is bound by it spends its time
+_WAITS = {"compute": "computes (the PEs' arithmetic)", "memory": "waits on SRAM bandwidth",
+          "fabric": "waits on the fabric links at its rectangle's edge",
+          "weight streaming": "waits on its weights crossing the external link"}
+
+
 def render_text(result) -> str:
     graph, cost, placement, profile = result.graph, result.cost, result.placement, result.profile
     lines = [
         "Device compile report: every figure below is an estimate of the emulator's cost model, not a measurement",
+        f"  throughput  {cost.samples_per_s:,.0f} samples/s, bound by {cost.bound_by}",
+        f"  why         {_why(result)}",
         f"  model       {graph.frontend} graph, {len(graph.nodes)} nodes, {graph.num_params():,} parameters, "
         f"compute {graph.precision}, batch {cost.batch_size}",
         f"  target      {profile.name} ({profile.description}; {profile.width} x {profile.height} PEs, "
@@ -69,29 +78,36 @@ def render_text(result) -> str:
         f"  {result.validation.summary()}",
     ]
     lines += [f"  {line}" for line in result.validation.to_text().splitlines()]
-    slowest = max(cost.kernels, key=lambda k: k.time_s, default=None)
+    slowest = _slowest(cost)
+    if result.execution_mode == "weight_streaming":
+        pace = f"   (kernels one after another, plus the bubble; bound by {cost.compute_bound_by})"
+    else:
+        pace = f"   (slowest kernel: {slowest.name}, bound by {slowest.bound_by})" if slowest else ""
     peak = f"{cost.peak_flops / 1e12:,.1f} TFLOP/s {graph.precision} peak of the fabric"
     lines += [
         "",
         "Estimated overall performance",
         f"  samples/s                 {_num(cost.samples_per_s)}   "
         f"(the smaller of the two below; bound by {cost.bound_by})",
-        f"  compute samples/s         {_num(cost.compute_samples_per_s)}"
-        + (f"   (slowest kernel: {slowest.name}, bound by {slowest.bound_by})"
-           if slowest and slowest.time_s > 0 and result.execution_mode == "pipelined" else ""),
+        f"  compute samples/s         {_num(cost.compute_samples_per_s)}" + pace,
         f"  transmission samples/s    {_num(cost.transmission_samples_per_s)}   "
         f"(system I/O {profile.system_io_bits_s / 1e12:g} Tb/s, {cost.input_bytes_per_sample:,.0f} bytes of input "
         "per sample)",
-        f"  active PEs                {cost.active_pes_pct:.1f} %   ({cost.active_pes:,} of {cost.fabric_pes:,})",
+        f"  active PEs                {cost.active_pes_pct:.1f} %   ({cost.active_pes:,} of {cost.fabric_pes:,}"
+        + ("; each kernel has them all, in turn)" if result.execution_mode == "weight_streaming" else ")"),
         f"  compute utilisation       {cost.compute_utilisation_pct:.1f} %   (of the {peak})",
         f"  flops per sample          {cost.flops_per_sample:,.0f}" + ("   (forward + backward)" if result.training
                                                                        else "   (forward)"),
     ]
     if result.execution_mode == "weight_streaming":
-        lines.append(f"  iteration bubble          {cost.bubble_s * 1e6:,.1f} us")
+        lines.append(f"  iteration bubble          {_si(cost.bubble_s)}s   (the first kernel's weights and the "
+                     "last one's gradients cross the external link with nothing to overlap)")
     free = sum(1 for c in cost.kernels if c.bound_by == "free")
     lines += ["", f"Kernels (estimates for one batch of {cost.batch_size}"
-                  + (f"; {free} free layout kernels not listed)" if free else ")")]
+                  + (f"; {free} free layout kernels not listed)" if free else ")"),
+              "  bound by: compute (the PEs' arithmetic), memory (SRAM bandwidth), fabric (links at the "
+              "rectangle's edge)" + (", weight streaming (the external link)"
+                                     if result.execution_mode == "weight_streaming" else "")]
     table = [("kernel", "kind", "PEs", "rectangle x,y,w,h", "flops", "SRAM bytes", "fabric bytes", "time",
               "bound by", "source")]
     for k, c in zip(result.kernels, cost.kernels):
@@ -99,21 +115,59 @@ def render_text(result) -> str:
             continue
         rect = placement.get(k.name)
         table.append((k.name, k.kind, f"{c.pes:,}", f"{rect.x},{rect.y},{rect.w},{rect.h}", _si(c.flops),
-                      _si(c.sram_bytes), _si(c.fabric_bytes), f"{_si(c.time_s)}s", c.bound_by, k.loc))
+                      _bytes(c.sram_bytes), _bytes(c.fabric_bytes), f"{_si(c.time_s)}s", c.bound_by, k.loc))
     lines += _table(table)
-    lines += ["", f"Memory per kernel (SRAM, {profile.sram_bytes_per_pe:,} bytes per PE; "
-                  "activations: samples in flight x inputs per sample)"]
+    lines += ["", f"Memory per kernel (SRAM, {_bytes(profile.sram_bytes_per_pe)} per PE; "
+                  "activations: samples in flight x inputs per sample; per PE: the busiest PE, whole bytes)"]
     table = [("kernel", "weights", "gradients", "optimizer", "state", "activations", "in flight", "total",
               "per PE", "of PE SRAM")]
     for rect in placement.kernels:
         if not rect.pes:
             continue
+        per_pe = math.ceil(rect.memory_per_pe)
         table.append((rect.name, _bytes(rect.weight_bytes), _bytes(rect.gradient_bytes),
                       _bytes(rect.optimizer_bytes), _bytes(rect.state_bytes), _bytes(rect.activation_bytes),
-                      str(rect.inflight), _bytes(rect.memory_bytes), _bytes(rect.memory_per_pe),
-                      f"{100 * rect.memory_per_pe / profile.sram_bytes_per_pe:.0f} %"))
+                      str(rect.inflight), _bytes(rect.memory_bytes), _bytes(per_pe),
+                      f"{100 * per_pe / profile.sram_bytes_per_pe:.1f} %"))
     lines += _table(table)
     return "\n".join(lines) + "\n"
+
+
+def _slowest(cost):
+    return max((c for c in cost.kernels if c.bound_by != "free"), key=lambda c: c.time_s, default=None)
+
+
+def _why(result) -> str:
+    """One sentence on what bounds the estimate, in the figures of the table below it."""
+    cost, profile = result.cost, result.profile
+    if cost.bound_by == "input":
+        could = (f"fewer than the {_rate(cost.compute_samples_per_s)} the compute could take"
+                 if math.isfinite(cost.compute_samples_per_s) else "and no kernel computes")
+        return (f"the system I/O ({profile.system_io_bits_s / 1e12:g} Tb/s) carries "
+                f"{cost.input_bytes_per_sample:,.0f} bytes of input per sample, "
+                f"{_rate(cost.transmission_samples_per_s)}, {could}")
+    input_could = f"the input could carry {_rate(cost.transmission_samples_per_s)}"
+    if not math.isfinite(cost.compute_samples_per_s):
+        return f"the graph has no kernel that computes, and {input_could}"
+    bound = cost.compute_bound_by
+    if result.execution_mode == "weight_streaming":
+        working = [c for c in cost.kernels if c.bound_by != "free"]
+        share = cost.iteration_by_bound[bound]
+        kernels = sum(1 for c in working if c.bound_by == bound)
+        bubble = (f" and the {_si(cost.bubble_s)}s bubble" if bound == "weight streaming" and cost.bubble_s > 0
+                  else "")
+        link = (f" ({profile.external_link_bits_s / 1e12:g} Tb/s)" if bound == "weight streaming" else "")
+        return (f"each kernel has the whole fabric in turn; of each {_si(cost.iteration_s)}s iteration, "
+                f"{_si(share)}s ({100 * share / cost.iteration_s:.0f} %) goes to {kernels} of {len(working)} "
+                f"kernels that are bound by {bound}{link}{bubble}; {input_could}")
+    slowest = _slowest(cost)
+    kernel = next(k for k in result.kernels if k.name == slowest.name)
+    return (f"the slowest kernel, {slowest.name} at {kernel.loc}, {_WAITS[bound]} for {_si(slowest.time_s)}s per "
+            f"batch of {cost.batch_size}, and in a pipeline the slowest stage paces them all; {input_could}")
+
+
+def _rate(x: float) -> str:
+    return f"{_si(x).rstrip()} samples/s"
 
 
 def _num(x: float) -> str:
@@ -121,7 +175,7 @@ def _num(x: float) -> str:
 
 
 def _si(x: float) -> str:
-    """3 significant digits with an SI prefix: 1.23 G, 456 u."""
+    """3 significant digits with an SI prefix and a trailing space for the unit: "1.23 G", "456 u"."""
     if x == 0 or not math.isfinite(x):
         return f"{x:g} "
     exponent = max(-4, min(4, int(math.floor(math.log10(abs(x)) / 3))))
@@ -130,7 +184,11 @@ def _si(x: float) -> str:
 
 
 def _bytes(n: float) -> str:
-    return f"{_si(n)}B"
+    """Bytes in the binary units memory is sized in: "48 B", "98.1 KiB", "1.5 MiB"; never a fraction of a byte."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{math.ceil(n):,} B"
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:
@@ -139,76 +197,196 @@ def _table(rows: list[tuple[str, ...]]) -> list[str]:
 
 
 # -- placement.svg ------------------------------------------------------------------
+#
+# Pipelined: the fabric to scale (a scale bar gives PEs per pixel), one rectangle per kernel,
+# drawn at least _MIN_PX on each side so that a kernel of one row of PEs stays visible; a
+# kernel too small for its name carries its number, or a numbered callout beside the fabric.
+# Weight streaming: each kernel has the whole fabric in turn, so the fabric is drawn as one
+# iteration's time, left to right, a band per kernel as wide as its time (at least _MIN_PX),
+# then the bubble; a scale bar gives the time. Both list every kernel in a legend.
 
 _MAX_PX = 900  # longest side of the drawn fabric
-_LEGEND_PX = 260
+_MIN_PX = 3.0  # the smallest side a kernel is drawn with
+_LEGEND_ROW = 18
+_CALLOUT_PX = 40  # the strip for callouts between the fabric and the legend
+_FONT_MIN = 8.0  # smaller text is not read
 
 
 def render_svg(result) -> str:
-    placement, profile = result.placement, result.profile
+    placement, profile, cost = result.placement, result.profile, result.cost
     scale = _MAX_PX / max(placement.width, placement.height)
     fw, fh = placement.width * scale, placement.height * scale
-    top, left = 50, 20
-    kinds = [k for k in KIND_COLOURS if any(r.kind == k and r.pes for r in placement.kernels)]
-    width = left + fw + 20 + _LEGEND_PX
-    height = max(top + fh + 40, top + 30 + 22 * (len(kinds) + 2))
-    title = (f"{profile.name}: {placement.width} x {placement.height} PEs, {result.execution_mode}, "
-             f"active PEs {result.cost.active_pes_pct:.1f} % (estimate)")
+    top, left = 60, 20  # room above the fabric for the callouts of narrow bands
+    placed = [r for r in placement.kernels if r.pes]
+    streaming = result.execution_mode == "weight_streaming"
+    if streaming:
+        title = (f"{profile.name}: {placement.width} x {placement.height} PEs, weight streaming: each of the "
+                 f"{len(placed)} kernels has all {placement.fabric_pes:,} PEs in turn (estimate)")
+        body, legend = _streaming_body(result, left, top, fw, fh)
+    else:
+        title = (f"{profile.name}: {placement.width} x {placement.height} PEs, pipelined: {len(placed)} kernels on "
+                 f"{cost.active_pes:,} PEs, {cost.active_pes_pct:.1f} % of the fabric (estimate)")
+        body, legend = _pipelined_body(result, left, top, scale)
+    x = left + fw + _CALLOUT_PX
+    legend_px = 40 + 7 * max((len(text) for _, text in legend), default=0)
+    width = x + legend_px
+    height = max(top + fh + 70, top + 30 + _LEGEND_ROW * (len(legend) + 1))
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
            f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="sans-serif">',
            '<rect width="100%" height="100%" fill="white"/>',
            f'<text x="{left}" y="30" font-size="16">{escape(title)}</text>',
            f'<rect x="{left}" y="{top}" width="{fw:.2f}" height="{fh:.2f}" fill="#f4f4f4" stroke="#555"/>']
-    if result.execution_mode == "weight_streaming":
-        out += _streaming_body(result, left, top, fw, fh)
-    else:
-        for i, rect in enumerate(r for r in placement.kernels if r.pes):
-            out += _kernel_rect(rect, i, left, top, scale)
-    # legend: one swatch per kind, with how many kernels and PEs it holds
-    x = left + fw + 20
-    out.append(f'<text x="{x}" y="{top + 14}" font-size="14">kernel kinds</text>')
-    for j, kind in enumerate(kinds):
-        rows = [r for r in placement.kernels if r.kind == kind and r.pes]
-        y = top + 30 + 22 * j
-        out.append(f'<rect x="{x}" y="{y}" width="16" height="16" fill="{KIND_COLOURS[kind]}" stroke="#333"/>')
-        out.append(f'<text x="{x + 22}" y="{y + 13}" font-size="12">{escape(kind)}: {len(rows)} kernel(s), '
-                   f'{sum(r.pes for r in rows):,} PEs</text>')
-    y = top + 30 + 22 * len(kinds) + 8
-    out.append(f'<text x="{x}" y="{y + 13}" font-size="11" fill="#555">grey: idle PEs; hover a '
-               'rectangle for its figures</text>')
+    out += body
+    out.append(f'<text x="{x}" y="{top + 14}" font-size="14">'
+               f'{"kernels in run order" if streaming else "kernels in pipeline order"}</text>')
+    for j, (colour, text) in enumerate(legend):
+        y = top + 30 + _LEGEND_ROW * j
+        if colour:
+            out.append(f'<rect x="{x}" y="{y}" width="14" height="14" fill="{colour}" stroke="#333"/>')
+        out.append(f'<text x="{x + 20}" y="{y + 12}" font-size="12">{escape(text)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
 
-def _kernel_rect(rect, index: int, left: float, top: float, scale: float) -> list[str]:
-    x, y, w, h = left + rect.x * scale, top + rect.y * scale, rect.w * scale, rect.h * scale
-    colour = KIND_COLOURS.get(rect.kind, "#999999")
-    # alternate the stroke weight so that neighbours of one kind stay apart
-    parts = [f'<g><title>{escape(rect.name)} ({escape(rect.kind)}): {rect.pes:,} PEs at x={rect.x} y={rect.y}, '
-             f'{rect.memory_per_pe / 1024:.1f} KiB per PE</title>',
-             f'<rect x="{x:.2f}" y="{y:.2f}" width="{w:.2f}" height="{h:.2f}" fill="{colour}" '
-             f'fill-opacity="{0.95 if index % 2 else 0.75}" stroke="white" stroke-width="0.5"/>']
-    font = min(12.0, h * 0.6, w / max(1, 0.62 * len(rect.name)))
-    if font >= 4:
-        parts.append(f'<text x="{x + w / 2:.2f}" y="{y + h / 2 + font / 3:.2f}" font-size="{font:.1f}" '
-                     f'text-anchor="middle" fill="black">{escape(rect.name)}</text>')
-    parts.append("</g>")
-    return parts
-
-
-def _streaming_body(result, left: float, top: float, fw: float, fh: float) -> list[str]:
-    """Weight streaming: every kernel takes the whole fabric in turn; list them in run order."""
-    rows = [r for r in result.placement.kernels if r.pes]
-    shown = rows[:40]
-    out = [f'<text x="{left + 10}" y="{top + 24}" font-size="14">weight streaming: each kernel below takes '
-           'the whole fabric in turn</text>']
-    for i, rect in enumerate(shown):
-        y = top + 44 + i * min(20, (fh - 60) / max(1, len(shown)))
+def _pipelined_body(result, left: float, top: float, scale: float):
+    """The kernels' rectangles, their labels and callouts, the scale bar; and the legend rows."""
+    placement, cost = result.placement, result.cost
+    bounds = {c.name: c.bound_by for c in cost.kernels}
+    fw, fh = placement.width * scale, placement.height * scale
+    placed = [r for r in placement.kernels if r.pes]
+    number = {r.name: i + 1 for i, r in enumerate(placed)}
+    shapes, labels, callouts = [], [], []
+    # the largest first, so that no small kernel lies under a large one
+    for rect in sorted(placed, key=lambda r: -r.pes):
+        x, y, w, h = _drawn(rect, scale, left, top, fw, fh)
         colour = KIND_COLOURS.get(rect.kind, "#999999")
-        out.append(f'<rect x="{left + 10}" y="{y:.1f}" width="12" height="12" fill="{colour}"/>')
-        out.append(f'<text x="{left + 28}" y="{y + 10:.1f}" font-size="11">{i + 1}. {escape(rect.name)} '
-                   f'({escape(rect.kind)}), {rect.memory_per_pe / 1024:.1f} KiB per PE</text>')
-    if len(rows) > len(shown):
-        out.append(f'<text x="{left + 10}" y="{top + fh - 10:.1f}" font-size="11">... and {len(rows) - len(shown)} '
-                   'more (report.txt lists them all)</text>')
-    return out
+        shapes += [f'<g><title>{number[rect.name]}. {escape(rect.name)} ({escape(rect.kind)}): {rect.pes:,} PEs, '
+                   f'{rect.w} x {rect.h} at x={rect.x} y={rect.y}, {_bytes(math.ceil(rect.memory_per_pe))} per PE, '
+                   f'bound by {bounds.get(rect.name, "")}</title>',
+                   f'<rect x="{x:.2f}" y="{y:.2f}" width="{w:.2f}" height="{h:.2f}" fill="{colour}" '
+                   'stroke="#222" stroke-width="0.5"/></g>']
+        for text in (rect.name, str(number[rect.name])):
+            font = min(12.0, h * 0.7, w / (0.62 * len(text) + 0.5))
+            if font >= _FONT_MIN:
+                labels.append(f'<text x="{x + w / 2:.2f}" y="{y + h / 2 + font / 3:.2f}" font-size="{font:.1f}" '
+                              f'text-anchor="middle" fill="black">{escape(text)}</text>')
+                break
+        else:
+            callouts.append((y + h / 2, x + w, number[rect.name]))
+    # callouts: numbered in the strip right of the fabric, at their kernel's height, 14 px apart
+    callouts.sort()
+    floor = top
+    for y, x_end, n in callouts:
+        at = max(y, floor)
+        floor = at + 14
+        labels += [f'<line x1="{x_end:.2f}" y1="{y:.2f}" x2="{left + fw + 6:.2f}" y2="{at:.2f}" stroke="#888" '
+                   'stroke-width="0.4"/>',
+                   f'<text x="{left + fw + 8:.2f}" y="{at + 4:.2f}" font-size="11">{n}</text>']
+    # scale bar: a round number of PEs, about a fifth of the fabric's width
+    pes = _round_down(placement.width / 5)
+    bar_y = top + fh + 24
+    labels += [f'<line x1="{left}" y1="{bar_y}" x2="{left + pes * scale:.2f}" y2="{bar_y}" stroke="black" '
+               'stroke-width="2"/>',
+               f'<text x="{left}" y="{bar_y + 16}" font-size="12">scale: {pes:,} PEs; the fabric is '
+               f'{placement.width} x {placement.height} PEs; kernels are drawn at least {_MIN_PX:g} px a side</text>']
+    legend = [(KIND_COLOURS.get(r.kind, "#999999"),
+               f"{number[r.name]}. {r.name} ({r.kind}): {r.pes:,} PEs, {r.w} x {r.h} at ({r.x}, {r.y}), "
+               f"bound by {bounds.get(r.name, '')}") for r in placed]
+    idle = placement.fabric_pes - cost.active_pes
+    legend.append(("#f4f4f4", f"idle: {idle:,} PEs of {placement.fabric_pes:,}"))
+    return shapes + labels, legend
+
+
+def _drawn(rect, scale: float, left: float, top: float, fw: float, fh: float) -> tuple[float, float, float, float]:
+    """(x, y, w, h) in pixels of a kernel's rectangle: to scale, at least _MIN_PX a side, inside the fabric."""
+    w, h = max(rect.w * scale, _MIN_PX), max(rect.h * scale, _MIN_PX)
+    x = min(left + rect.x * scale, left + fw - w)
+    y = min(top + rect.y * scale, top + fh - h)
+    return x, y, w, h
+
+
+def _round_down(x: float) -> int:
+    """The largest of 1, 2, 5 x 10^k not above x (at least 1)."""
+    if x < 1:
+        return 1
+    power = 10 ** int(math.floor(math.log10(x)))
+    return max(m * power for m in (1, 2, 5) if m * power <= x)
+
+
+def _streaming_body(result, left: float, top: float, fw: float, fh: float):
+    """One iteration's time across the fabric, a band per kernel, then the bubble; and the legend rows."""
+    cost, placement = result.cost, result.placement
+    placed = [r for r in placement.kernels if r.pes]
+    times = {c.name: c for c in cost.kernels}
+    spans = [(r, times[r.name].time_s) for r in placed] + [(None, cost.bubble_s)]
+    widths = _band_widths([t for _, t in spans], fw)
+    px_per_s = _px_per_s([t for _, t in spans], widths)
+    out, labels, x, floor = [], [], left, left
+    for i, ((rect, seconds), w) in enumerate(zip(spans, widths)):
+        if w <= 0:
+            continue
+        if rect is None:  # the bubble
+            out.append(f'<g><title>bubble: {_si(seconds)}s (estimate)</title><rect x="{x:.2f}" y="{top}" '
+                       f'width="{w:.2f}" height="{fh:.2f}" fill="#d0d0d0" stroke="#222" stroke-width="0.5"/></g>')
+            text = "bubble"
+        else:
+            cost_row = times[rect.name]
+            out.append(f'<g><title>{i + 1}. {escape(rect.name)} ({escape(rect.kind)}): all {rect.pes:,} PEs for '
+                       f'{_si(seconds)}s, bound by {cost_row.bound_by}</title><rect x="{x:.2f}" y="{top}" '
+                       f'width="{w:.2f}" height="{fh:.2f}" fill="{KIND_COLOURS.get(rect.kind, "#999999")}" '
+                       'stroke="#222" stroke-width="0.5"/></g>')
+            text = f"{i + 1}. {rect.name}"
+        if w >= 14:  # the name, written up the band
+            labels.append(f'<text transform="translate({x + w / 2 + 4:.2f},{top + fh - 8:.2f}) rotate(-90)" '
+                          f'font-size="12">{escape(text)}</text>')
+        elif rect is not None:  # its number above the fabric, 14 px from the previous one
+            at = max(x + w / 2, floor)
+            floor = at + 14
+            labels += [f'<line x1="{x + w / 2:.2f}" y1="{top}" x2="{at:.2f}" y2="{top - 8}" stroke="#555" '
+                       'stroke-width="0.6"/>',
+                       f'<text x="{at:.2f}" y="{top - 10}" font-size="11" text-anchor="middle">{i + 1}</text>']
+        x += w
+    seconds = _round_down_s(cost.iteration_s / 5)
+    bar_y = top + fh + 24
+    labels += [f'<line x1="{left}" y1="{bar_y}" x2="{left + seconds * px_per_s:.2f}" y2="{bar_y}" stroke="black" '
+               'stroke-width="2"/>',
+               f'<text x="{left}" y="{bar_y + 16}" font-size="12">scale: {_si(seconds)}s; left to right: one '
+               f'{_si(cost.iteration_s)}s iteration; bands are drawn at least {_MIN_PX:g} px wide</text>']
+    legend = [(KIND_COLOURS.get(r.kind, "#999999"),
+               f"{i + 1}. {r.name} ({r.kind}): all {r.pes:,} PEs for {_si(times[r.name].time_s)}s, "
+               f"bound by {times[r.name].bound_by}") for i, r in enumerate(placed)]
+    legend.append(("#d0d0d0", f"bubble: {_si(cost.bubble_s)}s, weights and gradients on the external link"))
+    return out + labels, legend
+
+
+def _band_widths(seconds: list[float], total: float) -> list[float]:
+    """Widths proportional to ``seconds``, each at least _MIN_PX (zero stays zero), summing to ``total``."""
+    widths = [0.0] * len(seconds)
+    fixed: set[int] = set()
+    while True:  # bands that would be narrower than _MIN_PX get it, the rest share what is left
+        free = [i for i, t in enumerate(seconds) if t > 0 and i not in fixed]
+        room = total - _MIN_PX * len(fixed)
+        share = sum(seconds[i] for i in free)
+        small = {i for i in free if share and seconds[i] / share * room < _MIN_PX}
+        if not small:
+            break
+        fixed |= small
+    for i in fixed:
+        widths[i] = _MIN_PX
+    for i in free:
+        widths[i] = seconds[i] / share * room
+    return widths
+
+
+def _px_per_s(seconds: list[float], widths: list[float]) -> float:
+    """Pixels per second of the bands drawn to scale (those wider than the minimum)."""
+    scaled = [(t, w) for t, w in zip(seconds, widths) if w > _MIN_PX]
+    return sum(w for _, w in scaled) / sum(t for t, _ in scaled) if scaled else 0.0
+
+
+def _round_down_s(x: float) -> float:
+    """The largest of 1, 2, 5 x 10^k seconds not above x."""
+    if x <= 0:
+        return 0.0
+    power = 10.0 ** math.floor(math.log10(x))
+    return max(m * power for m in (1, 2, 5) if m * power <= x * (1 + 1e-9))

@@ -832,6 +832,8 @@ class _Lowering:
         value = self._const(tensor)
         if value is None or value.size != 1:
             return None
+        if not (tensor.dtype.is_floating or tensor.dtype.is_integer or tensor.dtype.is_bool):
+            return None  # a complex or string constant: no pattern's number, and validation names its dtype
         if tensor.dtype.is_floating:
             return _shortest(value.reshape(()), tensor.dtype.as_numpy_dtype)
         return float(value.reshape(()))

@@ -399,7 +399,8 @@ class _Lowering:
         return name
 
     def constant(self, value, dtype: str, hint: str) -> str:
-        array = np.asarray(value, dtype=_NUMPY_STORAGE.get(dtype, np.float32))
+        # a dtype the IR lacks (complex64, uint8, ...) keeps its own storage: validation names it
+        array = np.asarray(value, dtype=_NUMPY_STORAGE.get(dtype))
         name = self.new_value(array.shape, dtype, hint)
         self.g.constants[name] = array
         return name
@@ -519,6 +520,8 @@ class _Lowering:
 def _scalar_dtype(value) -> str:
     if isinstance(value, bool):
         return "bool"
+    if isinstance(value, complex):
+        return "complex64"  # torch's default complex dtype; validation rejects it
     return "int64" if isinstance(value, int) else "float32"
 
 

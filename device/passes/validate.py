@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from device.ir import DEVICE_DTYPES, DTYPES, OPS, Graph, SourceLoc
+from device.ir import DEVICE_DTYPES, OPS, Graph, SourceLoc
 
 MODES = ("train", "eval", "eval_all", "predict", "train_and_eval")
 PRECISIONS = ("float32", "float16", "bfloat16", "cb16")
@@ -22,6 +22,9 @@ DEFAULT_SUGGESTION = ("rewrite it with supported ops (device.ir.OPS), or move it
                       "into the input pipeline, or into host_call for eval metrics")
 _DYNAMIC_SHAPES = "data-dependent output shape; the device needs static shapes"
 _HASH_ON_HOST = "strings are not device data: hash them in the input pipeline (tf.data map) and feed int ids"
+_FFT_ON_HOST = ("complex numbers are not device data: compute the FFT in the input pipeline (a tf.data map, "
+                "or the PyTorch Dataset) and feed real float32 features: the magnitude, or the real and "
+                "imaginary parts as channels")
 
 # framework op -> what to use instead. Keys are the names the frontends record in
 # SourceLoc.framework_op: torch aten overloads, TF op types.
@@ -39,6 +42,10 @@ SUGGESTIONS: dict[str, str] = {
     "aten.masked_select.default": f"{_DYNAMIC_SHAPES}: multiply by the mask instead of selecting",
     "aten.item.default": "keep the value a tensor; reading it on the host breaks the static graph",
     "aten._local_scalar_dense.default": "keep the value a tensor; reading it on the host breaks the static graph",
+    "aten._fft_r2c.default": _FFT_ON_HOST,
+    "aten._fft_c2c.default": _FFT_ON_HOST,
+    "aten._fft_c2r.default": _FFT_ON_HOST,
+    "aten.view_as_complex.default": _FFT_ON_HOST,
     # tensorflow
     "Unique": f"{_DYNAMIC_SHAPES}: compute unique values in the input pipeline (tf.data)",
     "UniqueV2": f"{_DYNAMIC_SHAPES}: compute unique values in the input pipeline (tf.data)",
@@ -52,6 +59,8 @@ SUGGESTIONS: dict[str, str] = {
     "EagerPyFunc": "Python code cannot run on the device: move it into the input pipeline or host_call",
     "Print": "remove tf.Print from the model; log from host_call or the runner's summaries",
     "PrintV2": "remove tf.print from the model; log from host_call or the runner's summaries",
+    **{fft: _FFT_ON_HOST for fft in ("FFT", "IFFT", "RFFT", "IRFFT", "FFT2D", "IFFT2D", "RFFT2D", "IRFFT2D",
+                                     "FFT3D", "IFFT3D", "RFFT3D", "IRFFT3D", "Complex")},
 }
 
 
@@ -225,34 +234,53 @@ def _shape(shape) -> str:
     return "(" + ", ".join("None" if d is None else str(d) for d in shape) + ")"
 
 
+def dtype_suggestion(dtype: str) -> str:
+    """What to use instead of a dtype the device lacks. The frontends keep a framework dtype that
+    the IR lacks under its framework name (complex64, uint8, ...), so any name can arrive here."""
+    if dtype == "float64":
+        return "float32 (torch: model.float() and float32 tensors; tf: tf.float32 / tf.cast)"
+    if dtype.startswith("complex"):
+        return _FFT_ON_HOST
+    if dtype.startswith(("int", "uint")):
+        return "int32 or int64 for ids and labels, float32 for data (cast in the input pipeline)"
+    return f"one of {', '.join(DEVICE_DTYPES)}"
+
+
 def _check_dtypes(graph: Graph) -> list[tuple[str, Finding]]:
-    """dtypes the device cannot compute in, reported where they start."""
+    """dtypes the device cannot compute in (float64, complex from an FFT, uint8, ...), where they start.
+
+    A value is reported where it enters: an input, a variable, a constant, or the output of an
+    op none of whose inputs is already reported. A constant used only beside such a value (a
+    scalar the frontend typed to match, as in ``x.double() * 2``) is not where it started.
+    """
     def bad(name: str) -> bool:
         value = graph.values.get(name)
         return value is not None and value.dtype not in DEVICE_DTYPES
 
     def finding(name: str, loc: SourceLoc, what: str, node: str = "") -> Finding:
         dtype = graph.values[name].dtype
-        if dtype == "float64":
-            return _at(loc, "dtype", f"{what} {name!r} is float64, which the device does not support",
-                       "float32 (torch: model.float() and float32 tensors; tf: tf.float32 / tf.cast)", node)
-        known = "" if dtype in DTYPES else " (not an IR dtype: a frontend bug)"
-        return _at(loc, "dtype", f"{what} {name!r} has dtype {dtype!r}, which the device does not support{known}",
-                   f"one of {', '.join(DEVICE_DTYPES)}", node)
+        return _at(loc, "dtype", f"{what} {name!r} has dtype {dtype}, which the device does not support",
+                   dtype_suggestion(dtype), node)
 
     out = []
     for name in graph.inputs:
         if bad(name):
             out.append(("error", finding(name, _first_use(graph, name), "input")))
-    for name in list(graph.params) + list(graph.state) + list(graph.constants):
+    for name in list(graph.params) + list(graph.state):
         if bad(name):
             out.append(("error", finding(name, _first_use(graph, name), "variable")))
+    carried = {v for v in graph.values if bad(v) and v not in graph.constants}
+    consumers = graph.consumers()
+    for name in graph.constants:
+        users = consumers.get(name, [])
+        if bad(name) and (not users or any(not carried & set(n.inputs) for n in users)):
+            out.append(("error", finding(name, _first_use(graph, name), "constant")))
     for node in graph.nodes:
         if any(bad(v) for v in node.inputs):
             continue  # inherited: reported where the dtype came in
         for v in node.outputs:
             if bad(v):
-                out.append(("error", finding(v, node.loc, f"output of {node.op!r}", node.name)))
+                out.append(("error", finding(v, node.loc, "output", node.name)))
     for name in graph.params:
         value = graph.values.get(name)
         if value is not None and value.dtype in ("float16", "bfloat16", "cb16"):

@@ -270,6 +270,23 @@ def test_unsupported_ops_are_all_kept_as_nodes_at_the_users_line(built_graphs):
     assert {_line("sort"), _line("where")} <= lines
 
 
+def test_complex_values_are_validation_errors_at_the_users_lines(built_graphs):
+    """complex64 from an FFT and a complex constant: the op, its line and the dtype, not a frontend bug."""
+    def model_fn(x, y):
+        magnitude = tf.abs(tf.signal.rfft(x))  # <rfft>
+        rotated = tf.math.real(tf.complex(x, x) * tf.constant(1j, tf.complex64))  # <complex>
+        logits = layers.Dense(3)(magnitude) + tf.reduce_sum(rotated)
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)), {}
+
+    graph = built_graphs(model_fn, (4, 8)).capture()  # the complex constant was a TypeError
+    report = validate(graph, mode="train", profile=None)
+    dtype_lines = {(f.file, f.line) for f in report.errors if f.kind == "dtype"}
+    assert dtype_lines == {(__file__, _line("rfft")), (__file__, _line("complex"))}
+    fft = next(f for f in report.errors if f.kind == "dtype" and f.framework_op == "RFFT")
+    assert "has dtype complex64" in fft.message and "input pipeline" in fft.suggestion
+    assert "frontend bug" not in report.to_text()
+
+
 def test_metrics_in_a_training_graph_are_an_issue(built_graphs):
     def model_fn(x, y):
         loss, outputs = mlp_fn(x, y)

@@ -22,6 +22,7 @@ from common.errors import UserError  # noqa: E402
 from device.capture.torch import (  # noqa: E402
     capture, load_weights, optimizer_spec, state_of, weights_of)
 from device.ir import OPS  # noqa: E402
+from device.passes.validate import validate  # noqa: E402
 
 
 # ---------------------------------------------------------------------------- models
@@ -299,6 +300,30 @@ def test_float64_and_mismatched_batch_come_through_as_they_are():
     assert {graph.values[p].dtype for p in graph.params} == {"float64"}
     assert graph.values[graph.loss].dtype == "float64"
     assert graph.precision == "bfloat16"
+
+
+class Spectral(nn.Module):
+    """Features through an FFT (complex64), and a complex scalar: the user's dtypes, not the frontend's."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(5, 3)
+
+    def forward(self, x):  # (N, 8)
+        magnitude = torch.fft.rfft(x, dim=-1).abs()  # (N, 5) complex64 -> float32
+        rotated = (x * 1j).real  # a Python complex scalar
+        return self.fc(magnitude).sum() + rotated.sum()
+
+
+def test_complex_values_are_validation_errors_at_the_users_lines():
+    model = Spectral()
+    graph = capture(lambda batch: model(batch[0]), model, [torch.randn(4, 8)])  # a TypeError before
+    report = validate(graph, mode="train", profile=None)
+    dtype_lines = {(f.file, f.line) for f in report.errors if f.kind == "dtype"}
+    assert dtype_lines == {(__file__, line_in(Spectral.forward, "rfft")), (__file__, line_in(Spectral.forward, "1j"))}
+    fft = next(f for f in report.errors if f.kind == "dtype" and f.framework_op == "aten._fft_r2c.default")
+    assert "has dtype complex64" in fft.message and "input pipeline" in fft.suggestion
+    assert "frontend bug" not in report.to_text()
 
 
 def test_frozen_parameters_are_state():

@@ -30,7 +30,7 @@ def test_kernel_roofline_is_the_plain_formula():
     links = 2 * (rect.w + rect.h)
     assert c.fabric_s == pytest.approx(2 * (k.input_bytes + k.activation_bytes) / (links * 4 * 0.975e9))
     assert c.time_s == max(c.compute_s, c.sram_s, c.fabric_s)
-    assert c.bound_by == "sram"  # fp16 operand + fp32 partial sum read and written: 10 B per multiply-add
+    assert c.bound_by == "memory"  # SRAM: fp16 operand + fp32 partial sum read and written, 10 B per multiply-add
     assert profile.peak_flops("float16") == cost.peak_flops
 
 
@@ -42,7 +42,17 @@ def test_pipelined_throughput_is_set_by_the_slowest_kernel():
     assert cost.transmission_samples_per_s == pytest.approx(1.2e12 / 8 / (784 * 4 + 4))  # float32 pixels, int32 label
     assert cost.samples_per_s == min(cost.compute_samples_per_s, cost.transmission_samples_per_s)
     assert 0 < cost.active_pes_pct <= 100 and 0 < cost.compute_utilisation_pct <= 100
-    assert cost.bound_by in ("compute", "transmission")
+
+
+def test_pipelined_bound_is_the_slowest_kernels_or_the_input():
+    _, _, cost = _estimate(mlp_graph(batch=16, precision="float16"), "tiny")
+    slowest = max(cost.kernels, key=lambda k: k.time_s)
+    assert cost.compute_samples_per_s < cost.transmission_samples_per_s  # a fabric of 1,024 PEs is the limit
+    assert cost.bound_by == cost.compute_bound_by == slowest.bound_by == "memory"
+    assert cost.iteration_by_bound == {"memory": pytest.approx(slowest.time_s)}
+    _, _, cost = _estimate(mlp_graph(batch=16), "wse2")  # 3,140 bytes per sample outrun the whole wafer
+    assert cost.transmission_samples_per_s < cost.compute_samples_per_s
+    assert cost.bound_by == "input" and cost.compute_bound_by == "memory"
 
 
 def test_weight_streaming_sums_layers_and_adds_a_bubble():
@@ -51,9 +61,22 @@ def test_weight_streaming_sums_layers_and_adds_a_bubble():
     assert cost.iteration_s == pytest.approx(sum(k.time_s for k in cost.kernels) + cost.bubble_s)
     assert cost.bubble_s == pytest.approx((kernels[0].weight_bytes + kernels[-1].weight_bytes) / 150e9)
     big = cost.kernels[1]  # 2048 x 2048, batch 8: streaming the weights dominates
-    assert big.bound_by == "weight stream"
+    assert big.bound_by == "weight streaming"
     assert big.stream_s == pytest.approx(3 * kernels[1].weight_bytes / 150e9)  # in, in again, gradients out
     assert cost.active_pes_pct == 100
+
+
+def test_weight_streaming_is_bound_by_what_takes_most_of_the_iteration():
+    """Not "compute" because compute samples/s beat transmission: the kernels' own bounds, summed."""
+    _, _, cost = _estimate(mlp_graph(sizes=(784, 2048, 2048, 10)), "tiny", "weight_streaming")
+    by_bound = cost.iteration_by_bound
+    assert sum(by_bound.values()) == pytest.approx(cost.iteration_s)
+    streamed = sum(k.time_s for k in cost.kernels if k.bound_by == "weight streaming") + cost.bubble_s
+    assert by_bound["weight streaming"] == pytest.approx(streamed)
+    assert cost.compute_samples_per_s < cost.transmission_samples_per_s
+    assert cost.bound_by == "weight streaming" == next(iter(by_bound))
+    data = cost.to_dict()
+    assert data["bound_by"] == data["compute_bound_by"] == "weight streaming"
 
 
 def test_eval_is_cheaper_than_training_and_fp16_than_fp32():

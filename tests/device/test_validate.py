@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from device.ir import SourceLoc
@@ -112,6 +113,42 @@ def test_float64_is_rejected_where_it_enters_with_float32_suggested():
     report = validate(b.graph, mode="predict", profile=TINY)
     (finding,) = _errors(report, "dtype")  # not one per downstream value
     assert "float64" in finding.message and "float32" in finding.suggestion
+
+
+def test_a_framework_dtype_the_ir_lacks_is_the_users_finding_not_a_frontend_bug():
+    """complex64 from an FFT: the op, its line and the dtype, with what to do instead, once."""
+    b = GraphBuilder(file="model.py")
+    x = b.input("x", (4, 8))
+    spectrum = b.op("aten._fft_r2c.default", [x], (4, 5), "complex64", framework_op="aten._fft_r2c.default", line=21)
+    scaled = b.op("mul", [spectrum, b.constant("two", np.complex64(2))], (4, 5), "complex64", line=22)
+    b.graph.outputs["y"] = b.op("aten.abs.default", [scaled], (4, 5), line=23)
+    report = validate(b.graph, mode="predict", profile=TINY)
+    # the constant typed to match the complex operand is not where the dtype came in
+    (finding,) = _errors(report, "dtype")
+    assert (finding.file, finding.line, finding.framework_op) == ("model.py", 21, "aten._fft_r2c.default")
+    assert "has dtype complex64, which the device does not support" in finding.message
+    assert "frontend bug" not in report.to_text()
+    assert "FFT in the input pipeline" in finding.suggestion
+    assert "FFT in the input pipeline" in _errors(report, "unsupported_op")[0].suggestion
+
+
+@pytest.mark.parametrize("dtype, suggested", [("uint8", "int32"), ("int16", "int32"), ("string", "one of float32")])
+def test_other_dtypes_name_the_dtype_and_a_replacement(dtype, suggested):
+    b = GraphBuilder()
+    x = b.input("x", (4, 8))
+    b.graph.outputs["y"] = b.op("cast", [x], (4, 8), dtype, attrs={"dtype": dtype}, line=14)
+    (finding,) = _errors(validate(b.graph, mode="predict", profile=TINY), "dtype")
+    assert finding.line == 14 and f"output 'v1' has dtype {dtype}," in finding.message
+    assert suggested in finding.suggestion
+
+
+def test_a_float64_constant_of_the_users_is_reported_as_a_constant():
+    b = GraphBuilder()
+    x = b.input("x", (4, 8))
+    scale = b.op("cast", [b.constant("scale", np.float64(0.5))], (), "float32", attrs={"dtype": "float32"}, line=30)
+    b.graph.outputs["y"] = b.op("mul", [x, scale], (4, 8))
+    (finding,) = _errors(validate(b.graph, mode="predict", profile=TINY), "dtype")
+    assert finding.line == 30 and finding.message.startswith("constant 'scale' has dtype float64")
 
 
 def test_train_and_eval_is_not_allowed():
