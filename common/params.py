@@ -689,9 +689,11 @@ def report_unused(params: Mapping) -> list[str]:
     leaves = [k for k in file_keys
               if not any(isinstance(part, int) for part in k)
               and not any(len(o) > len(k) and o[:len(k)] == k and isinstance(o[len(k)], str) for o in file_keys)]
+    # an input section that no code touched belongs to another mode (eval_input in a train run)
+    touched = {p[0] for p in read}
     warnings = []
     for key_path in sorted(leaves, key=lambda k: file_keys[k]):
-        if key_path in read:
+        if key_path in read or (str(key_path[0]).endswith("_input") and key_path[0] not in touched):
             continue
         close = _closest(key_path, [p for p in read if p[0] not in ZOO_SECTIONS])
         hint = f" (did you mean '{close}'?)" if close else ""

@@ -127,3 +127,11 @@ def test_what_set_defaults_reads_does_not_count_and_saving_reads_nothing(tmp_pat
     saved = yaml.safe_load(open(out))
     assert saved["model"]["added"] == [1, 2] and saved["runconfig"]["log_steps"] == 5
     assert len(report_unused(params)) == 5  # every key of model and train_input
+
+
+def test_an_input_section_no_code_touched_belongs_to_another_mode(tmp_path):
+    params = load_vendor_params(write(tmp_path, VENDOR_YAML + "eval_input:\n  batch_size: 8\n"), set_defaults)
+    params["model"].copy()
+    params["train_input"]["batch_size"]  # a train run: eval_input untouched, train_input half read
+    assert [w.split(": ", 1)[1] for w in report_unused(params)] == [
+        "'train_input.data_dir' is never read by the model or data code (did you mean 'train_input.batch_size'?)"]
