@@ -126,7 +126,7 @@ def test_what_set_defaults_reads_does_not_count_and_saving_reads_nothing(tmp_pat
     out = save_params(params, str(tmp_path / "md"), "train")
     saved = yaml.safe_load(open(out))
     assert saved["model"]["added"] == [1, 2] and saved["runconfig"]["log_steps"] == 5
-    assert len(report_unused(params)) == 5  # every key of model and train_input
+    assert len(report_unused(params)) == 3  # every key of model (train_input, untouched, is another mode's)
 
 
 def test_an_input_section_no_code_touched_belongs_to_another_mode(tmp_path):
