@@ -519,7 +519,8 @@ class _ReadLog:
 
 class TrackedDict(dict):
     """A plain, mutable dict that records which keys code reads (``params["model"]["x"]``,
-    ``.get``, ``in``, ``setdefault``, ``pop``; iterating or copying counts every key below).
+    ``.get``, ``in``, ``setdefault``, ``pop``; iterating counts every key below; a copy or a
+    deep copy goes on counting into the same record).
 
     Code written for the vendor's zoo gets its params as these: it may write keys into them,
     as the vendor's folders do, and what it ran with is what gets saved. The runner reports
@@ -590,13 +591,13 @@ class TrackedDict(dict):
         self._read_all()
         return dict.values(self)
 
-    def copy(self) -> dict:
-        self._read_all()
-        return thaw(self)
+    def copy(self) -> "TrackedDict":
+        # a copy keeps counting into the same log: ``params["model"].copy()`` (as the vendor's
+        # models do) reads nothing by itself
+        return TrackedDict(dict(dict.items(self)), self._log, self._path)
 
     def __deepcopy__(self, memo):
-        self._read_all()
-        return TrackedDict(copy.deepcopy(thaw(self), memo), _ReadLog(), self._path)
+        return TrackedDict(copy.deepcopy(thaw(self), memo), self._log, self._path)
 
     def __reduce__(self):
         return dict, (thaw(self),)

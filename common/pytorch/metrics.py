@@ -403,8 +403,9 @@ def cb_metrics_of(model: Any, taken: Iterable[str] = ()) -> dict[str, CBMetric]:
     found: list[CBMetric] = []
     for holder in (model, *model.model.modules()):
         for value in vars(holder).values():
-            items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) \
-                else (value,)
+            # dict.values of a dict: looking through params must not count as the model reading them
+            items = (dict.values(value) if isinstance(value, dict) else value.values()) if isinstance(value, Mapping) \
+                else value if isinstance(value, (list, tuple)) else (value,)
             for item in items:
                 if isinstance(item, CBMetric) and not any(item is seen for seen in found):
                     found.append(item)
