@@ -6,7 +6,8 @@ that compiles or trains each one's tiny config: what ``tox -e compile`` and ``to
     python -m common.zoo train   [--framework tf|pytorch]     # tiny config on cpu, then on the emulator
 
 Each folder runs in a subprocess of its own, as a user would run it, so that TensorFlow
-and torch never share a process here.
+and torch never share a process here. ``zoo compile`` / ``zoo train`` (common/zoo_cli.py) run
+the same stages on folders a user names.
 """
 
 from __future__ import annotations
@@ -61,30 +62,31 @@ STAGES = {
 }
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m common.zoo", description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("list", "compile", "train"))
-    parser.add_argument("--framework", choices=FRAMEWORKS)
-    args = parser.parse_args(argv)
-    folders = model_folders(args.framework)
-    if args.action == "list":
-        for folder in folders:
-            print(os.path.relpath(folder, ROOT))
-        return 0
+def run_stages(action: str, folders: list[str], keep_reports: bool = False) -> int:
+    """Compile or train the tiny config of each folder, one subprocess per stage; 0 when all pass.
+
+    ``keep_reports``: compile into the folder's own model_dir (``model_dir/<framework>_<folder>_tiny``
+    under the working directory, as a user's --compile_only run would), so that its report stays
+    for ``zoo info``; otherwise every stage runs in a temporary model_dir (tox)."""
+    from common.cli import default_model_dir
+
     failures = 0
     for folder in folders:
-        name = os.path.relpath(folder, ROOT)
+        name = os.path.relpath(folder, ROOT) if folder.startswith(ROOT + os.sep) else folder
         if missing_files(folder):
             print(f"FAIL {name}: missing {', '.join(missing_files(folder))}")
             failures += 1
             continue
         with tempfile.TemporaryDirectory(prefix="zoo_") as tmp:
-            for i, flags in enumerate(STAGES[args.action]):
+            for i, flags in enumerate(STAGES[action]):
                 start = time.perf_counter()  # a model_dir per stage: the emulator run must not resume the cpu one
-                result = run_folder(folder, flags, os.path.join(tmp, f"model_dir_{i}"))
+                model_dir = os.path.join(tmp, f"model_dir_{i}")
+                if keep_reports and action == "compile":
+                    model_dir = default_model_dir(os.path.basename(os.path.dirname(folder)), folder, "params_tiny")
+                result = run_folder(folder, flags, model_dir)
                 status = "ok  "
                 problem = "" if result.returncode == 0 else f"exit {result.returncode}"
-                if not problem and args.action == "train":
+                if not problem and action == "train":
                     seen = losses(result.stdout + result.stderr)
                     if len(seen) < 2 or not seen[-1] < seen[0]:
                         problem = f"the loss did not fall: {seen}"
@@ -97,8 +99,23 @@ def main(argv=None) -> int:
                     failures += 1
                     print(result.stdout[-3000:] + result.stderr[-3000:])
                     break
-    print(f"zoo {args.action}: {len(folders) - failures} passed, {failures} failed")
+                if keep_reports and "--compile_only" in flags:
+                    print(f"     report: {os.path.join(model_dir, 'compile', 'report.txt')}")
+    print(f"zoo {action}: {len(folders) - failures} passed, {failures} failed")
     return 1 if failures or not folders else 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m common.zoo", description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=("list", "compile", "train"))
+    parser.add_argument("--framework", choices=FRAMEWORKS)
+    args = parser.parse_args(argv)
+    folders = model_folders(args.framework)
+    if args.action == "list":
+        for folder in folders:
+            print(os.path.relpath(folder, ROOT))
+        return 0
+    return run_stages(args.action, folders)
 
 
 if __name__ == "__main__":

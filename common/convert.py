@@ -1,0 +1,235 @@
+"""``zoo convert``: the checkpoint conversions the zoo can do honestly, and a clear no to the rest.
+
+    zoo convert SRC                      list what a checkpoint holds (a .mdl, .pt, .safetensors, or a TF
+                                         checkpoint: model.ckpt-N, or a model_dir holding some)
+    zoo convert run.mdl weights.safetensors   the model's weights of a PyTorch checkpoint
+    zoo convert run.mdl weights.pt            ... as a plain state_dict (model.load_state_dict reads it)
+    zoo convert weights.safetensors w.pt      and between the two
+    zoo convert weights.pt start.mdl          a weights-only zoo checkpoint: --mode eval/predict
+                                              --checkpoint_path start.mdl read it (training also
+                                              restores an optimizer state, which it does not hold)
+    zoo convert model_dir/model.ckpt-4 w.safetensors   a TF checkpoint's variables, by TF's names
+
+What is refused, and why: PyTorch <-> TF (the frameworks name and lay out weights differently:
+a Linear's weight is (out, in), a Dense kernel (in, out); no mapping is defined), writing a TF
+checkpoint (TF writes them from the model's graph: train or evaluate with --checkpoint_path).
+
+safetensors is read and written here (the format is a length, a JSON header and the raw
+little-endian bytes; https://github.com/huggingface/safetensors), so no package is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from typing import Any
+
+from common.errors import UserError
+from common.io import atomic_open
+
+# safetensors dtype codes <-> torch dtypes (by name, so that this module loads without torch)
+_SAFETENSORS = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+                "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+_HEADER_LIMIT = 100 * 2**20  # a header larger than this is not a safetensors file
+
+PYTORCH = (".mdl", ".pt", ".pth", ".bin")
+SAFETENSORS = (".safetensors",)
+
+
+def kind_of(path: str) -> str:
+    """"mdl" (a zoo PyTorch checkpoint), "state_dict", "safetensors", "tf" (a TF checkpoint), or raise."""
+    if os.path.isdir(path) or _tf_prefix(path):
+        return "tf"
+    ext = os.path.splitext(path)[1].lower()
+    if ext in SAFETENSORS:
+        return "safetensors"
+    if ext in PYTORCH:
+        return "mdl" if ext == ".mdl" else "state_dict"
+    raise UserError(f"{path}: not a checkpoint the zoo knows (.mdl, .pt/.pth/.bin, .safetensors, or a TF "
+                    "checkpoint such as model_dir/model.ckpt-4)")
+
+
+def _tf_prefix(path: str) -> bool:
+    return os.path.isfile(path + ".index") or path.endswith(".index") and os.path.isfile(path)
+
+
+# --- safetensors --------------------------------------------------------------------------
+
+def save_safetensors(tensors: dict[str, Any], path: str, metadata: dict[str, str] | None = None) -> None:
+    """Write torch tensors as safetensors (row-major, little-endian, 8-byte aligned header)."""
+    import torch
+
+    codes = {v: k for k, v in _SAFETENSORS.items()}
+    header: dict[str, Any] = {"__metadata__": dict(metadata or {})}
+    blobs, offset = [], 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        dtype = str(t.dtype).removeprefix("torch.")
+        if dtype not in codes:
+            raise UserError(f"{name}: dtype {dtype} has no safetensors code")
+        array = (t.view(torch.int16) if dtype == "bfloat16" else t).numpy()  # numpy has no bfloat16: its bits
+        raw = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[name] = {"dtype": codes[dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with atomic_open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
+def load_safetensors(path: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """(tensors, metadata) of a safetensors file; a malformed one is a UserError naming it."""
+    import numpy as np
+    import torch
+
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        (size,) = struct.unpack("<Q", data[:8])
+        if size > _HEADER_LIMIT or 8 + size > len(data):
+            raise ValueError("the header length is past the end of the file")
+        header = json.loads(data[8:8 + size])
+        body = memoryview(data)[8 + size:]
+        metadata = header.pop("__metadata__", {}) or {}
+        tensors = {}
+        for name, info in header.items():
+            dtype = _SAFETENSORS[info["dtype"]]
+            begin, end = info["data_offsets"]
+            if not 0 <= begin <= end <= len(body):
+                raise ValueError(f"{name}'s bytes lie outside the file")
+            storage = "int16" if dtype == "bfloat16" else dtype
+            array = np.frombuffer(body[begin:end], dtype=np.dtype(storage).newbyteorder("<")).reshape(info["shape"])
+            tensor = torch.from_numpy(array.astype(np.dtype(storage)).copy())
+            tensors[name] = tensor.view(torch.bfloat16) if dtype == "bfloat16" else tensor
+    except (ValueError, KeyError, TypeError, struct.error, json.JSONDecodeError) as e:
+        raise UserError(f"{path}: not a readable safetensors file ({e})") from None
+    return tensors, metadata
+
+
+# --- reading and writing PyTorch weights ----------------------------------------------------
+
+def _load_torch(path: str) -> dict:
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises many types for a damaged or foreign file
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise UserError(f"{path}: not a readable PyTorch file ({reason})") from None
+
+
+def read_weights(path: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The model weights in ``path`` (any PyTorch kind), and what else it says (step, origin)."""
+    import torch
+
+    kind = kind_of(path)
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no such file")
+    if kind == "safetensors":
+        return load_safetensors(path)
+    state = _load_torch(path)
+    if isinstance(state, dict) and "model" in state and "global_step" in state:
+        return dict(state["model"]), {"global_step": str(int(state["global_step"]))}
+    if isinstance(state, dict) and state and all(isinstance(v, torch.Tensor) for v in state.values()):
+        return dict(state), {}
+    raise UserError(f"{path}: neither a zoo checkpoint (model, optimizer, global_step ...) nor a state_dict "
+                    "(names -> tensors)")
+
+
+def write_weights(weights: dict[str, Any], metadata: dict[str, str], path: str) -> str:
+    """Write ``weights`` in the kind ``path``'s extension names; returns a line saying what was written."""
+    import torch
+
+    kind = kind_of(path)
+    if kind == "tf":
+        raise UserError(f"{path}: a TF checkpoint is written by the model's graph, not converted into: train or "
+                        "evaluate the TF model with --checkpoint_path")
+    if kind == "safetensors":
+        save_safetensors(weights, path, metadata)
+        return f"{path}: {len(weights)} tensors (safetensors)"
+    if kind == "state_dict":
+        with atomic_open(path, "wb") as f:
+            torch.save(weights, f)
+        return f"{path}: {len(weights)} tensors (a state_dict: model.load_state_dict(torch.load(path)))"
+    state = {"model": weights, "optimizer": {}, "lr_scheduler": {}, "global_step": int(metadata.get("global_step", 0))}
+    with atomic_open(path, "wb") as f:
+        torch.save(state, f)
+    return (f"{path}: {len(weights)} tensors, a weights-only zoo checkpoint at step {state['global_step']}: "
+            "--mode eval or predict with --checkpoint_path read it (training restores an optimizer state too, "
+            "which it does not hold)")
+
+
+# --- TF checkpoints -----------------------------------------------------------------------
+
+def tf_checkpoint(path: str) -> str:
+    """The prefix of the TF checkpoint ``path`` names: itself, or a model_dir's newest."""
+    if os.path.isdir(path):
+        from common.tf.estimator import checkpoints
+
+        found = checkpoints.latest_checkpoint(path)
+        if found is None:
+            raise UserError(f"{path}: no TF checkpoint (model.ckpt-N) in this folder")
+        return found
+    return path[:-len(".index")] if path.endswith(".index") else path
+
+
+def tf_variables(prefix: str) -> dict[str, Any]:
+    import tensorflow as tf
+
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        names = sorted(reader.get_variable_to_shape_map())
+        return {name: reader.get_tensor(name) for name in names}
+    except Exception as e:  # noqa: BLE001 - TF's errors for a damaged checkpoint
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise UserError(f"{prefix}: not a readable TF checkpoint ({first})") from None
+
+
+# --- the command --------------------------------------------------------------------------
+
+def listing(path: str) -> list[str]:
+    kind = kind_of(path)
+    if kind == "tf":
+        prefix = tf_checkpoint(path)
+        variables = tf_variables(prefix)
+        lines = [f"{prefix}: TF checkpoint, {len(variables)} variables"]
+        lines += [f"  {name}  {list(v.shape)}  {v.dtype}" for name, v in variables.items()]
+        return lines
+    weights, metadata = read_weights(path)
+    count = sum(int(t.numel()) for t in weights.values())
+    what = {"mdl": "zoo PyTorch checkpoint", "state_dict": "state_dict", "safetensors": "safetensors"}[kind]
+    extra = f", step {metadata['global_step']}" if "global_step" in metadata else ""
+    lines = [f"{path}: {what}{extra}, {len(weights)} tensors, {count:,} values"]
+    lines += [f"  {name}  {list(t.shape)}  {str(t.dtype).removeprefix('torch.')}" for name, t in weights.items()]
+    return lines
+
+
+def convert(src: str, dst: str) -> str:
+    source, target = kind_of(src), kind_of(dst)
+    if source == "tf":
+        if target == "tf":
+            raise UserError("TF to TF: copy the model.ckpt-N files; nothing to convert")
+        if target != "safetensors":
+            raise UserError(f"{dst}: a TF checkpoint's variables go to .safetensors (by TF's names); a PyTorch "
+                            "file would need a mapping of names and layouts (Dense kernel (in, out) vs Linear "
+                            "weight (out, in)) that the zoo does not define")
+        import torch
+
+        prefix = tf_checkpoint(src)
+        arrays = tf_variables(prefix)
+        tensors = {name: torch.from_numpy(value.copy()) for name, value in arrays.items()
+                   if getattr(value, "dtype", None) is not None and value.dtype.kind in "fiub"}
+        save_safetensors(tensors, dst, {"source": os.path.basename(prefix), "framework": "tf"})
+        return f"{dst}: {len(tensors)} variables of {prefix} (safetensors, TF's names and layouts)"
+    if target == "tf":
+        raise UserError(f"{dst}: the zoo does not write TF checkpoints from other files: a TF checkpoint is written "
+                        "by the model's graph, and PyTorch and TF name and lay out weights differently")
+    if os.path.abspath(src) == os.path.abspath(dst):
+        raise UserError(f"{dst}: the same file as the source")
+    weights, metadata = read_weights(src)
+    return write_weights(weights, metadata, dst)
