@@ -218,11 +218,12 @@ def convert(src: str, dst: str) -> str:
             raise UserError(f"{dst}: a TF checkpoint's variables go to .safetensors (by TF's names); a PyTorch "
                             "file would need a mapping of names and layouts (Dense kernel (in, out) vs Linear "
                             "weight (out, in)) that the zoo does not define")
+        import numpy as np
         import torch
 
         prefix = tf_checkpoint(src)
         arrays = tf_variables(prefix)
-        tensors = {name: torch.from_numpy(value.copy()) for name, value in arrays.items()
+        tensors = {name: torch.from_numpy(np.array(value)) for name, value in arrays.items()
                    if getattr(value, "dtype", None) is not None and value.dtype.kind in "fiub"}
         save_safetensors(tensors, dst, {"source": os.path.basename(prefix), "framework": "tf"})
         return f"{dst}: {len(tensors)} variables of {prefix} (safetensors, TF's names and layouts)"

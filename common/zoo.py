@@ -84,17 +84,17 @@ def run_stages(action: str, folders: list[str], keep_reports: bool = False) -> i
                 if keep_reports and action == "compile":
                     model_dir = default_model_dir(os.path.basename(os.path.dirname(folder)), folder, "params_tiny")
                 result = run_folder(folder, flags, model_dir)
-                status = "ok  "
                 problem = "" if result.returncode == 0 else f"exit {result.returncode}"
+                fell = ""
                 if not problem and action == "train":
                     seen = losses(result.stdout + result.stderr)
                     if len(seen) < 2 or not seen[-1] < seen[0]:
                         problem = f"the loss did not fall: {seen}"
                     else:
-                        status += f" loss {seen[0]:.4f} -> {seen[-1]:.4f}"
-                if problem:
-                    status = "FAIL"
-                print(f"{status} {name} {' '.join(flags)} ({time.perf_counter() - start:.1f}s) {problem}", flush=True)
+                        fell = f" loss {seen[0]:.4f} -> {seen[-1]:.4f}"
+                status = "FAIL" if problem else "ok  "
+                print(f"{status} {name} {' '.join(flags)} ({time.perf_counter() - start:.1f}s){fell} {problem}".rstrip(),
+                      flush=True)
                 if problem:
                     failures += 1
                     print(result.stdout[-3000:] + result.stderr[-3000:])

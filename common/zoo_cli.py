@@ -559,7 +559,12 @@ def _doc_block(module: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # overrides (section.key=value) may follow options, as with run.py: argparse leaves them over
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if not hasattr(args, "overrides") or any(e.startswith("-") or "=" not in e for e in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2

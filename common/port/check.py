@@ -15,6 +15,7 @@ Exit status: 0 ready (no findings), 1 findings, 2 the input could not be read.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -256,8 +257,11 @@ def _build(report: Report, root: str, shown, make_graph, profile: str | None, wh
     report.built = said
     findings, notes = device_verdict(graph, profile=profile or params_profile, execution_mode=execution_mode,
                                      shown=shown, where_set=where_set)
-    report.findings += findings
-    report.notes += notes
+    # the compiler names the user's files by their absolute paths: shown relative to the checked folder
+    prefix = os.path.realpath(root) + os.sep
+    report.findings += [dataclasses.replace(f, message=f.message.replace(prefix, ""), fix=f.fix.replace(prefix, ""))
+                        for f in findings]
+    report.notes += [dataclasses.replace(n, message=n.message.replace(prefix, "")) for n in notes]
 
 
 # --- the report, as printed ----------------------------------------------------------------

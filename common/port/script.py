@@ -787,6 +787,7 @@ def _torch_labels(model, features, kind: str | None):
 
 
 def build_keras(reader: Reader, folder: str) -> Built:
+    import common.tf.run  # noqa: F401 - TensorFlow's first import, its CUDA start-up lines kept out of stderr
     import keras
     import tensorflow as tf
 

@@ -138,6 +138,8 @@ _READER = re.compile(r"read_\w+|open|urlopen|urlretrieve|get|load\w*|fetch\w*|do
 _NETWORK_FIX = ("fetch it once onto local disk (zoo prepare, datasets/README.md) and read it from a path in "
                 "params (train_input.data_dir)")
 
+# dtypes the device has no compute for, beyond float64 (device.ir.DEVICE_DTYPES has the ones it has)
+DEVICE_LACKS = {"uint8", "int8", "int16", "uint16", "uint32", "uint64", "complex64", "complex128"}
 # Numpy calls whose result is float64 unless told otherwise (numpy's default dtype).
 FLOAT64_NUMPY = {"numpy.random.rand", "numpy.random.randn", "numpy.random.random", "numpy.random.normal",
                  "numpy.random.uniform", "numpy.loadtxt", "numpy.genfromtxt", "numpy.linspace", "numpy.zeros",
@@ -449,14 +451,22 @@ class Reader:
             self.add("model", "dtype", src, call, f"{src.segment(call)} asks for float64", _FLOAT64_FIX)
 
     def _float64_attributes(self, src: Source) -> None:
+        """``torch.float64`` / ``tf.float64`` anywhere but the host's code; the dtypes the device has no
+        compute for at all (uint8, complex) where the device runs them: in the model."""
         seen = {(f.file, f.line) for f in self.findings if f.kind == "dtype"}
         for node in ast.walk(src.tree):
-            if isinstance(node, ast.Attribute) and src.qualname(node) in (
-                    "torch.float64", "torch.double", "tensorflow.float64", "tensorflow.double", "keras.float64"):
-                if (src.shown, node.lineno) in seen or self.region(src, node) == "host":
-                    continue
+            if not isinstance(node, ast.Attribute) or (src.shown, node.lineno) in seen:
+                continue
+            name = src.qualname(node) or ""
+            module, _, dtype = name.rpartition(".")
+            if module not in ("torch", "tensorflow", "keras", "numpy"):
+                continue
+            dtype = {"double": "float64", "cfloat": "complex64", "cdouble": "complex128"}.get(dtype, dtype)
+            if dtype == "float64" and module != "numpy" and self.region(src, node) != "host" or \
+                    dtype in DEVICE_LACKS and self.in_device_code(src, node) and self.in_graph(src, node):
                 seen.add((src.shown, node.lineno))
-                self.add("model", "dtype", src, node, f"{src.segment(node)}: float64 values", _FLOAT64_FIX)
+                self.add("model", "dtype", src, node, f"{src.segment(node)}: {dtype} values, which the device "
+                         "does not compute in", dtype_suggestion(dtype))
 
     def _numpy_float64(self, src: Source, node: ast.AST) -> bool:
         if isinstance(node, ast.Name):  # x = np.random.rand(...); torch.from_numpy(x)
