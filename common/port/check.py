@@ -80,6 +80,11 @@ def check(path: str, *, capture: bool = True, params: str | None = None, profile
     if not os.path.exists(path):
         raise Unreadable(f"{path}: no such file or folder")
     path = os.path.abspath(path)
+    redirected = None
+    if os.path.isfile(path) and os.path.basename(path) in ("model.py", "data.py", "utils.py", "run.py") and \
+            _looks_like_zoo_folder(os.path.dirname(path)):
+        # one file of a zoo folder means little alone (its model_fn needs the folder's data and params)
+        redirected, path = os.path.basename(path), os.path.dirname(path)
     if os.path.isfile(path):
         if not path.endswith(".py"):
             raise Unreadable(f"{path}: not a Python file (give a .py script or a folder)")
@@ -103,6 +108,8 @@ def check(path: str, *, capture: bool = True, params: str | None = None, profile
         relative = os.path.relpath(real, os.path.realpath(root))
         return relative if not relative.startswith("..") else file
 
+    if redirected:
+        report.notes.append(Note("", 0, f"{redirected} is part of a zoo folder: the whole folder was checked"))
     if zoo:
         _check_folder(report, root, sources, framework, shown, capture, params, profile, list(overrides))
     else:
@@ -191,7 +198,9 @@ def _folder_graph(folder, framework, config, overrides):
 
     graph, params = folder_graph(folder, framework, config, overrides)
     device = params["device"]
-    return graph, device["profile"], device["execution_mode"], [f"built as run.py does, from {os.path.relpath(config, folder)}"]
+    given = f" with {' '.join(overrides)}" if overrides else ""
+    return graph, device["profile"], device["execution_mode"], [
+        f"built as run.py does, from {os.path.relpath(config, folder)}{given}"]
 
 
 def _own_loops(reader) -> list[Finding]:

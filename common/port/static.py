@@ -342,7 +342,7 @@ class Reader:
             first = literal(keyword(call, "pretrained_model_name_or_path", 0))
             if isinstance(first, str) and not first.startswith((".", "/", "~")):
                 what = f"downloads {first!r} from the Hugging Face hub"
-        elif name.startswith("torchvision.models.") and (
+        elif re.fullmatch(r"torchvision\.models\.(\w+\.)?[a-z]\w*", name) and "handle" not in name and (
                 literal(keyword(call, "pretrained")) is True or
                 (keyword(call, "weights") is not None and literal(keyword(call, "weights"), NOT_LITERAL) is not None)):
             what = "downloads pretrained weights"
@@ -446,8 +446,9 @@ class Reader:
                 keyword(call, "dtype") is None and self._numpy_float64(src, call.args[0]):
             self.add("data", "dtype", src, call, f"{src.segment(call)} is float64: numpy's default dtype",
                      "astype(np.float32) first, or torch.tensor(..., dtype=torch.float32)")
-        dtype = keyword(call, "dtype")
-        if isinstance(dtype, ast.Constant) and dtype.value in ("float64", "double"):
+        dtype = keyword(call, "dtype")  # a framework's tensor or layer asked for float64 (numpy's are the host's)
+        if isinstance(dtype, ast.Constant) and dtype.value in ("float64", "double") and \
+                name.startswith(("torch.", "tensorflow.", "keras.", ".to")):
             self.add("model", "dtype", src, call, f"{src.segment(call)} asks for float64", _FLOAT64_FIX)
 
     def _float64_attributes(self, src: Source) -> None:
@@ -577,6 +578,9 @@ class Reader:
         if op == "ragged":
             self.add("model", "dynamic_shape", src, call, f"{src.segment(call)}: a ragged tensor", _RAGGED)
             return
+        fn = src.enclosing(call, ast.FunctionDef, ast.AsyncFunctionDef)
+        if op is not None and fn is not None and fn.name in CONSTRUCTION_METHODS:
+            op = None  # a tensor op while the model is constructed runs on the host, once
         if op is not None:
             what = name.lstrip(".")
             self.add("model", "unsupported_op", src, call, f"{src.segment(call)}: {what} has no kernel on the device",
@@ -587,10 +591,12 @@ class Reader:
         if layer is not None:
             arg, what = layer
             value = literal(keyword(call, arg), NOT_LITERAL) if arg else None
-            if arg is None or (isinstance(value, int) and value > 1) or \
-                    (arg and keyword(call, arg) is not None and value is NOT_LITERAL):
+            if arg is None or (isinstance(value, int) and value > 1):
                 self.add("model", "unsupported_op", src, call,
                          f"{src.segment(call)}: {what} has no kernel on the device", _CONV_FIX)
+            elif keyword(call, arg) is not None and value is NOT_LITERAL:
+                self.note(src, call, f"{arg}={src.segment(keyword(call, arg))}: could not tell whether it is 1 "
+                                     f"(more is a {what}, which has no kernel on the device)")
 
     def _mask_indexing(self, src: Source) -> None:
         """``x[x > 0]``, ``logits[keep]`` with ``keep = labels != -100``: as many elements as the mask holds."""
@@ -651,6 +657,8 @@ class Reader:
         return isinstance(parent, ast.Compare) and any(isinstance(o, (ast.Eq, ast.NotEq)) for o in parent.ops)
 
 
+# methods that construct a model: their tensor ops run once, on the host (the layers they build count)
+CONSTRUCTION_METHODS = {"__init__", "build", "reset_parameters", "_init_weights", "init_weights", "_reset_parameters"}
 # the methods of a model class the runner's step calls (PyTorch, Keras, the zoo's PyTorchBaseModel)
 STEP_METHODS = ("__init__", "forward", "__call__", "call", "build", "train_step", "compute_loss", "loss")
 
@@ -680,8 +688,8 @@ def eval_only(src: Source, node: ast.AST) -> bool:
     ``if mode == ModeKeys.EVAL:``, the else of ``if self.training:``), where the host runs metrics."""
     child = node
     for a in src.ancestors(node):
-        block = next((b for b in ("body", "orelse", "finalbody") if any(child is n for n in getattr(a, b, []) or [])),
-                     None)
+        block = next((b for b in ("body", "orelse", "finalbody") if isinstance(getattr(a, b, None), list)
+                      and any(child is n for n in getattr(a, b))), None)
         if block is not None:  # `if mode == TRAIN: return ...` earlier in the block: the rest is evaluation
             siblings = getattr(a, block)
             for earlier in siblings[:next(i for i, n in enumerate(siblings) if n is child)]:

@@ -129,14 +129,29 @@ def test_the_zoos_own_folders_read_clean(folder):
     assert report.findings == [], render(report)
 
 
-@pytest.mark.parametrize("framework", ["pytorch", "tf"])
-def test_the_zoos_own_mnist_built_from_its_tiny_config_is_ready(framework, tmp_path):
-    if not HAVE["torch" if framework == "pytorch" else "tf"]:
+@pytest.mark.parametrize("folder", ["pytorch/mnist", "tf/mnist", "tests/fixtures/vendor_pytorch",
+                                    "tests/fixtures/vendor_tf"])
+def test_the_zoos_own_folders_built_are_ready(folder, tmp_path):
+    framework = "tf" if "tf" in os.path.basename(folder) or folder.startswith("tf/") else "torch"
+    if not HAVE[framework]:
         pytest.skip(f"{framework} not installed")
-    folder = os.path.join(zoo.ROOT, framework, "mnist")
-    report = check(folder, capture=True, params=os.path.join(folder, "configs", "params_tiny.yaml"))
+    path = os.path.join(zoo.ROOT, folder)
+    tiny = os.path.join(path, "configs", "params_tiny.yaml")
+    overrides = ()
+    if folder.endswith("vendor_pytorch"):  # it reads MNIST from its data_dir, as its tests give it
+        from common.data import write_fake_mnist
+
+        write_fake_mnist(tmp_path, n_train=64, n_test=40, seed=0)
+        overrides = (f"train_input.data_dir={tmp_path}", f"eval_input.data_dir={tmp_path}")
+    report = check(path, capture=True, params=tiny if os.path.exists(tiny) else None, overrides=overrides)
     assert report.findings == [], render(report)
     assert any(n.message.startswith("compile estimate:") for n in report.notes)
+
+
+def test_one_file_of_a_zoo_folder_checks_the_folder():
+    report = check(os.path.join(zoo.ROOT, "pytorch", "mnist", "model.py"), capture=False)
+    assert report.target == "pytorch/mnist" or report.target.endswith(os.path.join("pytorch", "mnist"))
+    assert report.findings == [] and "the whole folder was checked" in report.notes[0].message
 
 
 # --- the porting guide -------------------------------------------------------------------
