@@ -25,6 +25,7 @@ from common.errors import UserError
 from common.precision import check_precision
 from common.io import atomic_open
 from common.params import save_params
+from common.runlock import RunLock, check_free
 
 logger = logging.getLogger("zoo")
 
@@ -63,7 +64,15 @@ def _run(args, model_fn, train_input_fn, eval_input_fn, defaults: dict, model_fo
                                   else None)
     mode, rc = args.mode, params["runconfig"]
 
+    # every mode but --validate_only / --compile_only writes into model_dir: one run there at a time
+    # (common/runlock.py). Refused now, before reading a checkpoint the other run may rotate away;
+    # taken when model_dir is first written; common.cli.guarded releases it when the run ends.
+    lock = RunLock(config.model_dir, mode)
+    if not (args.validate_only or args.compile_only):
+        check_free(config.model_dir)
+
     def write_params() -> None:
+        lock.acquire()
         save_params(params, config.model_dir, mode)
 
     if args.validate_only or args.compile_only:
