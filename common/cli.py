@@ -11,12 +11,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import traceback
 from typing import Any, Callable, Mapping, Sequence
 
 from common.errors import UserError
+from common.interrupt import Interrupted, raise_on_signals
 from common.params import MODES, defaults_form, load_params, load_vendor_params
+from common.runlock import release_all
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -96,12 +99,28 @@ def setup_logging(verbose: bool) -> None:
 
 
 def guarded(body: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> Any:
-    """Run ``body(args)``; bad input becomes one ``error:`` line and a non-zero exit."""
+    """Run ``body(args)``; bad input becomes one ``error:`` line and a non-zero exit, and a
+    Ctrl-C or SIGTERM one line saying where the run stopped, with the shell's status (130,
+    143). The model_dir lock (common/runlock.py) is released however the run ends."""
     try:
-        return body(args)
+        with raise_on_signals():
+            return body(args)
     except UserError as e:
         if args.verbose:
             traceback.print_exc()
         # one line; a validation report that lists several findings adds one line per finding
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(e.exit_code) from None
+    except KeyboardInterrupt as e:  # Interrupted, or a KeyboardInterrupt raised where our handler was not
+        if args.verbose:
+            traceback.print_exc()
+        signum = getattr(e, "signum", signal.SIGINT)
+        line = str(e) if isinstance(e, Interrupted) else ""  # the train loops say where they stopped
+        if not line:
+            line = f"interrupted by {signal.Signals(signum).name} during --mode {args.mode}"
+            if args.mode in ("train", "train_and_eval"):
+                line += "; the same command resumes from the newest checkpoint in model_dir"
+        print(line, file=sys.stderr)
+        raise SystemExit(128 + signum) from None
+    finally:
+        release_all()

@@ -2,11 +2,17 @@
 
     | Train Device=cpu Step=50 Loss=0.12345 Rate=12345.67 samples/sec (5%, 0:01:02 left)
     | Eval Device=cpu Step=100 accuracy=0.97500 loss=0.08123
+
+and, when a signal stops training (common/interrupt.py), the one line that says where it
+stopped and where the same command resumes:
+
+    interrupted by SIGINT at step 37 of 1000; saved model_dir/mnist/checkpoint_37.mdl: the same command resumes from there
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import time
 
 logger = logging.getLogger("zoo")
@@ -18,12 +24,23 @@ def _clock(seconds: float) -> str:
 
 
 class TrainMeter:
-    """Samples/s between log lines, and the progress towards the last step."""
+    """Samples/s between log lines, the progress towards the last step, and the checkpoint a
+    rerun of the same command starts from.
 
-    def __init__(self, device: str, start_step: int, last_step: int):
+    ``start_checkpoint``: the checkpoint this run started from (None: from scratch);
+    ``explicit_start``: it came from --checkpoint_path, which a rerun would load again.
+    """
+
+    def __init__(self, device: str, start_step: int, last_step: int, start_checkpoint: str | None = None,
+                 explicit_start: bool = False):
         self.device, self.start_step, self.last_step = device, start_step, last_step
         self._t0 = self._t = time.perf_counter()
         self._samples = 0
+        self.start_checkpoint, self.explicit_start = start_checkpoint, explicit_start
+        self.checkpoint, self.checkpoint_step = start_checkpoint, start_step
+
+    def saved(self, path: str, step: int) -> None:
+        self.checkpoint, self.checkpoint_step = path, step
 
     def add(self, samples: int) -> None:
         self._samples += samples
@@ -41,6 +58,24 @@ class TrainMeter:
         left = elapsed / done * (1 - done) if done > 0 else 0.0
         return (f"| Train Device={self.device} Step={step} Loss={loss:.5f} Rate={rate:.2f} samples/sec "
                 f"({done:.0%}, {_clock(left)} left)")
+
+    def interrupted(self, signum: int, step: int) -> str:
+        """The line for a run stopped by ``signum`` with ``step`` steps done."""
+        head = f"interrupted by {signal.Signals(signum).name} at step {step} of {self.last_step}"
+        if self.checkpoint is None:
+            return f"{head}, before the first checkpoint; the same command starts again from step 0"
+        if self.checkpoint == self.start_checkpoint:
+            return (f"{head}, before this run's first checkpoint; the same command starts again from "
+                    f"{self.checkpoint} (step {self.checkpoint_step})")
+        if self.checkpoint_step == step:
+            where, resume = f"saved {self.checkpoint}", "the same command resumes from there"
+        else:
+            where = f"the newest checkpoint is {self.checkpoint} (step {self.checkpoint_step})"
+            resume = "the same command resumes from it"
+        if self.explicit_start:
+            resume = (f"to resume from it, run the same command without --checkpoint_path (with it, the run "
+                      f"starts from {self.start_checkpoint} again)")
+        return f"{head}; {where}: {resume}"
 
 
 def eval_line(device: str, step: int, metrics: dict[str, float]) -> str:

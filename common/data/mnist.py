@@ -363,6 +363,11 @@ def resolve_mnist(data_dir: str, dataset: str = "auto") -> MnistLocation:
     if dataset == "uci_digits":
         return embedded_digits()
     data_dir = os.fspath(data_dir) if data_dir else ""
+    if data_dir and os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        # a file is never what was meant (an IDX or archive file named instead of its folder);
+        # "auto" would otherwise fall back to the embedded digits and hide the mistake
+        raise UserError(f"data_dir {data_dir} is a file, not a folder: give the folder that holds MNIST/raw "
+                        f"(or that MNIST/raw folder itself)")
     root = _mnist_root(data_dir) if data_dir else None
     if root is not None:
         return _mnist_location(root)

@@ -9,15 +9,22 @@ with ``torch.load(weights_only=True)`` (no pickled code runs on load):
     data_order                               {"epoch", "batch"}: where the next batch comes from
 
 The emulator writes the same format, so either can resume the other's training.
+
+A kill during a save leaves no half-written checkpoint (the write is atomic), but a disk
+that fills up, a copy cut short or a bad sector can still leave a damaged newest file:
+``last_readable`` then falls back to the newest one that reads, with a warning naming
+the bad file, and refuses (naming every bad file) when none reads, so that a training run
+never starts again from step 0 over a model_dir that holds checkpoints.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
 import zipfile
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -25,8 +32,15 @@ import torch
 from common.errors import UserError
 from common.io import atomic_open
 
+logger = logging.getLogger("zoo")
+
 _NAME = re.compile(r"^checkpoint_(\d+)\.mdl$")
 REQUIRED_KEYS = ("model", "optimizer", "lr_scheduler", "global_step")
+
+
+class UnreadableCheckpoint(UserError):
+    """A checkpoint file that is missing, damaged or not a zoo checkpoint (as opposed to one
+    that reads fine but does not fit the model)."""
 
 
 def checkpoint_path(model_dir: str, step: int) -> str:
@@ -61,7 +75,7 @@ def save_checkpoint(state: dict, model_dir: str, step: int, keep_max: int) -> st
 def load_checkpoint(path: str) -> dict:
     """Read a checkpoint safely; a missing, corrupt or foreign file is a UserError naming it."""
     if not os.path.isfile(path):
-        raise UserError(f"{path}: checkpoint not found")
+        raise UnreadableCheckpoint(f"{path}: checkpoint not found")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for a damaged file (zip, pickle, EOF)
@@ -70,12 +84,98 @@ def load_checkpoint(path: str) -> dict:
         elif "Weights only load failed" in str(e):
             reason = "it holds Python objects beyond tensors and plain values, which a safe load refuses"
         else:
-            reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise UserError(f"{path}: not a readable checkpoint ({reason})") from None
+            reason = _shorten((str(e).strip().splitlines() or [type(e).__name__])[0])
+        raise UnreadableCheckpoint(f"{path}: not a readable checkpoint ({reason})") from None
     if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
         missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
-        raise UserError(f"{path}: not a zoo checkpoint (missing {', '.join(missing)})")
+        raise UnreadableCheckpoint(f"{path}: not a zoo checkpoint (missing {', '.join(missing)})")
     return state
+
+
+def last_readable(checkpoints: list[tuple[int, str]], model_dir: str, warn: bool = True) -> tuple[str, dict] | None:
+    """The last of ``checkpoints`` (in step order: the newest) that reads, as (path, state); None
+    when there are none at all.
+
+    Each unreadable one after it is skipped, with a warning naming it when ``warn``; when none
+    reads, a UserError names them all (starting from scratch would silently overwrite them).
+    """
+    bad: list[tuple[str, UnreadableCheckpoint]] = []
+    for _, path in reversed(checkpoints):
+        try:
+            state = load_checkpoint(path)
+        except UnreadableCheckpoint as e:
+            bad.append((path, e))
+            continue
+        for _, error in bad if warn else ():
+            logger.warning("%s; skipped, using %s instead", error, path)
+        return path, state
+    if not bad:
+        return None
+    if len(bad) == 1:
+        raise UserError(f"{bad[0][1]}, and {model_dir} holds no other checkpoint; move it away to start from "
+                        f"step 0, or pass --checkpoint_path")
+    names = ", ".join(os.path.basename(path) for path, _ in bad)
+    raise UserError(f"{model_dir}: none of its {len(bad)} checkpoints reads ({names}; the newest: {bad[0][1]}); "
+                    f"move them away to start from step 0, or pass --checkpoint_path")
+
+
+def _names(names: list[str], shown: int = 3) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def _shorten(text: str, limit: int = 200) -> str:
+    """``text`` on one line, cut at a word boundary (never mid-word) when longer than ``limit``."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0].rstrip(",;:") + " ..."
+
+
+def optimizer_mismatch(saved: Any, current: Mapping[str, Any]) -> str | None:
+    """Why an optimizer state_dict (``saved``) is another kind of optimizer's than ``current``,
+    or None. torch's load_state_dict takes another optimizer's settings without a word, and
+    the first step then fails on a missing setting (SGD's 'momentum' after Adam's state)."""
+    groups = saved.get("param_groups") if isinstance(saved, Mapping) else None
+    if not isinstance(groups, list) or not groups or not all(isinstance(g, Mapping) for g in groups):
+        return None  # load_state_dict itself says what is wrong with it
+    theirs = set().union(*(g.keys() for g in groups)) - {"params"}
+    ours = set().union(*(g.keys() for g in current["param_groups"])) - {"params"}
+    # settings only here: a newer torch's (it fills their defaults on load); settings on both
+    # sides that the other lacks: another optimizer
+    if not (theirs - ours and ours - theirs):
+        return None
+    return (f"its optimizer state is another optimizer's: it has {_names(sorted(theirs - ours))} where this run's "
+            f"optimizer has {_names(sorted(ours - theirs))}; resume with the optimizer_type it was trained with, or "
+            f"use another model_dir")
+
+
+def _shape(value: Any) -> str:
+    return "x".join(str(n) for n in value.shape) or "scalar"
+
+
+def describe_mismatch(saved: Any, model: Mapping[str, Any], error: Exception) -> str:
+    """Why a checkpoint's ``model`` entry (``saved``) does not load into a module whose state_dict
+    is ``model``, on one line: the keys missing from the checkpoint, those not in the model, and
+    those of another shape (checkpoint -> model), each with the first few names; when the
+    weights fit, ``error`` (the optimizer's or scheduler's complaint), cut at a word."""
+    if not isinstance(saved, Mapping):
+        return f"its 'model' entry is a {type(saved).__name__}, not a state_dict"
+    missing = [key for key in model if key not in saved]
+    unexpected = [key for key in saved if key not in model]
+    shapes = [f"{key} {_shape(saved[key])} -> {_shape(model[key])}" for key in model
+              if key in saved and hasattr(saved[key], "shape") and hasattr(model[key], "shape")
+              and tuple(saved[key].shape) != tuple(model[key].shape)]
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing from the checkpoint ({_names(missing)})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} not in the model ({_names(unexpected)})")
+    if shapes:
+        parts.append(f"{len(shapes)} of another shape, checkpoint -> model ({_names(shapes)})")
+    if parts:
+        return "; ".join(parts)
+    return f"the weights fit, the rest does not: {_shorten(str(error) or type(error).__name__)}"
 
 
 def rng_state() -> dict[str, Any]:

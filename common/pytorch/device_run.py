@@ -256,8 +256,8 @@ class EmulatorRunner(Runner):
                     "on the device)", len(compiled.kernels), compiled.execution_mode, compiled.profile.name,
                     self.graph.precision, compiled.cost.samples_per_s)
 
-    def _restore(self, path: str, weights_only: bool) -> dict:
-        state = super()._restore(path, weights_only)
+    def _restore(self, path: str, weights_only: bool, state: dict | None = None) -> dict:
+        state = super()._restore(path, weights_only, state)
         if self.program is not None:  # eval_all: the next checkpoint's weights into the emulator
             self.program.set_weights(weights_of(self.model.model, self.graph))
             self.program.set_state(state_of(self.model.model, self.graph))

@@ -36,15 +36,18 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from common import runlock
 from common.cli import effective_params, guarded, parse_command_line, setup_logging
 from common.errors import NonFiniteLossError, UserError
+from common.interrupt import Interrupted, stop_between_steps
 from common.io import atomic_open
 from common.log import TrainMeter, eval_line
 from common.params import report_unused, save_params
 from common.precision import check_precision
 from common.pytorch.base_model import PyTorchBaseModel
-from common.pytorch.checkpoint import (list_checkpoints, latest_checkpoint, load_checkpoint, rng_state,
-                                       save_checkpoint, set_rng_state)
+from common.pytorch.checkpoint import (UnreadableCheckpoint, describe_mismatch, last_readable, list_checkpoints,
+                                       load_checkpoint, optimizer_mismatch, rng_state, save_checkpoint,
+                                       set_rng_state)
 from common.pytorch.data_order import TrainOrder, epoch_batches
 from common.pytorch.metrics import cb_metrics_of
 from common.summaries import ScalarWriter
@@ -214,28 +217,46 @@ class Runner:
     # --- loading ------------------------------------------------------------------------
 
     def _starting_checkpoint(self) -> str | None:
-        """Find and load the checkpoint this mode starts from (before model_dir is written)."""
+        """Find and load the checkpoint this mode starts from (before model_dir is written).
+
+        Without --checkpoint_path: the newest in model_dir that reads (a damaged newer one is
+        skipped with a warning); an explicit --checkpoint_path that does not read is an error.
+        """
+        # a run that holds model_dir may rotate away the checkpoint this one is about to read
+        runlock.check_free(self.model_dir)
         if self.mode == "eval_all":
             checkpoints = list_checkpoints(self.model_dir)
             if not checkpoints:
                 raise UserError(f"{self.model_dir}: no checkpoint_<step>.mdl to evaluate; train first")
-            load_checkpoint(checkpoints[0][1])  # a bad first file fails before anything is written
+            # one must read, or the run fails before anything is written; evaluate_all skips the others
+            # that do not, with a warning each
+            last_readable(checkpoints[::-1], self.model_dir, warn=False)
             return None
-        path = self.args.checkpoint_path or latest_checkpoint(self.model_dir)
-        if path is None:
+        if self.args.checkpoint_path:
+            self._restore(self.args.checkpoint_path, weights_only=self.mode not in TRAINS)
+            return self.args.checkpoint_path
+        found = last_readable(list_checkpoints(self.model_dir), self.model_dir)
+        if found is None:
             if self.mode in TRAINS:
                 return None
             raise UserError(f"{self.model_dir}: no checkpoint to {self.mode}; train first or pass --checkpoint_path")
-        self._restore(path, weights_only=self.mode not in TRAINS)
+        path, state = found
+        self._restore(path, weights_only=self.mode not in TRAINS, state=state)
         return path
 
-    def _restore(self, path: str, weights_only: bool) -> dict:
-        state = load_checkpoint(path)
+    def _restore(self, path: str, weights_only: bool, state: dict | None = None) -> dict:
+        """Load ``path`` (``state``: already read from it) into the model."""
+        if state is None:
+            state = load_checkpoint(path)
+        other = None if weights_only else optimizer_mismatch(state["optimizer"], self.model.optimizer.state_dict())
+        if other:
+            raise UserError(f"{path}: does not fit this run: {other}")
         try:
             self.model.set_state(state, weights_only=weights_only)
         except (RuntimeError, KeyError, ValueError) as e:
-            detail = " ".join(str(e).split())  # torch's message spans lines: missing and unexpected keys
-            raise UserError(f"{path}: does not fit this model ({detail[:300]})") from None
+            detail = describe_mismatch(state["model"], self.model.model.state_dict(), e)
+            raise UserError(f"{path}: does not fit this model: {detail} (a checkpoint of another model or "
+                            f"config?)") from None
         self.global_step = int(state["global_step"])
         if not weights_only:
             if state.get("rng") is not None:
@@ -264,11 +285,13 @@ class Runner:
     # --- modes --------------------------------------------------------------------------
 
     def execute(self) -> dict | None:
-        os.makedirs(self.model_dir, exist_ok=True)
-        save_params(self.params, self.model_dir, self.mode)
-        if self.checkpoint:
-            logger.info("starting from %s (step %d)", self.checkpoint, self.global_step)
+        # the first write into model_dir: another run there is refused here, before anything is written
+        lock = runlock.RunLock(self.model_dir, self.mode)
+        lock.acquire()
         try:
+            save_params(self.params, self.model_dir, self.mode)
+            if self.checkpoint:
+                logger.info("starting from %s (step %d)", self.checkpoint, self.global_step)
             if self.mode in TRAINS:
                 return self.train()
             if self.mode == "eval":
@@ -279,6 +302,7 @@ class Runner:
         finally:
             if self._eval_writer is not None:
                 self._eval_writer.close()
+            lock.release()
 
     def train(self) -> dict | None:
         final = last_step(self.runconfig, self.global_step)
@@ -290,40 +314,61 @@ class Runner:
         started_at = self.global_step
         order = TrainOrder(self.train_loader, rc["seed"], self.data_state)
         batches = iter(order)
-        meter = TrainMeter(self.device_name, self.global_step, final)
+        meter = TrainMeter(self.device_name, self.global_step, final, self.checkpoint,
+                           explicit_start=bool(self.args.checkpoint_path))
         window = StepWindow()
         writer = ScalarWriter(os.path.join(self.model_dir, "train"))
-        last_good = self.checkpoint
         metrics = None
+
+        def save(step: int) -> None:
+            state = {**self.checkpoint_state(), "global_step": step, "rng": rng_state(),
+                     "data_order": order.state()}
+            path = save_checkpoint(state, self.model_dir, step, rc["keep_checkpoint_max"])
+            meter.saved(path, step)
+            logger.info("saved %s", path)
+
         try:
-            while self.global_step < final:
-                started = time.perf_counter()
-                batch = next(batches)
-                fetched = time.perf_counter()
-                loss = self.train_batch(batch)
-                step = self.global_step = self.global_step + 1
-                if step == started_at + 1:
-                    report_unused(self.params)  # by the end of the first step, model and data code read their keys
-                window.add(batch_size(batch), fetched - started, time.perf_counter() - started)
-                if not math.isfinite(loss):
-                    raise NonFiniteLossError(f"step {step}: the loss is {loss}; training stopped, the last good "
-                                             f"checkpoint is {last_good or 'none (none was written)'}")
-                if step % rc["log_steps"] == 0 or step == final:
-                    rate = window.end(step)
-                    logger.info(meter.line(step, loss, rate))
-                    # the learning rate this step used: the schedule at the step count before it
-                    values = {"loss": loss, "lr": self.model.schedule(step - 1), "samples_per_sec": rate}
-                    if self.loss_scale() is not None:
-                        values["loss_scale"] = self.loss_scale()
-                    writer.scalars(step, values)
-                    writer.flush()
-                if (rc["checkpoint_steps"] and step % rc["checkpoint_steps"] == 0) or step == final:
-                    state = {**self.checkpoint_state(), "global_step": step, "rng": rng_state(),
-                             "data_order": order.state()}
-                    last_good = save_checkpoint(state, self.model_dir, step, rc["keep_checkpoint_max"])
-                    logger.info("saved %s", last_good)
-                    if with_eval:
-                        metrics = self.evaluate()
+            # Ctrl-C / SIGTERM: the step under way finishes, is saved, and the run stops (common/interrupt.py)
+            with stop_between_steps() as stop:
+                while self.global_step < final and not stop.requested:
+                    started = time.perf_counter()
+                    try:
+                        batch = next(batches)
+                    except Exception:
+                        if stop.requested:  # DataLoader workers got the terminal's Ctrl-C as well, and quit
+                            break
+                        raise
+                    fetched = time.perf_counter()
+                    loss = self.train_batch(batch)
+                    step = self.global_step = self.global_step + 1
+                    if step == started_at + 1:
+                        report_unused(self.params)  # by the end of the first step, model and data code read their keys
+                    window.add(batch_size(batch), fetched - started, time.perf_counter() - started)
+                    if not math.isfinite(loss):
+                        raise NonFiniteLossError(f"step {step}: the loss is {loss}; training stopped, the last good "
+                                                 f"checkpoint is {meter.checkpoint or 'none (none was written)'}")
+                    if step % rc["log_steps"] == 0 or step == final:
+                        rate = window.end(step)
+                        logger.info(meter.line(step, loss, rate))
+                        # the learning rate this step used: the schedule at the step count before it
+                        values = {"loss": loss, "lr": self.model.schedule(step - 1), "samples_per_sec": rate}
+                        if self.loss_scale() is not None:
+                            values["loss_scale"] = self.loss_scale()
+                        writer.scalars(step, values)
+                        writer.flush()
+                    if (rc["checkpoint_steps"] and step % rc["checkpoint_steps"] == 0) or step == final:
+                        save(step)
+                        if with_eval:
+                            metrics = self.evaluate()
+                if stop.requested and self.global_step < final:
+                    if meter.checkpoint_step != self.global_step:
+                        save(self.global_step)
+                    raise Interrupted(stop.signum, meter.interrupted(stop.signum, self.global_step))
+        except Interrupted as e:
+            if str(e):
+                raise
+            # a second signal, mid-step: the newest complete checkpoint is where the same command resumes
+            raise Interrupted(e.signum, meter.interrupted(e.signum, self.global_step)) from None
         finally:
             writer.close()
         return metrics
@@ -379,7 +424,11 @@ class Runner:
     def evaluate_all(self) -> dict[int, dict[str, float]]:
         results = {}
         for step, path in list_checkpoints(self.model_dir):
-            self._restore(path, weights_only=True)
+            try:
+                self._restore(path, weights_only=True)
+            except UnreadableCheckpoint as e:
+                logger.warning("%s; skipped", e)
+                continue
             results[self.global_step] = self.evaluate()
         return results
 

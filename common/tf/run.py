@@ -30,6 +30,7 @@ from common.errors import UserError
 from common.precision import check_precision
 from common.io import atomic_open
 from common.params import TrackedDict, report_unused, save_params
+from common.runlock import RunLock, check_free
 
 logger = logging.getLogger("zoo")
 
@@ -128,7 +129,15 @@ def _run(args, model_fn, train_input_fn, eval_input_fn, default_params_fn: Calla
                                   else None)
     mode, rc = args.mode, params["runconfig"]
 
+    # every mode but --validate_only / --compile_only writes into model_dir: one run there at a time
+    # (common/runlock.py). Refused now, before reading a checkpoint the other run may rotate away;
+    # taken when model_dir is first written; common.cli.guarded releases it when the run ends.
+    lock = RunLock(config.model_dir, mode)
+    if not (args.validate_only or args.compile_only):
+        check_free(config.model_dir)
+
     def write_params() -> None:
+        lock.acquire()
         # the graph is built: model_fn and input_fn have read what they read
         if mode == "train_and_eval" and isinstance(params, TrackedDict):
             # the eval graph comes at the first checkpoint: its input_fn reads its keys now, in a

@@ -138,10 +138,14 @@ def test_checkpoint_of_another_model(tmp_path, capsys, model_dir, data_dir):
                           model_dir, "checkpoint_4.mdl: does not fit this model")
 
 
-def test_corrupt_latest_checkpoint_in_model_dir(capsys, model_dir, data_dir):
-    latest = model_dir / "checkpoint_4.mdl"
-    latest.write_bytes(b"garbage")
-    expect_one_error_line(capsys, argv_for(model_dir, data_dir), model_dir, f"{latest}: not a readable checkpoint")
+def test_no_readable_checkpoint_in_model_dir(capsys, model_dir, data_dir):
+    """Every checkpoint damaged: an error naming them, not a silent start from step 0 over them
+    (one damaged newest one falls back: tests/pytorch/test_pt_checkpoint_fallback.py)."""
+    for name in ("checkpoint_2.mdl", "checkpoint_4.mdl"):
+        (model_dir / name).write_bytes(b"garbage")
+    expect_one_error_line(capsys, argv_for(model_dir, data_dir), model_dir,
+                          "none of its 2 checkpoints reads (checkpoint_4.mdl, checkpoint_2.mdl",
+                          f"{model_dir / 'checkpoint_4.mdl'}: not a readable checkpoint")
 
 
 def test_invalid_mode(capsys, model_dir, data_dir):

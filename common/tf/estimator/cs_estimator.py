@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from common.errors import NonFiniteLossError, UserError
+from common.interrupt import Interrupted, stop_between_steps
 from common.log import TrainMeter, eval_line
 from common.summaries import ScalarWriter
 from common.tf.estimator import checkpoints
@@ -195,35 +196,50 @@ class CerebrasEstimator:
     def train_loop(self, run: GraphSession, step: int, last: int, saving_listeners, train_step=None) -> None:
         """Steps from ``step`` to ``last`` with ``train_step`` (default: the TF session's): the log
         line and TensorBoard scalars every save_summary_steps, the NaN check every step, a
-        checkpoint every save_checkpoints_steps and at the end."""
+        checkpoint every save_checkpoints_steps and at the end; a SIGINT or SIGTERM stops it
+        between two steps, with a checkpoint (common/interrupt.py)."""
         cfg = self.config
         train_step = train_step or CpuTrainStep(run, self.model_fn)
         writer = ScalarWriter(os.path.join(self.model_dir, "train"))
-        meter = TrainMeter(cfg.device, step, last)
         saved_step, saved_path = step, self.latest_checkpoint()
+        explicit = self.warm_start_from is not None
+        meter = TrainMeter(cfg.device, step, last, checkpoints.resolve_checkpoint(self.warm_start_from)
+                           if explicit else saved_path, explicit_start=explicit)
         try:
-            while step < last:
-                log_now = (step + 1) % cfg.save_summary_steps == 0 or step + 1 == last
-                try:
-                    loss_value, batch_size, logged = train_step(step, log_now)
-                except tf.errors.OutOfRangeError:
-                    logger.warning("the training dataset ended at step %d, before step %d: repeat it in TRAIN "
-                                   "mode (the device needs a repeating dataset)", step, last)
-                    break
-                step += 1
-                if not math.isfinite(loss_value):
-                    kept = saved_path or "none (no checkpoint was written yet)"
-                    raise NonFiniteLossError(f"the loss is {loss_value} at step {step}; stopping. The last good "
-                                             f"checkpoint is kept: {kept} (lower the learning rate, or clip "
-                                             f"gradients with optimizer.max_gradient_norm)")
-                meter.add(batch_size)
-                if log_now:
-                    self._log_train(writer, meter, step, loss_value, logged, batch_size)
-                if step % cfg.save_checkpoints_steps == 0 or step == last:
-                    saved_path = self._save(run, step, saving_listeners, train_step)
-                    saved_step = step
+            # Ctrl-C / SIGTERM: the step under way finishes, is saved, and the run stops (common/interrupt.py)
+            with stop_between_steps() as stop:
+                while step < last and not stop.requested:
+                    log_now = (step + 1) % cfg.save_summary_steps == 0 or step + 1 == last
+                    try:
+                        loss_value, batch_size, logged = train_step(step, log_now)
+                    except tf.errors.OutOfRangeError:
+                        logger.warning("the training dataset ended at step %d, before step %d: repeat it in TRAIN "
+                                       "mode (the device needs a repeating dataset)", step, last)
+                        break
+                    step += 1
+                    if not math.isfinite(loss_value):
+                        kept = saved_path or "none (no checkpoint was written yet)"
+                        raise NonFiniteLossError(f"the loss is {loss_value} at step {step}; stopping. The last good "
+                                                 f"checkpoint is kept: {kept} (lower the learning rate, or clip "
+                                                 f"gradients with optimizer.max_gradient_norm)")
+                    meter.add(batch_size)
+                    if log_now:
+                        self._log_train(writer, meter, step, loss_value, logged, batch_size)
+                    if step % cfg.save_checkpoints_steps == 0 or step == last:
+                        saved_path = self._save(run, step, saving_listeners, train_step)
+                        saved_step = step
+                        meter.saved(saved_path, step)
+                if stop.requested and step < last:
+                    if saved_step != step:  # without the listeners: an eval there would delay the stop
+                        meter.saved(self._save(run, step, (), train_step), step)
+                    raise Interrupted(stop.signum, meter.interrupted(stop.signum, step))
             if saved_step != step:
                 self._save(run, step, saving_listeners, train_step)
+        except Interrupted as e:
+            if str(e):
+                raise
+            # a second signal, mid-step: the newest complete checkpoint is where the same command resumes
+            raise Interrupted(e.signum, meter.interrupted(e.signum, step)) from None
         finally:
             writer.close()
 
