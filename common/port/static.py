@@ -214,7 +214,7 @@ class Reader:
         functions = self._functions()
         for name, defs in functions.items():
             for src, fn in defs:
-                if name == "model_fn" or any(src.call_name(c) in KERAS_BUILDERS for c in src.calls(fn)):
+                if name == "model_fn" or _builds_a_keras_model(src, fn):
                     self.marks.setdefault(fn, "model")
                 elif DATA_FUNCTION.fullmatch(name) or (self.zoo and src.shown.endswith("data.py")):
                     self.marks.setdefault(fn, "data")
@@ -579,10 +579,11 @@ class Reader:
             self.add("model", "dynamic_shape", src, call, f"{src.segment(call)}: a ragged tensor", _RAGGED)
             return
         fn = src.enclosing(call, ast.FunctionDef, ast.AsyncFunctionDef)
-        if op is not None and fn is not None and fn.name in CONSTRUCTION_METHODS:
+        if op is not None and fn is not None and fn.name in CONSTRUCTION_METHODS and \
+                isinstance(src.parents.get(fn), ast.ClassDef):
             op = None  # a tensor op while the model is constructed runs on the host, once
         if op is not None:
-            what = name.lstrip(".")
+            what = name[1:] if name.startswith(".") else src.segment(call.func)  # as the user spelt it
             self.add("model", "unsupported_op", src, call, f"{src.segment(call)}: {what} has no kernel on the device",
                      suggestion_for(op) if op not in ("aten.cumsum.default", "Cumsum")
                      else "a matmul with a triangular matrix of ones (torch.tril) gives running sums")
@@ -657,6 +658,18 @@ class Reader:
         return isinstance(parent, ast.Compare) and any(isinstance(o, (ast.Eq, ast.NotEq)) for o in parent.ops)
 
 
+def _builds_a_keras_model(src: Source, fn: ast.AST) -> bool:
+    """A function that returns a Keras model it builds (``return keras.Model(inputs, outputs)``, or a
+    name assigned one): model code. A main() that builds one and then trains and predicts is not."""
+    built = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+             and src.call_name(n.value) in KERAS_BUILDERS for t in n.targets if isinstance(t, ast.Name)}
+    for ret in (n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None):
+        if isinstance(ret.value, ast.Call) and src.call_name(ret.value) in KERAS_BUILDERS or \
+                isinstance(ret.value, ast.Name) and ret.value.id in built:
+            return True
+    return False
+
+
 # methods that construct a model: their tensor ops run once, on the host (the layers they build count)
 CONSTRUCTION_METHODS = {"__init__", "build", "reset_parameters", "_init_weights", "init_weights", "_reset_parameters"}
 # the methods of a model class the runner's step calls (PyTorch, Keras, the zoo's PyTorchBaseModel)
@@ -697,6 +710,13 @@ def eval_only(src: Source, node: ast.AST) -> bool:
                         re.search(r"\btraining\b|==\s*\S*TRAIN\b|['\"]train['\"]", ast.unparse(earlier.test)) and \
                         not re.search(r"\bnot\b", ast.unparse(earlier.test)):
                     return True
+        if isinstance(a, (ast.With, ast.AsyncWith)) and any(
+                re.search(r"no_grad|inference_mode", ast.unparse(item.context_expr)) for item in a.items):
+            return True  # no gradients: evaluation, even inside the epoch loop
+        if isinstance(a, (ast.For, ast.AsyncFor)) and child is not a.iter and \
+                re.search(r"\b\w*(val|valid|validation|test|eval)\w*\b", ast.unparse(a.iter), re.I) and \
+                not re.search(r"train", ast.unparse(a.iter), re.I):
+            return True  # a loop over the validation or test data
         if isinstance(a, ast.If):
             test = ast.unparse(a.test)
             in_body = any(child is n for n in a.body)
