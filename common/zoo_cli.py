@@ -268,11 +268,13 @@ def cmd_new(args) -> int:
                 _write(path, edited)
                 changed.append(rel)
     os.rename(staging, dest)
-    print(f"created {shown(dest)} from {shown(source)}; names adjusted in {', '.join(sorted(changed)) or 'no file'}")
+    here = os.path.relpath(dest)  # the commands below, as typed from the working directory
+    here = dest if here.startswith("..") else here
+    print(f"created {here} from {shown(source)}; names adjusted in {', '.join(sorted(changed)) or 'no file'}")
     print(f"  checkpoints go to model_dir/{framework}_{new} (the folder's own; set runconfig.model_dir to change it)")
-    print(f"  next: put your model in {shown(dest)}/model.py and your data code in data.py, then")
-    print(f"        zoo port check {shown(dest)}")
-    print(f"        python {shown(dest)}/run.py --mode train --params {shown(dest)}/configs/params_tiny.yaml")
+    print(f"  next: put your model in {here}/model.py and your data code in {here}/data.py, then")
+    print(f"        zoo port check {here}")
+    print(f"        python {here}/run.py --mode train --params {here}/configs/params_tiny.yaml")
     return 0
 
 
@@ -541,7 +543,8 @@ def build_parser() -> argparse.ArgumentParser:
     from common.port import check
 
     c = port.add_parser("check", help="list every change a port needs, in fix order",
-                        description=check.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                        description=_doc_block("common.port.check"),
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     check.add_arguments(c)
     c.set_defaults(func=cmd_port)
 
@@ -554,7 +557,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _doc_block(module: str) -> str:
-    return (sys.modules[module].__doc__ if module in sys.modules else importlib.import_module(module).__doc__) or ""
+    """A module's docstring as --help text (its rst quotes dropped)."""
+    return (importlib.import_module(module).__doc__ or "").replace("``", "")
 
 
 def main(argv: list[str] | None = None) -> int:
