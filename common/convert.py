@@ -58,7 +58,7 @@ def _tf_prefix(path: str) -> bool:
 
 def save_safetensors(tensors: dict[str, Any], path: str, metadata: dict[str, str] | None = None) -> None:
     """Write torch tensors as safetensors (row-major, little-endian, 8-byte aligned header)."""
-    import torch
+    torch = _torch()
 
     codes = {v: k for k, v in _SAFETENSORS.items()}
     header: dict[str, Any] = {"__metadata__": dict(metadata or {})}
@@ -85,10 +85,10 @@ def save_safetensors(tensors: dict[str, Any], path: str, metadata: dict[str, str
 def load_safetensors(path: str) -> tuple[dict[str, Any], dict[str, str]]:
     """(tensors, metadata) of a safetensors file; a malformed one is a UserError naming it."""
     import numpy as np
-    import torch
 
     with open(path, "rb") as f:
         data = f.read()
+    arrays = {}
     try:
         (size,) = struct.unpack("<Q", data[:8])
         if size > _HEADER_LIMIT or 8 + size > len(data):
@@ -96,25 +96,38 @@ def load_safetensors(path: str) -> tuple[dict[str, Any], dict[str, str]]:
         header = json.loads(data[8:8 + size])
         body = memoryview(data)[8 + size:]
         metadata = header.pop("__metadata__", {}) or {}
-        tensors = {}
         for name, info in header.items():
             dtype = _SAFETENSORS[info["dtype"]]
             begin, end = info["data_offsets"]
             if not 0 <= begin <= end <= len(body):
                 raise ValueError(f"{name}'s bytes lie outside the file")
-            storage = "int16" if dtype == "bfloat16" else dtype
+            storage = "int16" if dtype == "bfloat16" else dtype  # numpy has no bfloat16: its bits
             array = np.frombuffer(body[begin:end], dtype=np.dtype(storage).newbyteorder("<")).reshape(info["shape"])
-            tensor = torch.from_numpy(array.astype(np.dtype(storage)).copy())
-            tensors[name] = tensor.view(torch.bfloat16) if dtype == "bfloat16" else tensor
+            arrays[name] = (array.astype(np.dtype(storage)), dtype)
     except (ValueError, KeyError, TypeError, struct.error, json.JSONDecodeError) as e:
         raise UserError(f"{path}: not a readable safetensors file ({e})") from None
+    torch = _torch()
+    tensors = {}
+    for name, (array, dtype) in arrays.items():
+        tensor = torch.from_numpy(array.copy())
+        tensors[name] = tensor.view(torch.bfloat16) if dtype == "bfloat16" else tensor
     return tensors, metadata
+
+
+def _torch():
+    """torch, which reading and writing PyTorch weights needs; a UserError where it is not installed."""
+    try:
+        import torch
+    except ImportError:
+        raise UserError("converting PyTorch weights needs torch, which is not installed here "
+                        "(pip install -e \".[pytorch]\")") from None
+    return torch
 
 
 # --- reading and writing PyTorch weights ----------------------------------------------------
 
 def _load_torch(path: str) -> dict:
-    import torch
+    torch = _torch()
 
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
@@ -125,13 +138,12 @@ def _load_torch(path: str) -> dict:
 
 def read_weights(path: str) -> tuple[dict[str, Any], dict[str, str]]:
     """The model weights in ``path`` (any PyTorch kind), and what else it says (step, origin)."""
-    import torch
-
     kind = kind_of(path)
     if not os.path.isfile(path):
         raise UserError(f"{path}: no such file")
     if kind == "safetensors":
         return load_safetensors(path)
+    torch = _torch()
     state = _load_torch(path)
     if isinstance(state, dict) and "model" in state and "global_step" in state:
         return dict(state["model"]), {"global_step": str(int(state["global_step"]))}
@@ -143,7 +155,7 @@ def read_weights(path: str) -> tuple[dict[str, Any], dict[str, str]]:
 
 def write_weights(weights: dict[str, Any], metadata: dict[str, str], path: str) -> str:
     """Write ``weights`` in the kind ``path``'s extension names; returns a line saying what was written."""
-    import torch
+    torch = _torch()
 
     kind = kind_of(path)
     if kind == "tf":
@@ -169,6 +181,7 @@ def write_weights(weights: dict[str, Any], metadata: dict[str, str], path: str) 
 def tf_checkpoint(path: str) -> str:
     """The prefix of the TF checkpoint ``path`` names: itself, or a model_dir's newest."""
     if os.path.isdir(path):
+        _tensorflow()
         from common.tf.estimator import checkpoints
 
         found = checkpoints.latest_checkpoint(path)
@@ -178,8 +191,19 @@ def tf_checkpoint(path: str) -> str:
     return path[:-len(".index")] if path.endswith(".index") else path
 
 
+def _tensorflow():
+    """TensorFlow, which reading a TF checkpoint needs; a UserError where it is not installed."""
+    try:
+        import common.tf.run  # noqa: F401 - TensorFlow's first import, its CUDA start-up lines kept out of stderr
+        import tensorflow as tf
+    except ImportError:
+        raise UserError("reading a TF checkpoint needs TensorFlow, which is not installed here "
+                        "(pip install -e \".[tf]\")") from None
+    return tf
+
+
 def tf_variables(prefix: str) -> dict[str, Any]:
-    import tensorflow as tf
+    tf = _tensorflow()
 
     try:
         reader = tf.train.load_checkpoint(prefix)
@@ -219,8 +243,8 @@ def convert(src: str, dst: str) -> str:
                             "file would need a mapping of names and layouts (Dense kernel (in, out) vs Linear "
                             "weight (out, in)) that the zoo does not define")
         import numpy as np
-        import torch
 
+        torch = _torch()
         prefix = tf_checkpoint(src)
         arrays = tf_variables(prefix)
         tensors = {name: torch.from_numpy(np.array(value)) for name, value in arrays.items()
