@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.errors import UserError
 from device.cost import CostReport, estimate
 from device.errors import DeviceCompileError
 from device.ir import Graph
@@ -22,6 +21,7 @@ from device.passes import Finding, Kernel, ValidationReport, match, validate
 from device.place import EXECUTION_MODES, Placement, place
 from device.profiles import Profile, get_profile
 from device.report import write_report
+from zoo_base.errors import UserError
 
 __all__ = ["CompileResult", "DeviceCompileError", "EXECUTION_MODES", "compile_graph", "validate_graph"]
 

@@ -40,12 +40,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from common.errors import UserError
 from device.cost import pe_cycles, roofline
 from device.errors import DeviceCompileError
 from device.ir import OptimizerSpec
 from device.passes.match import Kernel
 from device.profiles import Profile
+from zoo_base.errors import UserError
 
 EXECUTION_MODES = ("pipelined", "weight_streaming")
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.errors import UserError
+from zoo_base.errors import UserError
 
 KIB = 1024
 

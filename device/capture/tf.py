@@ -78,10 +78,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-import common
-import device
-from common.errors import UserError
+from device.capture.frames import ZOO_DIRS
 from device import ir
+from zoo_base.errors import UserError
 
 _V1 = tf.compat.v1
 _KEYS = _V1.GraphKeys
@@ -120,7 +119,7 @@ _NOT_FOLDABLE = {"Placeholder", "PlaceholderWithDefault", "VarHandleOp", "Variab
 _LIBRARY_DIRS = tuple(
     os.path.realpath(p) + os.sep for p in {
         sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
-        os.path.dirname(tf.__file__), os.path.dirname(common.__file__), os.path.dirname(device.__file__),
+        os.path.dirname(tf.__file__), *ZOO_DIRS,
     })
 
 

@@ -49,10 +49,9 @@ import torch
 import torch.fx
 from torch.export.graph_signature import InputKind, OutputKind
 
-import common
-import device
-from common.errors import UserError
+from device.capture.frames import ZOO_DIRS
 from device.ir import Graph, OptimizerSpec, SourceLoc
+from zoo_base.errors import UserError
 
 SUPPORTED_OPTIMIZERS = ("SGD", "Adam", "AdamW")
 
@@ -184,8 +183,8 @@ def _ir_shape(shape) -> tuple[int | None, ...]:
 
 
 def _internal_dirs() -> tuple[str, ...]:
-    """Folders whose frames are never the user's line: torch, this package, the runners."""
-    return tuple(os.path.realpath(os.path.dirname(package.__file__)) for package in (torch, device, common))
+    """Folders whose frames are never the user's line: torch, the emulator, the runners."""
+    return (os.path.realpath(os.path.dirname(torch.__file__)), *ZOO_DIRS)
 
 
 _INTERNAL_DIRS = _internal_dirs()

@@ -31,8 +31,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from common.errors import UserError
 from device.runtime.precision import FLOAT_DTYPES, FORMATS, round_to
+from zoo_base.errors import UserError
 
 
 @dataclass

@@ -31,8 +31,8 @@ import math
 
 import numpy as np
 
-from common.errors import UserError
 from device.ir import OptimizerSpec
+from zoo_base.errors import UserError
 
 KINDS = ("sgd", "momentum", "adam", "adamw")
 SEMANTICS = ("torch", "tf")

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import UserError
 from device.ir import Graph, Node
 from device.runtime.kernels import KERNELS, Backward, Forward, KernelContext
 from device.runtime.optimizers import Optimizer
 from device.runtime.precision import FLOAT_DTYPES, FORMATS, round_to
+from zoo_base.errors import UserError
 
 # ops that compute a loss: they and every node after them run in fp32
 LOSS_OPS = ("sparse_softmax_cross_entropy",)

@@ -5,7 +5,8 @@ import pytest
 
 from common.errors import UserError
 from device.api import DeviceCompileError, compile_graph, validate_graph
-from device.testing import GraphBuilder, mlp_graph
+from device.graphs import GraphBuilder
+from tests.device.graphs import mlp_graph
 
 
 def _graph_with_two_unsupported_ops():

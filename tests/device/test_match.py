@@ -4,8 +4,9 @@ from collections import Counter
 
 import numpy as np
 
+from device.graphs import GraphBuilder
 from device.passes.match import match
-from device.testing import GraphBuilder, attention_graph, cnn_graph, mlp_graph
+from tests.device.graphs import attention_graph, cnn_graph, mlp_graph
 
 
 def _kinds(kernels):
