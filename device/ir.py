@@ -6,12 +6,13 @@ reads only this. Every value has a static shape and a dtype; every node keeps th
 framework op it came from and the user's source location, so that a report can point
 at the line the user wrote.
 
-The backward pass is not captured: the runtime differentiates the forward IR with one
-gradient table (``device/runtime/kernels.py``), which keeps the frontends thin (see
-device/README.md).
+The backward pass is not captured: the runtime differentiates the forward IR with the
+gradient in each op's record, which keeps the frontends thin (see device/README.md).
 
-The op vocabulary, with inputs and attributes, is the table ``OPS`` below; an op not in
-it is "unsupported" and the validator reports it.
+The op vocabulary is the records of ``device/ops/`` (inputs, attributes, shape and dtype
+rules, kernels); an op without a record is "unsupported" and the validator reports it.
+Value dtypes are those of ``device/dtypes.py`` (IR_DTYPES), or a framework dtype the IR
+lacks kept under its framework name for validation to name.
 """
 
 from __future__ import annotations
@@ -21,72 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-# dtypes a value may have in the IR (framework names are mapped to these by the frontends)
-DTYPES = ("float32", "float16", "bfloat16", "cb16", "int64", "int32", "bool", "float64")
-# dtypes the device's compute supports; float64 exists only so validation can reject it
-DEVICE_DTYPES = ("float32", "float16", "bfloat16", "cb16", "int32", "int64", "bool")
-
-# op -> (input names, attribute names). The living definition of each op's semantics is
-# its numpy forward kernel in device/runtime/kernels.py.
-OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    # elementwise, numpy broadcasting
-    "add": (("a", "b"), ()),
-    "sub": (("a", "b"), ()),
-    "mul": (("a", "b"), ()),
-    "div": (("a", "b"), ()),
-    "maximum": (("a", "b"), ()),
-    "neg": (("x",), ()),
-    "exp": (("x",), ()),
-    "erf": (("x",), ()),
-    "log": (("x",), ()),
-    "sqrt": (("x",), ()),
-    "rsqrt": (("x",), ()),
-    "square": (("x",), ()),
-    "identity": (("x",), ("stop_gradient",)),  # stop_gradient (optional): no gradient flows back
-    "cast": (("x",), ("dtype",)),
-    # activations
-    "relu": (("x",), ()),
-    "tanh": (("x",), ()),
-    "sigmoid": (("x",), ()),
-    "elu": (("x",), ("alpha",)),
-    "selu": (("x",), ()),
-    "gelu": (("x",), ("approximate",)),  # "none" (erf) or "tanh"
-    "dropout": (("x",), ("rate",)),  # inverted dropout, identity at eval
-    # linear algebra: batched numpy matmul semantics (a @ b)
-    "matmul": (("a", "b"), ()),
-    "einsum": (("*operands",), ("equation",)),
-    # shape
-    "reshape": (("x",), ("shape",)),
-    "transpose": (("x",), ("perm",)),
-    "concat": (("*operands",), ("axis",)),
-    "slice": (("x",), ("begin", "end", "step")),  # per-axis lists
-    "broadcast_to": (("x",), ("shape",)),
-    # reductions
-    "reduce_sum": (("x",), ("axes", "keepdims")),
-    "reduce_mean": (("x",), ("axes", "keepdims")),
-    "reduce_max": (("x",), ("axes", "keepdims")),
-    # normalisation and softmax
-    "softmax": (("x",), ("axis",)),
-    "log_softmax": (("x",), ("axis",)),
-    "layer_norm": (("x", "gamma", "beta"), ("axes", "eps")),
-    # batch_norm: training uses batch statistics and updates the running ones (state). Outputs: y, or
-    # (y, new running mean, new running var). unbiased_var (optional, default true as torch): whether the
-    # running variance averages the unbiased batch variance (Keras averages the biased one).
-    "batch_norm": (("x", "gamma", "beta", "running_mean", "running_var"), ("axis", "eps", "momentum", "unbiased_var")),
-    # vision; layout is "NCHW" (torch) or "NHWC" (tf); weight layout "OIHW" or "HWIO"
-    "conv2d": (("x", "w"), ("strides", "padding", "dilations", "layout", "weight_layout")),
-    "max_pool2d": (("x",), ("kernel", "strides", "padding", "layout")),
-    # count_include_pad (optional): padded zeros count in the divisor (torch's default with explicit padding)
-    "avg_pool2d": (("x",), ("kernel", "strides", "padding", "layout", "count_include_pad")),
-    # language
-    "embedding": (("table", "ids"), ()),
-    # losses: per-example loss (N,) from logits (N, C) and integer labels (N,)
-    "sparse_softmax_cross_entropy": (("logits", "labels"), ()),
-    # eval helpers
-    "argmax": (("x",), ("axis",)),
-    "equal": (("a", "b"), ()),
-}
 
 
 @dataclass(frozen=True)
@@ -155,7 +90,7 @@ class Graph:
     loss: str | None = None
     outputs: dict[str, str] = field(default_factory=dict)  # e.g. {"logits": value name}
     optimizer: OptimizerSpec | None = None
-    precision: str = "float32"  # compute format: float32, float16, bfloat16, cb16
+    precision: str = "float32"  # compute format: one of device.dtypes.PRECISIONS
     # findings of the frontend that validation reports (unsupported ops, metrics in a
     # training graph, ...): each {"kind", "message", "loc"}
     issues: list[dict[str, Any]] = field(default_factory=list)

@@ -35,10 +35,6 @@ from zoo_base.errors import UserError
 
 KIB = 1024
 
-# compute formats and how many bytes one element takes on the device
-PRECISION_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "cb16": 2}
-
-
 @dataclass(frozen=True)
 class Profile:
     name: str

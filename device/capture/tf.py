@@ -78,14 +78,13 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from device.capture.frames import ZOO_DIRS
 from device import ir
+from device.capture.frames import ZOO_DIRS
+from device.dtypes import PRECISIONS
 from zoo_base.errors import UserError
 
 _V1 = tf.compat.v1
 _KEYS = _V1.GraphKeys
-
-PRECISIONS = ("float32", "float16", "bfloat16", "cb16")
 
 # tf.stop_gradient: the IR has no stop-gradient op, so it is an identity marked with this
 # attribute; the runtime must not pass a gradient through a node that has it.

@@ -50,6 +50,7 @@ import torch.fx
 from torch.export.graph_signature import InputKind, OutputKind
 
 from device.capture.frames import ZOO_DIRS
+from device.dtypes import NUMPY_STORAGE
 from device.ir import Graph, OptimizerSpec, SourceLoc
 from zoo_base.errors import UserError
 
@@ -76,9 +77,6 @@ _DTYPES = {
     torch.int32: "int32",
     torch.bool: "bool",
 }
-# numpy has no bfloat16: such constants are stored as float32 and typed bfloat16 in the IR
-_NUMPY_STORAGE = {"float32": np.float32, "float16": np.float16, "bfloat16": np.float32, "cb16": np.float32,
-                  "float64": np.float64, "int64": np.int64, "int32": np.int32, "bool": np.bool_}
 
 # FX nodes that only check metadata and produce nothing the step uses
 _IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_async.msg", "aten._assert_scalar.default",
@@ -399,7 +397,7 @@ class _Lowering:
 
     def constant(self, value, dtype: str, hint: str) -> str:
         # a dtype the IR lacks (complex64, uint8, ...) keeps its own storage: validation names it
-        array = np.asarray(value, dtype=_NUMPY_STORAGE.get(dtype))
+        array = np.asarray(value, dtype=NUMPY_STORAGE.get(dtype))
         name = self.new_value(array.shape, dtype, hint)
         self.g.constants[name] = array
         return name

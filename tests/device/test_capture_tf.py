@@ -21,7 +21,7 @@ tf = pytest.importorskip("tensorflow")
 from common.errors import UserError  # noqa: E402
 from common.tf.optim import AdamWOptimizer  # noqa: E402
 from device.capture import tf as capture_tf  # noqa: E402
-from device.ir import OPS  # noqa: E402
+from device.ops import OPS  # noqa: E402
 from device.passes.validate import validate  # noqa: E402
 from device.runtime.program import Program  # noqa: E402
 

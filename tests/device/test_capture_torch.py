@@ -21,7 +21,7 @@ import torch.nn.functional as F  # noqa: E402
 from common.errors import UserError  # noqa: E402
 from device.capture.torch import (  # noqa: E402
     capture, load_weights, optimizer_spec, state_of, weights_of)
-from device.ir import OPS  # noqa: E402
+from device.ops import OPS  # noqa: E402
 from device.passes.validate import validate  # noqa: E402
 
 
