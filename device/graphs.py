@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from device.ir import Graph, OptimizerSpec, SourceLoc
+from device.ir import Graph, SourceLoc
+from device.optimizer import OptimizerSpec
 
 
 class GraphBuilder:

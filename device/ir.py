@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from device.optimizer import OptimizerSpec  # a Graph's optimizer (device/optimizer.py)
+
 
 @dataclass(frozen=True)
 class SourceLoc:
@@ -51,29 +53,6 @@ class Node:
     outputs: list[str]
     attrs: dict[str, Any] = field(default_factory=dict)
     loc: SourceLoc = SourceLoc("<unknown>")
-
-
-@dataclass
-class OptimizerSpec:
-    """The update rule read from the framework (torch.optim / TF Apply* ops).
-
-    kind: "sgd", "momentum", "adam" or "adamw"; semantics: "torch" or "tf" (the two
-    frameworks place Adam's epsilon differently, and the device follows the framework
-    the model came from so that numbers match).
-    """
-
-    kind: str
-    semantics: str
-    hyper: dict[str, float] = field(default_factory=dict)  # lr, momentum, beta1, beta2, eps, weight_decay, nesterov
-    weight_decay_exclude: tuple[str, ...] = ()  # param names without weight decay (adamw)
-    max_gradient_norm: float | None = None
-    max_gradient_value: float | None = None
-    # loss scaling for 16-bit compute: None, a fixed number, or "dynamic"
-    loss_scale: float | str | None = None
-    initial_loss_scale: float = 2.0**15
-    steps_per_increase: int = 2000
-    min_loss_scale: float = 1.0
-    max_loss_scale: float = 2.0**24
 
 
 @dataclass

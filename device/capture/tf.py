@@ -81,6 +81,8 @@ import tensorflow as tf
 from device import ir
 from device.capture.frames import ZOO_DIRS
 from device.dtypes import PRECISIONS
+from device.optimizer import (DEFAULT_INITIAL_LOSS_SCALE, DEFAULT_STEPS_PER_INCREASE, MAX_LOSS_SCALE, MIN_LOSS_SCALE,
+                              OptimizerSpec)
 from zoo_base.errors import UserError
 
 _V1 = tf.compat.v1
@@ -126,8 +128,9 @@ def capture(graph: tf.Graph, *, inputs: list[tf.Tensor], loss: tf.Tensor | None,
             train_op: tf.Operation | None = None, outputs: dict[str, tf.Tensor] | None = None,
             precision: str = "float32", max_gradient_norm: float | None = None,
             max_gradient_value: float | None = None, loss_scale: float | str | None = None,
-            initial_loss_scale: float = 2.0**15, steps_per_increase: int = 2000,
-            min_loss_scale: float = 1.0, max_loss_scale: float = 2.0**24,
+            initial_loss_scale: float = DEFAULT_INITIAL_LOSS_SCALE,
+            steps_per_increase: int = DEFAULT_STEPS_PER_INCREASE, min_loss_scale: float = MIN_LOSS_SCALE,
+            max_loss_scale: float = MAX_LOSS_SCALE,
             session: tf.compat.v1.Session | None = None) -> ir.Graph:
     """Lower the forward pass of ``graph`` (up to ``loss`` and ``outputs``) to the device IR.
 
@@ -547,7 +550,7 @@ def _decoupled_decay(apply: _View, views: list[_View], session) -> float | None:
     return None
 
 
-def _optimizer_spec(views: list[_View], train_op: tf.Operation, params: list[str], session) -> ir.OptimizerSpec:
+def _optimizer_spec(views: list[_View], train_op: tf.Operation, params: list[str], session) -> OptimizerSpec:
     """The update rule of ``train_op``, read from its Apply ops ("tf" semantics)."""
     applies = [v for v in views if _is_apply_op(v.type)]
     unknown = sorted({v.type for v in applies if _apply_entry(v.type) is None})
@@ -575,7 +578,7 @@ def _optimizer_spec(views: list[_View], train_op: tf.Operation, params: list[str
         hyper["nesterov"] = float(first.use_nesterov)
     if kind == "adam" and first.use_nesterov:
         raise UserError(f"{first.name!r}: Adam with use_nesterov is not supported on the device")
-    spec = ir.OptimizerSpec(kind=kind, semantics="tf", hyper=hyper)
+    spec = OptimizerSpec(kind=kind, semantics="tf", hyper=hyper)
     if kind == "adam":
         decays = {_ref_variable(v.inputs[0]): _decoupled_decay(v, views, session) for v in applies}
         rates = {wd for wd in decays.values() if wd is not None}
@@ -585,7 +588,8 @@ def _optimizer_spec(views: list[_View], train_op: tf.Operation, params: list[str
         if rates:
             spec.kind = "adamw"
             spec.hyper["weight_decay"] = rates.pop()
-            # the runtime excludes a param when an entry is a substring of its name: full names
+            # the runtime excludes a param when an entry is a substring of its name (ignoring
+            # case, device/optimizer.py): full names
             spec.weight_decay_exclude = tuple(sorted(p for p in params if decays.get(p) is None))
     return spec
 

@@ -51,7 +51,8 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from device.capture.frames import ZOO_DIRS
 from device.dtypes import NUMPY_STORAGE
-from device.ir import Graph, OptimizerSpec, SourceLoc
+from device.ir import Graph, SourceLoc
+from device.optimizer import DEFAULT_INITIAL_LOSS_SCALE, DEFAULT_STEPS_PER_INCREASE, OptimizerSpec
 from zoo_base.errors import UserError
 
 SUPPORTED_OPTIMIZERS = ("SGD", "Adam", "AdamW")
@@ -94,7 +95,7 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 def capture(step_fn: Callable, module: torch.nn.Module, batch, *, optimizer: torch.optim.Optimizer | None = None,
             precision: str = "float32", max_gradient_norm=None, max_gradient_value=None, loss_scale=None,
-            initial_loss_scale=2.0**15, steps_per_increase=2000) -> Graph:
+            initial_loss_scale=DEFAULT_INITIAL_LOSS_SCALE, steps_per_increase=DEFAULT_STEPS_PER_INCREASE) -> Graph:
     """Capture ``step_fn(batch)`` (the forward pass and loss of ``module``) as a device IR graph.
 
     ``step_fn(batch)`` returns the scalar loss, or ``(loss, outputs)`` with ``outputs`` a dict
@@ -1142,8 +1143,8 @@ class _Group:
 
 
 def optimizer_spec(optimizer: torch.optim.Optimizer, module: torch.nn.Module, *, max_gradient_norm=None,
-                   max_gradient_value=None, loss_scale=None, initial_loss_scale=2.0**15,
-                   steps_per_increase=2000) -> OptimizerSpec:
+                   max_gradient_value=None, loss_scale=None, initial_loss_scale=DEFAULT_INITIAL_LOSS_SCALE,
+                   steps_per_increase=DEFAULT_STEPS_PER_INCREASE) -> OptimizerSpec:
     """The update rule of a torch.optim optimizer, with torch's semantics.
 
     Param groups may differ only in weight decay, and only as "some groups have none":
@@ -1168,13 +1169,12 @@ def optimizer_spec(optimizer: torch.optim.Optimizer, module: torch.nn.Module, *,
             if decays and g.hyper["weight_decay"] == 0.0 and p.requires_grad:
                 exclude.append(names[id(p)])
     hyper = dict(first.hyper, weight_decay=decays.pop() if decays else 0.0)
-    if loss_scale is not None and loss_scale != "dynamic" and not (
-            isinstance(loss_scale, (int, float)) and loss_scale > 0):
-        raise UserError(f"loss_scale must be a positive number or 'dynamic'; got {loss_scale!r}")
-    return OptimizerSpec(kind=first.kind, semantics="torch", hyper=hyper, weight_decay_exclude=tuple(exclude),
+    spec = OptimizerSpec(kind=first.kind, semantics="torch", hyper=hyper, weight_decay_exclude=tuple(exclude),
                          max_gradient_norm=max_gradient_norm, max_gradient_value=max_gradient_value,
                          loss_scale=loss_scale, initial_loss_scale=float(initial_loss_scale),
                          steps_per_increase=int(steps_per_increase))
+    spec.check()
+    return spec
 
 
 def _group_hyper(optimizer: torch.optim.Optimizer, group: dict) -> _Group:

@@ -15,8 +15,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from device.ir import OptimizerSpec  # noqa: E402
 from device.ops import OPS, KernelContext  # noqa: E402
+from device.optimizer import OptimizerSpec  # noqa: E402
 from device.runtime.optimizers import Optimizer, clip_by_global_norm  # noqa: E402
 
 RNG = np.random.default_rng(99)

@@ -20,8 +20,9 @@ import torch.nn.functional as F  # noqa: E402
 
 from common.errors import UserError  # noqa: E402
 from device.dtypes import round_to  # noqa: E402
-from device.ir import Graph, OptimizerSpec  # noqa: E402
+from device.ir import Graph  # noqa: E402
 from device.ops import OPS, KernelContext  # noqa: E402
+from device.optimizer import OptimizerSpec  # noqa: E402
 from device.runtime.program import Program  # noqa: E402
 
 ADAM = OptimizerSpec("adam", "torch", {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8})
