@@ -16,7 +16,7 @@ from device.ops.record import ANY, OpRecord, Shape, free, reads_nothing, same_sh
 
 
 def _identity_backward(saved, grads, attrs, needs):
-    # tf.stop_gradient is captured as an identity marked stop_gradient (device/capture/tf.py)
+    # tf.stop_gradient is captured as an identity marked stop_gradient (device/capture/tf/mappings.py)
     return [None if attrs.get("stop_gradient") else grads[0]]
 
 

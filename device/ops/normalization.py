@@ -122,8 +122,10 @@ RECORDS = (
     # true, as torch): the running variance averages the unbiased batch variance (Keras: the
     # biased one). Outputs: y, or (y, new running mean, new running var).
     OpRecord("batch_norm", "normalise x over every axis but axis; training updates the running statistics",
-             ("x", "gamma", "beta", "running_mean", "running_var"), ("axis", "eps", "momentum", "unbiased_var?"),
+             ("x", "gamma", "beta", "running_mean", "running_var"),
+             ("axis", "eps", "momentum", "unbiased_var?"),
              "batch_norm", (FLOAT,) * 5, _batch_norm_shape, _batch_norm_forward, _batch_norm_backward,
-             dtype=lambda dtypes, attrs: [dtypes[0], dtypes[3], dtypes[4]], cost=per_element(8), state_updates=((1, 3), (2, 4)),
+             dtype=lambda dtypes, attrs: [dtypes[0], dtypes[3], dtypes[4]], cost=per_element(8),
+             state_updates=((1, 3), (2, 4)),
              fresh_state={3: 0.0, 4: 1.0}),  # running mean 0, variance 1: what the frameworks start from
 )
