@@ -67,6 +67,7 @@ _KEPT_WHOLE = (
     _aten.dropout.default,
     _aten.nll_loss_forward.default,
     _aten.scaled_dot_product_attention.default,
+    _aten.softplus.default,
 )
 
 _DTYPES = {
@@ -567,6 +568,11 @@ def _gelu(self: _Lowering, node, self_, approximate="none"):
     return self.emit("gelu", [self.tensor(self_)], shape, dtype, approximate=approximate)
 
 
+def _softplus(self: _Lowering, node, self_, beta=1, threshold=20):
+    shape, dtype = self.out(node)
+    return self.emit("softplus", [self.tensor(self_)], shape, dtype, beta=float(beta), threshold=float(threshold))
+
+
 def _elu(self: _Lowering, node, self_, alpha=1, scale=1, input_scale=1):
     shape, dtype = self.out(node)
     x = self.tensor(self_)
@@ -1043,6 +1049,7 @@ _LOWERINGS: dict[str, Callable] = {
     "aten.sigmoid.default": _unary("sigmoid"),
     "aten.elu.default": _elu,
     "aten.gelu.default": _gelu,
+    "aten.softplus.default": _softplus,
     "aten.leaky_relu.default": _leaky_relu,
     "aten.clamp.default": _clamp,
     "aten.clamp_min.default": _clamp,

@@ -59,6 +59,25 @@ def _dropout_backward(saved, grads, attrs, needs):
     return [grads[0] if saved is None else grads[0] * saved]
 
 
+def _softplus_forward(inputs, attrs, ctx):
+    x = inputs[0]
+    beta = float(attrs.get("beta", 1.0))
+    bx = beta * x
+    y = np.logaddexp(0, bx) / beta  # log(1 + e ** bx) / beta, without overflow for large bx
+    threshold = attrs.get("threshold")
+    if threshold is not None:  # torch returns x itself above the threshold
+        y = np.where(bx > threshold, x, y)
+    return [y], (bx, threshold)
+
+
+def _softplus_backward(saved, grads, attrs, needs):
+    bx, threshold = saved
+    slope = _sigmoid(bx, attrs)
+    if threshold is not None:
+        slope = np.where(bx > threshold, 1, slope)
+    return [grads[0] * slope]
+
+
 def _activation(name: str, summary: str, kernel: dict, flops: int, attrs=()) -> OpRecord:
     # flops per element: a short polynomial or exp evaluation
     return OpRecord(name, summary, ("x",), attrs, "activation", (FLOAT,), same_shape, cost=per_element(flops),
@@ -79,6 +98,8 @@ RECORDS = (
         lambda x, y, at: _SELU_SCALE * np.where(x > 0, 1, _SELU_ALPHA * np.exp(np.minimum(x, 0)))), 4),
     _activation("gelu", "x * Phi(x); approximate: \"none\" (erf) or \"tanh\"",
                 {"forward": _gelu_forward, "backward": _gelu_backward}, 8, attrs=("approximate?",)),
+    _activation("softplus", "log(1 + e ** (beta * x)) / beta (beta default 1); x where beta * x > threshold",
+                {"forward": _softplus_forward, "backward": _softplus_backward}, 4, attrs=("beta?", "threshold?")),
     # inverted dropout, identity at eval: an elementwise op, not an activation step
     OpRecord("dropout", "x * mask / (1 - rate) in training, x at eval", ("x",), ("rate",), "elementwise", (FLOAT,),
              same_shape, _dropout_forward, _dropout_backward, cost=per_element(2),  # compare a random number, scale

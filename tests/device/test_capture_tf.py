@@ -474,6 +474,23 @@ def test_more_tf_ops_match_tf(built_graphs):
     _close_grads(grads, b.variables, tf_grads, 1e-5)
 
 
+def test_softplus_is_one_node_and_matches_tf(built_graphs):
+    def model_fn(x, y):  # x: (4, 6)
+        logits = layers.Dense(3)(tf.nn.softplus(layers.Dense(5)(x)))
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)), {}
+
+    b = built_graphs(model_fn, (4, 6))
+    graph = b.capture()
+    assert {n.op for n in graph.nodes} <= set(OPS) and validate(graph, mode="train", profile=None).ok
+    assert [n.op for n in graph.nodes].count("softplus") == 1
+    x, y = _batch(np.random.default_rng(5), (4, 6), 3)
+    x *= 4  # reach where softplus is nearly linear and nearly zero
+    loss, grads = Program(graph, capture_tf.read_weights(b.session, graph)).gradients([x, y])
+    tf_loss, tf_grads = b.session.run([b.loss, b.grads], {b.x: x, b.y: y})
+    _close(loss, tf_loss, 1e-5)
+    _close_grads(grads, b.variables, tf_grads, 1e-5)
+
+
 @pytest.mark.parametrize("training", [True, False])
 def test_fused_batch_norm_matches_tf(training):
     """tf.compat.v1.nn.fused_batch_norm: batch_norm in training (TF's running variance is

@@ -148,6 +148,7 @@ def test_sparse_softmax_cross_entropy_matches_tf():
     ("gelu", {"approximate": "tanh"}, lambda x: tf.nn.gelu(x, approximate=True)),
     ("elu", {"alpha": 1.0}, tf.nn.elu),
     ("selu", {}, tf.nn.selu),
+    ("softplus", {}, tf.nn.softplus),
     ("sigmoid", {}, tf.sigmoid),
     ("softmax", {"axis": -1}, lambda x: tf.nn.softmax(x, axis=-1)),
     ("log_softmax", {"axis": 1}, lambda x: tf.nn.log_softmax(x, axis=1)),

@@ -125,6 +125,9 @@ CASES = [
     Case("selu", [randn(3, 4)], {}, Fn("selu")),
     Case("gelu", [randn(4, 5) * 2], {"approximate": "none"}, Fn("gelu"), "erf", rtol=1e-6, atol=1e-6),
     Case("gelu", [randn(4, 5) * 2], {"approximate": "tanh"}, lambda x: F.gelu(x, approximate="tanh"), "tanh"),
+    Case("softplus", [randn(4, 5) * 8], {"beta": 2.0, "threshold": 10.0},
+         lambda x: F.softplus(x, beta=2.0, threshold=10.0), "threshold"),  # both sides of the threshold
+    Case("softplus", [randn(4, 5) * 3], {}, Fn("softplus"), "tf"),  # beta 1, no threshold: TF's form
     Case("dropout", [randn(3, 4)], {"rate": 0.3}, lambda x: F.dropout(x, 0.3, training=False), "eval",
          training=False),
     Case("dropout", [randn(3, 4)], {"rate": 0.0}, lambda x: F.dropout(x, 0.0, training=True), "rate0"),

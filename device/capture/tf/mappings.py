@@ -4,6 +4,7 @@
     DivNoNan (denominator a nonzero constant)                      div
     AddN                                                          a chain of add
     Neg Exp Erf Log Sqrt Rsqrt Square Relu Tanh Sigmoid Selu      the same name, lower case
+    Softplus                                                      softplus (beta 1, no threshold)
     Elu / LeakyRelu                                               elu(alpha=1) / maximum(x, alpha * x)
     SquaredDifference                                             sub, square
     Pow (exponent 1, 2, 0.5, -0.5)                                identity, square, sqrt, rsqrt
@@ -387,7 +388,7 @@ _ONE_TO_ONE = {
     "AddV2": "add", "Add": "add", "Sub": "sub", "Mul": "mul", "RealDiv": "div", "Maximum": "maximum",
     "Neg": "neg", "Exp": "exp", "Erf": "erf", "Log": "log", "Sqrt": "sqrt", "Rsqrt": "rsqrt", "Square": "square",
     "Identity": "identity", "Snapshot": "identity", "Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid",
-    "Selu": "selu", "Equal": "equal",
+    "Selu": "selu", "Softplus": "softplus", "Equal": "equal",
 }
 
 # TF op type -> its mapping
