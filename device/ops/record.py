@@ -109,48 +109,6 @@ FLOAT = FLOATS
 INTEGER = INTEGERS
 
 
-@dataclass(frozen=True)
-class OpRecord:
-    name: str
-    summary: str  # one line: what the op computes
-    inputs: tuple[str, ...]
-    attrs: tuple[str, ...]  # "name?" marks an optional attribute
-    category: str  # a key of CATEGORIES
-    dtypes: tuple[tuple[str, ...], ...]  # per input (a variadic input: one entry for all)
-    shape: ShapeRule
-    forward: Forward
-    backward: Backward | None
-    cost: CostRule
-    dtype: DTypeRule = None  # default: every output has the first input's dtype
-    backward_ratio: float = 1.0  # backward work (flops and bytes) over forward work
-    backward_cost: CostRule | None = None  # the backward's own (flops, bytes), instead of the ratio
-    # does the backward read input ``index``, given whether all the other inputs are weights
-    # or constants? (then a kernel stashes that input from forward to backward)
-    backward_reads: Callable[[int, bool], bool] = field(default=lambda index, others_are_weights: True)
-    # (output index, input index): in training, that output is the new value of that
-    # (non-trainable state) input: batch_norm's running statistics
-    state_updates: tuple[tuple[int, int], ...] = ()
-    fresh_state: dict = field(default_factory=dict)  # state input index -> value a fresh layer starts at
-    loss: bool = False  # computes a loss: it and every node after it stay in fp32 under mixed precision
-
-    def __post_init__(self):
-        if self.category not in CATEGORIES:
-            raise ValueError(f"op {self.name!r}: category {self.category!r} is not one of {', '.join(CATEGORIES)}")
-        if self.dtype is None:
-            object.__setattr__(self, "dtype", same_dtype)
-
-    @property
-    def variadic(self) -> bool:
-        return any(name.startswith("*") for name in self.inputs)
-
-    def input_dtypes(self, index: int) -> tuple[str, ...]:
-        """The dtypes the device takes at input ``index``."""
-        return self.dtypes[min(index, len(self.dtypes) - 1)]
-
-    def required_attrs(self) -> tuple[str, ...]:
-        return tuple(a for a in self.attrs if not a.endswith("?"))
-
-
 # ------------------------------------------------------------------ shape and dtype rules
 
 
@@ -234,6 +192,11 @@ def contraction(macs: Callable[[Work], float]) -> CostRule:
 # ---------------------------------------------------------------- backward_reads rules
 
 
+def reads_everything(index: int, others_are_weights: bool) -> bool:
+    """The default: the backward reads every input (a nonlinear op, a contraction)."""
+    return True
+
+
 def reads_nothing(index: int, others_are_weights: bool) -> bool:
     """A backward linear in the activations (add, a layout op, a reduction to a sum): it
     reads none of them. Dropout keeps only a 1-bit mask (not counted)."""
@@ -248,3 +211,46 @@ def reads_unless_scaled_by_weights(index: int, others_are_weights: bool) -> bool
 def reads_numerator_unless_weights(index: int, others_are_weights: bool) -> bool:
     """div: x / w as mul for the numerator; the denominator's gradient reads everything."""
     return index != 0 or not others_are_weights
+
+
+# --------------------------------------------------------------------------- the record
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    name: str
+    summary: str  # one line: what the op computes
+    inputs: tuple[str, ...]
+    attrs: tuple[str, ...]  # "name?" marks an optional attribute
+    category: str  # a key of CATEGORIES
+    dtypes: tuple[tuple[str, ...], ...]  # per input (a variadic input: one entry for all)
+    shape: ShapeRule
+    forward: Forward
+    backward: Backward | None
+    cost: CostRule
+    dtype: DTypeRule = same_dtype  # default: every output has the first input's dtype
+    backward_ratio: float = 1.0  # backward work (flops and bytes) over forward work
+    backward_cost: CostRule | None = None  # the backward's own (flops, bytes), instead of the ratio
+    # does the backward read input ``index``, given whether all the other inputs are weights
+    # or constants? (then a kernel stashes that input from forward to backward)
+    backward_reads: Callable[[int, bool], bool] = reads_everything
+    # (output index, input index): in training, that output is the new value of that
+    # (non-trainable state) input: batch_norm's running statistics
+    state_updates: tuple[tuple[int, int], ...] = ()
+    fresh_state: dict = field(default_factory=dict)  # state input index -> value a fresh layer starts at
+    loss: bool = False  # computes a loss: it and every node after it stay in fp32 under mixed precision
+
+    def __post_init__(self):
+        if self.category not in CATEGORIES:
+            raise ValueError(f"op {self.name!r}: category {self.category!r} is not one of {', '.join(CATEGORIES)}")
+
+    @property
+    def variadic(self) -> bool:
+        return any(name.startswith("*") for name in self.inputs)
+
+    def input_dtypes(self, index: int) -> tuple[str, ...]:
+        """The dtypes the device takes at input ``index``."""
+        return self.dtypes[min(index, len(self.dtypes) - 1)]
+
+    def required_attrs(self) -> tuple[str, ...]:
+        return tuple(a for a in self.attrs if not a.endswith("?"))
