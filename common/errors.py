@@ -1,19 +1,10 @@
-"""The one error type for bad user input.
+"""The one error type for bad user input: ``zoo_base/errors.py``, re-exported.
 
-Anything a user can get wrong (a params file, a data folder, a checkpoint, an op the
-device lacks) raises ``UserError`` with one line that names what is wrong and where.
-The runners print that line and exit with status 2, without a traceback unless
-``--verbose`` was given; any other exception is a bug and keeps its traceback.
+The classes live below both ``common/`` and ``device/`` so that the emulator raises the
+same ``UserError`` without importing the runners; ``from common.errors import UserError``
+is the very same class.
 """
 
+from zoo_base.errors import NonFiniteLossError, UserError
 
-class UserError(Exception):
-    """Bad input: the message is one line naming the file, key or op at fault."""
-
-    exit_code = 2
-
-
-class NonFiniteLossError(UserError):
-    """The loss became NaN or inf; the last good checkpoint is kept."""
-
-    exit_code = 3
+__all__ = ["NonFiniteLossError", "UserError"]

@@ -1,11 +1,18 @@
-"""The device API the runners call: validate a captured graph, or compile it all the way.
+"""The device API the runners call: the one door into device/.
 
-    validate_graph(graph, mode=..., profile_name=...) -> ValidationReport      (--validate_only)
+    validate_graph(graph, mode=..., profile_name=...) -> ValidationReport
+    validate_and_match(graph, mode=..., profile_name=...) -> (ValidationReport, kernels)   (--validate_only)
     compile_graph(graph, mode=..., profile_name=..., execution_mode=..., out_dir=...)
-        -> CompileResult                                                        (--compile_only, emulator)
+        -> CompileResult                                                   (--compile_only, emulator)
+    render_report(result) -> str                                           the report's text
+    build_program(graph, weights, state, seed=...) -> Program              the emulator's steps
 
 compile_graph runs the stages in pipeline order: validate -> match -> place -> cost, and
 writes the report files (device/report.py) only once every stage has succeeded.
+
+What the runners share with the device is here too: the IR ``Graph`` the frontends
+capture (device.capture.torch, device.capture.tf), the op records ``OPS``, the compute
+``PRECISIONS``, and the optimizer semantics (``OptimizerSpec``, ``excluded_from_weight_decay``).
 """
 
 from __future__ import annotations
@@ -14,16 +21,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.errors import UserError
+import numpy as np
+
 from device.cost import CostReport, estimate
+from device.dtypes import PRECISIONS
 from device.errors import DeviceCompileError
 from device.ir import Graph
+from device.ops import OPS
+from device.optimizer import OptimizerSpec, excluded_from_weight_decay
 from device.passes import Finding, Kernel, ValidationReport, match, validate
 from device.place import EXECUTION_MODES, Placement, place
 from device.profiles import Profile, get_profile
-from device.report import write_report
+from device.report import render_text, write_report
+from device.runtime.program import Program
+from zoo_base.errors import UserError
 
-__all__ = ["CompileResult", "DeviceCompileError", "EXECUTION_MODES", "compile_graph", "validate_graph"]
+__all__ = ["EXECUTION_MODES", "OPS", "PRECISIONS", "CompileResult", "DeviceCompileError", "Graph", "OptimizerSpec",
+           "Program", "build_program", "compile_graph", "excluded_from_weight_decay", "render_report",
+           "validate_and_match", "validate_graph"]
 
 
 @dataclass
@@ -83,3 +98,21 @@ def compile_graph(graph: Graph, *, mode: str, profile_name: str, execution_mode:
         result.out_dir = Path(out_dir)
         write_report(result, result.out_dir)
     return result
+
+
+def validate_and_match(graph: Graph, *, mode: str, profile_name: str) -> tuple[ValidationReport, list[Kernel]]:
+    """What --validate_only runs: validation, then kernel matching once validation passes."""
+    report = validate_graph(graph, mode=mode, profile_name=profile_name)
+    return report, (match(graph) if report.ok else [])
+
+
+def render_report(result: CompileResult) -> str:
+    """The text of model_dir/compile/report.txt (what the runners print after --compile_only)."""
+    return render_text(result)
+
+
+def build_program(graph: Graph, weights: dict[str, np.ndarray], state: dict[str, np.ndarray] | None = None, *,
+                  seed: int = 0) -> Program:
+    """The emulator's training, eval and predict steps of ``graph``, with its own fp32 copy of
+    ``weights`` and ``state`` (framework names, as device.capture.* read them)."""
+    return Program(graph, weights, state, seed=seed)

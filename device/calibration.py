@@ -17,8 +17,8 @@ Simplifications, each keeping the work and memory of the real model:
 from __future__ import annotations
 
 from device.api import CompileResult, compile_graph
+from device.graphs import GraphBuilder, attention_block, default_optimizer, layer_norm
 from device.ir import Graph
-from device.testing import GraphBuilder, attention_block, layer_norm, optimizer
 
 # wafer-facts.md, "Calibration figure": samples/s observed (windows ranged 6,400-8,600)
 OBSERVED_SAMPLES_PER_S = 6400.0
@@ -62,7 +62,7 @@ def bert_large_graph(batch: int = 1024, seq: int = 128, layers: int = 24, hidden
                   (rows, vocab))
     b.graph.outputs["mlm_logits"] = logits
     b.cross_entropy(logits, labels)
-    b.graph.optimizer = optimizer("adamw")
+    b.graph.optimizer = default_optimizer("adamw")
     return b.graph
 
 

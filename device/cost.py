@@ -37,14 +37,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from device.dtypes import BYTES
 from device.ir import Graph
 from device.passes.match import Kernel, batch_size
 from device.profiles import Profile
 
 # what can bound a kernel's time, in the words the report uses; "input" can bound the whole estimate
 BOUNDS = ("compute", "memory", "fabric", "weight streaming")
-INPUT_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "cb16": 2, "int64": 8, "int32": 4,
-               "bool": 1}
 
 
 def pe_cycles(kernel: Kernel, profile: Profile, precision: str, training: bool) -> tuple[float, float]:
@@ -165,7 +164,7 @@ def estimate(graph: Graph, kernels: list[Kernel], placement, profile: Profile, *
     compute_rate = batch / iteration if iteration > 0 else float("inf")
 
     # input transmission: system I/O over the bytes of one sample as fed (wafer-facts.md: 1.2 Tb/s)
-    input_bytes = sum(_numel(graph, v) * INPUT_BYTES.get(graph.values[v].dtype, 4) for v in graph.inputs) / batch
+    input_bytes = sum(_numel(graph, v) * BYTES.get(graph.values[v].dtype, 4) for v in graph.inputs) / batch
     transmission_rate = profile.system_io_bytes_s / input_bytes if input_bytes else float("inf")
 
     return CostReport(

@@ -1,6 +1,6 @@
 """Errors of the device compiler that the user can act on."""
 
-from common.errors import UserError
+from zoo_base.errors import UserError
 
 
 class DeviceCompileError(UserError):

@@ -1,17 +1,18 @@
 """The device IR: one framework-neutral graph of a model's forward pass and loss.
 
-Both capture frontends (``device/capture/torch.py``, ``device/capture/tf.py``) lower a
+Both capture frontends (``device/capture/torch.py``, ``device/capture/tf/``) lower a
 framework graph to this IR; every later stage (validate, match, place, cost, runtime)
 reads only this. Every value has a static shape and a dtype; every node keeps the
 framework op it came from and the user's source location, so that a report can point
 at the line the user wrote.
 
-The backward pass is not captured: the runtime differentiates the forward IR with one
-gradient table (``device/runtime/kernels.py``), which keeps the frontends thin (see
-device/README.md).
+The backward pass is not captured: the runtime differentiates the forward IR with the
+gradient in each op's record, which keeps the frontends thin (see device/README.md).
 
-The op vocabulary, with inputs and attributes, is the table ``OPS`` below; an op not in
-it is "unsupported" and the validator reports it.
+The op vocabulary is the records of ``device/ops/`` (inputs, attributes, shape and dtype
+rules, kernels); an op without a record is "unsupported" and the validator reports it.
+Value dtypes are those of ``device/dtypes.py`` (IR_DTYPES), or a framework dtype the IR
+lacks kept under its framework name for validation to name.
 """
 
 from __future__ import annotations
@@ -22,71 +23,7 @@ from typing import Any
 
 import numpy as np
 
-# dtypes a value may have in the IR (framework names are mapped to these by the frontends)
-DTYPES = ("float32", "float16", "bfloat16", "cb16", "int64", "int32", "bool", "float64")
-# dtypes the device's compute supports; float64 exists only so validation can reject it
-DEVICE_DTYPES = ("float32", "float16", "bfloat16", "cb16", "int32", "int64", "bool")
-
-# op -> (input names, attribute names). The living definition of each op's semantics is
-# its numpy forward kernel in device/runtime/kernels.py.
-OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    # elementwise, numpy broadcasting
-    "add": (("a", "b"), ()),
-    "sub": (("a", "b"), ()),
-    "mul": (("a", "b"), ()),
-    "div": (("a", "b"), ()),
-    "maximum": (("a", "b"), ()),
-    "neg": (("x",), ()),
-    "exp": (("x",), ()),
-    "erf": (("x",), ()),
-    "log": (("x",), ()),
-    "sqrt": (("x",), ()),
-    "rsqrt": (("x",), ()),
-    "square": (("x",), ()),
-    "identity": (("x",), ("stop_gradient",)),  # stop_gradient (optional): no gradient flows back
-    "cast": (("x",), ("dtype",)),
-    # activations
-    "relu": (("x",), ()),
-    "tanh": (("x",), ()),
-    "sigmoid": (("x",), ()),
-    "elu": (("x",), ("alpha",)),
-    "selu": (("x",), ()),
-    "gelu": (("x",), ("approximate",)),  # "none" (erf) or "tanh"
-    "dropout": (("x",), ("rate",)),  # inverted dropout, identity at eval
-    # linear algebra: batched numpy matmul semantics (a @ b)
-    "matmul": (("a", "b"), ()),
-    "einsum": (("*operands",), ("equation",)),
-    # shape
-    "reshape": (("x",), ("shape",)),
-    "transpose": (("x",), ("perm",)),
-    "concat": (("*operands",), ("axis",)),
-    "slice": (("x",), ("begin", "end", "step")),  # per-axis lists
-    "broadcast_to": (("x",), ("shape",)),
-    # reductions
-    "reduce_sum": (("x",), ("axes", "keepdims")),
-    "reduce_mean": (("x",), ("axes", "keepdims")),
-    "reduce_max": (("x",), ("axes", "keepdims")),
-    # normalisation and softmax
-    "softmax": (("x",), ("axis",)),
-    "log_softmax": (("x",), ("axis",)),
-    "layer_norm": (("x", "gamma", "beta"), ("axes", "eps")),
-    # batch_norm: training uses batch statistics and updates the running ones (state). Outputs: y, or
-    # (y, new running mean, new running var). unbiased_var (optional, default true as torch): whether the
-    # running variance averages the unbiased batch variance (Keras averages the biased one).
-    "batch_norm": (("x", "gamma", "beta", "running_mean", "running_var"), ("axis", "eps", "momentum", "unbiased_var")),
-    # vision; layout is "NCHW" (torch) or "NHWC" (tf); weight layout "OIHW" or "HWIO"
-    "conv2d": (("x", "w"), ("strides", "padding", "dilations", "layout", "weight_layout")),
-    "max_pool2d": (("x",), ("kernel", "strides", "padding", "layout")),
-    # count_include_pad (optional): padded zeros count in the divisor (torch's default with explicit padding)
-    "avg_pool2d": (("x",), ("kernel", "strides", "padding", "layout", "count_include_pad")),
-    # language
-    "embedding": (("table", "ids"), ()),
-    # losses: per-example loss (N,) from logits (N, C) and integer labels (N,)
-    "sparse_softmax_cross_entropy": (("logits", "labels"), ()),
-    # eval helpers
-    "argmax": (("x",), ("axis",)),
-    "equal": (("a", "b"), ()),
-}
+from device.optimizer import OptimizerSpec  # a Graph's optimizer (device/optimizer.py)
 
 
 @dataclass(frozen=True)
@@ -119,29 +56,6 @@ class Node:
 
 
 @dataclass
-class OptimizerSpec:
-    """The update rule read from the framework (torch.optim / TF Apply* ops).
-
-    kind: "sgd", "momentum", "adam" or "adamw"; semantics: "torch" or "tf" (the two
-    frameworks place Adam's epsilon differently, and the device follows the framework
-    the model came from so that numbers match).
-    """
-
-    kind: str
-    semantics: str
-    hyper: dict[str, float] = field(default_factory=dict)  # lr, momentum, beta1, beta2, eps, weight_decay, nesterov
-    weight_decay_exclude: tuple[str, ...] = ()  # param names without weight decay (adamw)
-    max_gradient_norm: float | None = None
-    max_gradient_value: float | None = None
-    # loss scaling for 16-bit compute: None, a fixed number, or "dynamic"
-    loss_scale: float | str | None = None
-    initial_loss_scale: float = 2.0**15
-    steps_per_increase: int = 2000
-    min_loss_scale: float = 1.0
-    max_loss_scale: float = 2.0**24
-
-
-@dataclass
 class Graph:
     """A captured training step: forward ops up to a scalar loss."""
 
@@ -155,7 +69,7 @@ class Graph:
     loss: str | None = None
     outputs: dict[str, str] = field(default_factory=dict)  # e.g. {"logits": value name}
     optimizer: OptimizerSpec | None = None
-    precision: str = "float32"  # compute format: float32, float16, bfloat16, cb16
+    precision: str = "float32"  # compute format: one of device.dtypes.PRECISIONS
     # findings of the frontend that validation reports (unsupported ops, metrics in a
     # training graph, ...): each {"kind", "message", "loc"}
     issues: list[dict[str, Any]] = field(default_factory=list)

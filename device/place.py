@@ -40,17 +40,17 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from common.errors import UserError
 from device.cost import pe_cycles, roofline
 from device.errors import DeviceCompileError
-from device.ir import OptimizerSpec
+from device.optimizer import SLOTS, OptimizerSpec
 from device.passes.match import Kernel
 from device.profiles import Profile
+from zoo_base.errors import UserError
 
 EXECUTION_MODES = ("pipelined", "weight_streaming")
 
 # fp32 slots of optimizer state per weight
-OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
+OPTIMIZER_SLOTS = {kind: len(slots) for kind, slots in SLOTS.items()}
 
 # fractions of the fabric handed out by work share, tried from the largest down
 FILLS = (0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)

@@ -31,13 +31,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.errors import UserError
+from zoo_base.errors import UserError
 
 KIB = 1024
-
-# compute formats and how many bytes one element takes on the device
-PRECISION_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "cb16": 2}
-
 
 @dataclass(frozen=True)
 class Profile:

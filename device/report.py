@@ -6,7 +6,7 @@
     placement.svg  the fabric to scale with a scale bar, one coloured, numbered rectangle per kernel, and a
                    legend listing every kernel; in weight streaming, one iteration's time across the fabric
 
-Every file is rendered in memory first, then written atomically (common.io), so a failed
+Every file is rendered in memory first, then written atomically (zoo_base.io), so a failed
 or interrupted compile never leaves a half-written report over a good one.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
-from common.io import atomic_write_text
+from zoo_base.io import atomic_write_text
 
 # colour per kernel kind (layout kernels take no PEs and are not drawn)
 KIND_COLOURS = {

@@ -49,10 +49,11 @@ import torch
 import torch.fx
 from torch.export.graph_signature import InputKind, OutputKind
 
-import common
-import device
-from common.errors import UserError
-from device.ir import Graph, OptimizerSpec, SourceLoc
+from device.capture.frames import ZOO_DIRS
+from device.dtypes import NUMPY_STORAGE
+from device.ir import Graph, SourceLoc
+from device.optimizer import DEFAULT_INITIAL_LOSS_SCALE, DEFAULT_STEPS_PER_INCREASE, OptimizerSpec
+from zoo_base.errors import UserError
 
 SUPPORTED_OPTIMIZERS = ("SGD", "Adam", "AdamW")
 
@@ -66,6 +67,7 @@ _KEPT_WHOLE = (
     _aten.dropout.default,
     _aten.nll_loss_forward.default,
     _aten.scaled_dot_product_attention.default,
+    _aten.softplus.default,
 )
 
 _DTYPES = {
@@ -77,9 +79,6 @@ _DTYPES = {
     torch.int32: "int32",
     torch.bool: "bool",
 }
-# numpy has no bfloat16: such constants are stored as float32 and typed bfloat16 in the IR
-_NUMPY_STORAGE = {"float32": np.float32, "float16": np.float16, "bfloat16": np.float32, "cb16": np.float32,
-                  "float64": np.float64, "int64": np.int64, "int32": np.int32, "bool": np.bool_}
 
 # FX nodes that only check metadata and produce nothing the step uses
 _IGNORED = {"aten._assert_tensor_metadata.default", "aten._assert_async.msg", "aten._assert_scalar.default",
@@ -97,7 +96,7 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 def capture(step_fn: Callable, module: torch.nn.Module, batch, *, optimizer: torch.optim.Optimizer | None = None,
             precision: str = "float32", max_gradient_norm=None, max_gradient_value=None, loss_scale=None,
-            initial_loss_scale=2.0**15, steps_per_increase=2000) -> Graph:
+            initial_loss_scale=DEFAULT_INITIAL_LOSS_SCALE, steps_per_increase=DEFAULT_STEPS_PER_INCREASE) -> Graph:
     """Capture ``step_fn(batch)`` (the forward pass and loss of ``module``) as a device IR graph.
 
     ``step_fn(batch)`` returns the scalar loss, or ``(loss, outputs)`` with ``outputs`` a dict
@@ -184,8 +183,8 @@ def _ir_shape(shape) -> tuple[int | None, ...]:
 
 
 def _internal_dirs() -> tuple[str, ...]:
-    """Folders whose frames are never the user's line: torch, this package, the runners."""
-    return tuple(os.path.realpath(os.path.dirname(package.__file__)) for package in (torch, device, common))
+    """Folders whose frames are never the user's line: torch, the emulator, the runners."""
+    return (os.path.realpath(os.path.dirname(torch.__file__)), *ZOO_DIRS)
 
 
 _INTERNAL_DIRS = _internal_dirs()
@@ -400,7 +399,7 @@ class _Lowering:
 
     def constant(self, value, dtype: str, hint: str) -> str:
         # a dtype the IR lacks (complex64, uint8, ...) keeps its own storage: validation names it
-        array = np.asarray(value, dtype=_NUMPY_STORAGE.get(dtype))
+        array = np.asarray(value, dtype=NUMPY_STORAGE.get(dtype))
         name = self.new_value(array.shape, dtype, hint)
         self.g.constants[name] = array
         return name
@@ -567,6 +566,11 @@ def _to_copy(self: _Lowering, node, self_, dtype=None, **_):
 def _gelu(self: _Lowering, node, self_, approximate="none"):
     shape, dtype = self.out(node)
     return self.emit("gelu", [self.tensor(self_)], shape, dtype, approximate=approximate)
+
+
+def _softplus(self: _Lowering, node, self_, beta=1, threshold=20):
+    shape, dtype = self.out(node)
+    return self.emit("softplus", [self.tensor(self_)], shape, dtype, beta=float(beta), threshold=float(threshold))
 
 
 def _elu(self: _Lowering, node, self_, alpha=1, scale=1, input_scale=1):
@@ -1045,6 +1049,7 @@ _LOWERINGS: dict[str, Callable] = {
     "aten.sigmoid.default": _unary("sigmoid"),
     "aten.elu.default": _elu,
     "aten.gelu.default": _gelu,
+    "aten.softplus.default": _softplus,
     "aten.leaky_relu.default": _leaky_relu,
     "aten.clamp.default": _clamp,
     "aten.clamp_min.default": _clamp,
@@ -1145,8 +1150,8 @@ class _Group:
 
 
 def optimizer_spec(optimizer: torch.optim.Optimizer, module: torch.nn.Module, *, max_gradient_norm=None,
-                   max_gradient_value=None, loss_scale=None, initial_loss_scale=2.0**15,
-                   steps_per_increase=2000) -> OptimizerSpec:
+                   max_gradient_value=None, loss_scale=None, initial_loss_scale=DEFAULT_INITIAL_LOSS_SCALE,
+                   steps_per_increase=DEFAULT_STEPS_PER_INCREASE) -> OptimizerSpec:
     """The update rule of a torch.optim optimizer, with torch's semantics.
 
     Param groups may differ only in weight decay, and only as "some groups have none":
@@ -1171,13 +1176,12 @@ def optimizer_spec(optimizer: torch.optim.Optimizer, module: torch.nn.Module, *,
             if decays and g.hyper["weight_decay"] == 0.0 and p.requires_grad:
                 exclude.append(names[id(p)])
     hyper = dict(first.hyper, weight_decay=decays.pop() if decays else 0.0)
-    if loss_scale is not None and loss_scale != "dynamic" and not (
-            isinstance(loss_scale, (int, float)) and loss_scale > 0):
-        raise UserError(f"loss_scale must be a positive number or 'dynamic'; got {loss_scale!r}")
-    return OptimizerSpec(kind=first.kind, semantics="torch", hyper=hyper, weight_decay_exclude=tuple(exclude),
+    spec = OptimizerSpec(kind=first.kind, semantics="torch", hyper=hyper, weight_decay_exclude=tuple(exclude),
                          max_gradient_norm=max_gradient_norm, max_gradient_value=max_gradient_value,
                          loss_scale=loss_scale, initial_loss_scale=float(initial_loss_scale),
                          steps_per_increase=int(steps_per_increase))
+    spec.check()
+    return spec
 
 
 def _group_hyper(optimizer: torch.optim.Optimizer, group: dict) -> _Group:

@@ -10,11 +10,11 @@ Layout ops that only reshape or cast a weight (``transpose(W)``, ``cast(W, float
 are folded into the kernel that uses the weight: on the device a weight is laid out
 once, where it lives.
 
-Each kernel carries its forward and backward work for the captured batch: flops (the
-living definition of each op is device/runtime/kernels.py; the counts here are the
-usual ones: 2*M*N*K for a matmul, per output for a convolution, per element for
-elementwise ops, backward about 2x forward for contractions) and SRAM bytes (what the
-kernel reads and writes in PE memory, for the cost model's roofline).
+Each kernel carries its forward and backward work for the captured batch, the sum of
+its nodes' work as each op's record gives it (device/ops/: flops and SRAM bytes, the
+bytes the kernel reads and writes in PE memory, for the cost model's roofline).
+Which rules see an op is its record's category; the rules below name single ops only
+where a pattern needs that op (the scale of attention scores is a mul or a div).
 """
 
 from __future__ import annotations
@@ -23,41 +23,26 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from device.dtypes import BYTES, INTEGERS
 from device.ir import Graph, Node
-from device.profiles import PRECISION_BYTES
+from device.ops import OPS, ops_in
+from device.ops.record import Work, per_element
 
-ACTIVATIONS = frozenset({"relu", "tanh", "sigmoid", "elu", "selu", "gelu"})
-ELEMENTWISE = frozenset({"add", "sub", "mul", "div", "maximum", "neg", "exp", "log", "sqrt", "rsqrt", "square",
-                         "dropout", "equal"}) | ACTIVATIONS
-LAYOUT = frozenset({"reshape", "transpose", "identity", "cast", "concat", "slice", "broadcast_to"})
-REDUCTIONS = frozenset({"reduce_sum", "reduce_mean", "reduce_max", "argmax"})
-CONTRACTIONS = frozenset({"matmul", "einsum", "conv2d"})
-MATMULS = frozenset({"matmul", "einsum"})
-
-# ops whose backward does not read their activation inputs (linear in them): a kernel keeps
-# no copy of such an input for the backward pass. Dropout keeps only a 1-bit mask (not counted).
-LINEAR_OPS = frozenset({"add", "sub", "neg", "identity", "dropout", "reduce_sum", "reduce_mean", "equal",
-                        "argmax"}) | LAYOUT
+ACTIVATIONS = ops_in("activation")
+ELEMENTWISE = ops_in("elementwise", "activation")
+LAYOUT = ops_in("layout")
+REDUCTIONS = ops_in("reduction")
+MATMULS = ops_in("matmul")
+CONVS = ops_in("conv")
+POOLS = ops_in("pool")
+SOFTMAXES = ops_in("softmax")
+LAYER_NORMS = ops_in("layer_norm")
+BATCH_NORMS = ops_in("batch_norm")
+EMBEDDINGS = ops_in("embedding")
+LOSSES = ops_in("loss")
 
 # kinds that take no PEs: they only change how data is laid out between kernels
 FREE_KINDS = frozenset({"layout"})
-
-# fp32 partial sums: the device accumulates in fp32 (wafer-facts.md, number formats)
-ACCUMULATOR_BYTES = 4
-
-# forward flops per output element for the ops that are not contractions: one per
-# elementary operation of the op's numpy definition
-FLOPS_PER_ELEMENT = {
-    "softmax": 5, "log_softmax": 5,  # max, subtract, exp, sum, divide (or log)
-    "layer_norm": 8, "batch_norm": 8,  # mean, subtract, square, mean, rsqrt, scale, gamma, beta
-    "gelu": 8, "elu": 3, "selu": 4, "sigmoid": 4, "tanh": 4,  # short polynomial / exp evaluations
-    "dropout": 2,  # compare a random number, scale
-    "sparse_softmax_cross_entropy": 5,  # per logit: the softmax, then one log per row
-}
-
-# backward work (flops and bytes) over forward work, per op; default 1 (one pass over
-# the same elements). Contractions compute two products: d(input) and d(weight).
-BACKWARD_RATIO = {"matmul": 2.0, "einsum": 2.0, "conv2d": 2.0, "argmax": 0.0, "equal": 0.0}
 
 
 @dataclass(frozen=True)
@@ -89,31 +74,29 @@ RULES: tuple[Rule, ...] = (
     # attention: scores = q @ k^T (matmul or einsum of two activations), optionally scaled
     # and masked, softmax over the keys, optional dropout, then @ v; the T x T scores stay inside
     Rule("attention", MATMULS, (_opt({"mul", "div"}), _opt({"add"}), _one("softmax"), _opt({"dropout"}),
-                                _one("matmul", "einsum")), anchor_weights=False),
+                                _one(*MATMULS)), anchor_weights=False),
     # dense: x @ W (+ bias) (+ activation) (+ dropout)
     Rule("dense", MATMULS, (_opt({"add"}, other_inputs="weights"), _opt(ACTIVATIONS), _opt({"dropout"})),
          anchor_weights=True),
     # a product of two activations outside an attention pattern
     Rule("matmul", MATMULS, anchor_weights=False),
     # conv: conv2d (+ bias add) (+ batch_norm) (+ activation)
-    Rule("conv", frozenset({"conv2d"}), (_opt({"add"}, other_inputs="weights"), _opt({"batch_norm"}),
-                                         _opt(ACTIVATIONS))),
+    Rule("conv", CONVS, (_opt({"add"}, other_inputs="weights"), _opt(BATCH_NORMS), _opt(ACTIVATIONS))),
     # pooling
-    Rule("pool", frozenset({"max_pool2d", "avg_pool2d"})),
+    Rule("pool", POOLS),
     # layer norm (+ dropout)
-    Rule("layer_norm", frozenset({"layer_norm"}), (_opt({"dropout"}),)),
+    Rule("layer_norm", LAYER_NORMS, (_opt({"dropout"}),)),
     # batch norm not after a convolution (+ activation)
-    Rule("batch_norm", frozenset({"batch_norm"}), (_opt(ACTIVATIONS),)),
+    Rule("batch_norm", BATCH_NORMS, (_opt(ACTIVATIONS),)),
     # embedding lookup (+ dropout)
-    Rule("embedding", frozenset({"embedding"}), (_opt({"dropout"}),)),
+    Rule("embedding", EMBEDDINGS, (_opt({"dropout"}),)),
     # softmax cross entropy (+ mean or sum over the batch) (+ a constant scale)
-    Rule("softmax_loss", frozenset({"sparse_softmax_cross_entropy"}),
-         (_opt({"reduce_mean", "reduce_sum"}), _opt({"mul", "div"}, other_inputs="weights"))),
+    Rule("softmax_loss", LOSSES, (_opt({"reduce_mean", "reduce_sum"}), _opt({"mul", "div"}, other_inputs="weights"))),
     # (log_)softmax followed by a hand-written negative log likelihood down to the loss
-    Rule("softmax_loss", frozenset({"log_softmax", "softmax"}),
-         (_one(*(ELEMENTWISE | {"reduce_sum", "reduce_mean"}), repeat=True),), needs_reduction=True),
+    Rule("softmax_loss", SOFTMAXES, (_one(*(ELEMENTWISE | {"reduce_sum", "reduce_mean"}), repeat=True),),
+         needs_reduction=True),
     # a softmax on its own (predictions)
-    Rule("softmax", frozenset({"softmax", "log_softmax"})),
+    Rule("softmax", SOFTMAXES),
     # reductions and argmax
     Rule("reduce", REDUCTIONS),
     # shape-only ops: free, they change only how data is routed between kernels
@@ -259,7 +242,7 @@ class _Matcher:
             if chain is not None:
                 self._take(rule.kind, chain)
                 return
-        self._take("unsupported", [node])  # an op outside device.ir.OPS (validation reports it)
+        self._take("unsupported", [node])  # an op without a record (validation reports it)
 
     def _extend(self, anchor: Node, rule: Rule) -> list[Node] | None:
         chain = [anchor]
@@ -333,13 +316,12 @@ class _Matcher:
     # -- kernel figures -------------------------------------------------------------
 
     def _backward_reads(self, node: Node, value: str) -> bool:
-        """Does ``node``'s backward pass read its input ``value``?"""
-        if node.op in LINEAR_OPS:
-            return False
+        """Does ``node``'s backward pass read its input ``value``? (its record says)"""
         others = [v for v in node.inputs if v != value]
-        if node.op == "mul" or (node.op == "div" and node.inputs[0] == value):  # scaling by a weight or constant
-            return not all(self._weight_derived(v) for v in others)
-        return True
+        record = OPS.get(node.op)
+        if record is None:  # an unsupported op: assume it reads everything
+            return True
+        return record.backward_reads(node.inputs.index(value), all(self._weight_derived(v) for v in others))
 
     def _kernel(self, name: str, kind: str, nodes: list[Node]) -> Kernel:
         graph = self.graph
@@ -351,7 +333,7 @@ class _Matcher:
         inputs = [v for v in read if v not in produced and v not in self.weights]
         outputs = [v for v in dict.fromkeys(v for n in nodes for v in n.outputs)
                    if v in self.sinks or any(c.name not in names for c in self.consumers.get(v, []))]
-        elem = PRECISION_BYTES.get(graph.precision, 4)
+        elem = BYTES.get(graph.precision, 4)
         kernel = Kernel(
             name=name, kind=kind, nodes=[n.name for n in nodes], ops=[n.op for n in nodes],
             params=params, state=state, inputs=inputs, outputs=outputs, batch=batch_size(graph),
@@ -366,15 +348,18 @@ class _Matcher:
         if kind in FREE_KINDS:
             return kernel
         for node in nodes:
-            flops, sram = _node_work(graph, node, elem, self.weights)
-            ratio = BACKWARD_RATIO.get(node.op, 1.0)
+            record = OPS.get(node.op)
+            work = _work(graph, node, elem)
+            # an op without a record (validation reports it) counts as one flop per element
+            flops, sram = record.cost(work) if record is not None else per_element(1)(work)
             kernel.flops_fwd += flops
             kernel.sram_bytes_fwd += sram
-            if node.op == "embedding":  # backward: scatter-add each output row into the table's fp32 gradient
-                out = _numel(graph, node.outputs[0])
-                kernel.flops_bwd += out
-                kernel.sram_bytes_bwd += out * (elem + 2 * ACCUMULATOR_BYTES)
+            if record is not None and record.backward_cost is not None:
+                flops, sram = record.backward_cost(work)
+                kernel.flops_bwd += flops
+                kernel.sram_bytes_bwd += sram
             else:
+                ratio = record.backward_ratio if record is not None else 1.0
                 kernel.flops_bwd += ratio * flops
                 kernel.sram_bytes_bwd += ratio * sram
         return kernel
@@ -392,72 +377,12 @@ def _numel(graph: Graph, value: str) -> int:
 def _bytes(graph: Graph, value: str, float_bytes: int) -> int:
     """Bytes of a value on the device: floats in the compute format, others at their size."""
     dtype = graph.values[value].dtype
-    size = {"int64": 8, "int32": 4, "bool": 1}.get(dtype, float_bytes)
+    # integers and bools at their size; floats (and dtypes validation rejects) in the compute format
+    size = BYTES[dtype] if dtype in (*INTEGERS, "bool") else float_bytes
     return _numel(graph, value) * size
 
 
-def _node_work(graph: Graph, node: Node, elem: int, weights: set[str]) -> tuple[float, float]:
-    """Forward (flops, SRAM bytes) of one node for the captured batch."""
-    op = node.op
-    out = _numel(graph, node.outputs[0]) if node.outputs else 0
-    if op in LAYOUT:
-        return 0.0, 0.0
-    if op in CONTRACTIONS:
-        macs = _macs(graph, node)
-        # each multiply-accumulate reads an operand and a partial sum and writes the
-        # partial sum back: the 2 reads + 1 write per cycle of wafer-facts.md, with fp32 partial sums
-        return 2.0 * macs, macs * (elem + 2 * ACCUMULATOR_BYTES)
-    # everything else streams its operands through once: read the inputs, write the output
-    in_elems = sum(_numel(graph, v) for v in node.inputs)
-    moved = (in_elems + out) * elem
-    if op == "embedding":
-        return 0.0, 2.0 * out * elem  # read the selected rows, write them
-    if op in ("max_pool2d", "avg_pool2d"):
-        kh, kw = _pair(node.attrs.get("kernel", 1))
-        return float(out * kh * kw), moved
-    if op in REDUCTIONS:
-        return float(_numel(graph, node.inputs[0])), moved
-    if op == "sparse_softmax_cross_entropy":
-        return float(FLOPS_PER_ELEMENT[op] * _numel(graph, node.inputs[0])), moved
-    return float(FLOPS_PER_ELEMENT.get(op, 1) * out), moved
-
-
-def _pair(value) -> tuple[int, int]:
-    if isinstance(value, (list, tuple)):
-        return (int(value[0]), int(value[-1]))
-    return (int(value), int(value))
-
-
-def _macs(graph: Graph, node: Node) -> float:
-    """Multiply-accumulates of a matmul, einsum or conv2d."""
-    out_shape = graph.values[node.outputs[0]].shape
-    if node.op == "matmul":  # (..., M, K) @ (..., K, N) -> (..., M, N)
-        k = graph.values[node.inputs[0]].shape[-1]
-        return float(math.prod(out_shape) * k)
-    if node.op == "conv2d":  # per output element: C_in x kh x kw
-        w = graph.values[node.inputs[1]].shape
-        if node.attrs.get("weight_layout", "OIHW") == "HWIO":
-            kh, kw, cin = w[0], w[1], w[2]
-        else:
-            cin, kh, kw = w[1], w[2], w[3]
-        return float(math.prod(out_shape) * cin * kh * kw)
-    return float(_einsum_macs(node.attrs["equation"], [graph.values[v].shape for v in node.inputs]))
-
-
-def _einsum_macs(equation: str, shapes: list[tuple[int, ...]]) -> int:
-    """Product of the sizes of all index letters: outputs times the contracted indices."""
-    lhs = equation.replace(" ", "").split("->")[0]
-    sizes: dict[str, int] = {}
-    for term, shape in zip(lhs.split(","), shapes):
-        if "..." in term:
-            left, right = term.split("...")
-            for letter, size in zip(left, shape):
-                sizes[letter] = size
-            for letter, size in zip(right, shape[len(shape) - len(right):]):
-                sizes[letter] = size
-            ellipsis = shape[len(left):len(shape) - len(right)]
-            sizes["..."] = max(sizes.get("...", 1), math.prod(ellipsis))
-        else:
-            for letter, size in zip(term, shape):
-                sizes[letter] = size
-    return math.prod(sizes.values())
+def _work(graph: Graph, node: Node, elem: int) -> Work:
+    """What the op's cost rule reads of ``node``: its shapes for the captured batch."""
+    return Work([graph.values[v].shape for v in node.inputs], [graph.values[v].shape for v in node.outputs],
+                node.attrs, elem)

@@ -13,13 +13,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from device.ir import DEVICE_DTYPES, OPS, Graph, SourceLoc
+from device.dtypes import DEVICE_DTYPES, FLOATS, HALF_PRECISIONS, INTEGERS, PRECISIONS
+from device.ir import Graph, Node, SourceLoc
+from device.ops import OPS, OpRecord
 
 MODES = ("train", "eval", "eval_all", "predict", "train_and_eval")
-PRECISIONS = ("float32", "float16", "bfloat16", "cb16")
 
-DEFAULT_SUGGESTION = ("rewrite it with supported ops (device.ir.OPS), or move it out of the model: "
-                      "into the input pipeline, or into host_call for eval metrics")
+DEFAULT_SUGGESTION = ("rewrite it with supported ops (device/ops/, the table in device/README.md), or move it "
+                      "out of the model: into the input pipeline, or into host_call for eval metrics")
 _DYNAMIC_SHAPES = "data-dependent output shape; the device needs static shapes"
 _HASH_ON_HOST = "strings are not device data: hash them in the input pipeline (tf.data map) and feed int ids"
 _FFT_ON_HOST = ("complex numbers are not device data: compute the FFT in the input pipeline (a tf.data map, "
@@ -150,26 +151,86 @@ def _at(loc: SourceLoc, kind: str, message: str, suggestion: str = "", node: str
 
 
 def _check_ops(graph: Graph) -> list[tuple[str, Finding]]:
-    """Unsupported ops, and nodes whose inputs the graph never defines."""
+    """Unsupported ops; nodes that disagree with their op's record (a frontend bug, or a dtype
+    the op does not take); values the graph never defines."""
     out = []
     for node in graph.nodes:
-        if node.op not in OPS:
+        record = OPS.get(node.op)
+        if record is None:
             message = f"op {node.op!r} is not supported on the device"
             if node.attrs.get("reason"):  # a supported op in a form the device lacks (e.g. a grouped conv)
                 message += f": {node.attrs['reason']}"
             out.append(("error", _at(node.loc, "unsupported_op", message,
                                      suggestion_for(node.loc.framework_op, node.op), node.name)))
             continue
-        arg_names = OPS[node.op][0]
-        variadic = any(a.startswith("*") for a in arg_names)
-        if not variadic and len(node.inputs) != len(arg_names):
+        found = len(out)
+        if not record.variadic and len(node.inputs) != len(record.inputs):
             message = (f"node {node.name!r} ({node.op}) has {len(node.inputs)} inputs, expected "
-                       f"{len(arg_names)} ({', '.join(arg_names)}); this is a frontend bug")
+                       f"{len(record.inputs)} ({', '.join(record.inputs)}); this is a frontend bug")
+            out.append(("error", _at(node.loc, "malformed", message, node=node.name)))
+        missing = [a for a in record.required_attrs() if a not in node.attrs]
+        if missing:
+            message = (f"node {node.name!r} ({node.op}) lacks the attribute(s) {', '.join(missing)}; "
+                       "this is a frontend bug")
             out.append(("error", _at(node.loc, "malformed", message, node=node.name)))
         for value in list(node.inputs) + list(node.outputs):
             if value not in graph.values:
                 message = f"node {node.name!r} ({node.op}) uses value {value!r}, which the graph does not define"
                 out.append(("error", _at(node.loc, "malformed", message, node=node.name)))
+        if len(out) == found:
+            out += _check_against_record(graph, node, record)
+    return out
+
+
+def _kind(dtype: str) -> str | None:
+    """float, int or bool; None for a dtype the device lacks (reported where it enters)."""
+    if dtype in FLOATS or dtype == "float64":
+        return "float"
+    if dtype in INTEGERS:
+        return "int"
+    return "bool" if dtype == "bool" else None
+
+
+def _compatible(got: tuple, want: tuple) -> bool:
+    """Same rank, and every dimension known on both sides equal."""
+    return len(got) == len(want) and all(g is None or w is None or g == w for g, w in zip(got, want))
+
+
+def _check_against_record(graph: Graph, node: Node, record: OpRecord) -> list[tuple[str, Finding]]:
+    """The node's input dtypes are ones the op takes; its output shapes and dtypes are what the
+    op's shape and dtype rules give (shapes come from the framework, so a mismatch is a frontend bug)."""
+    out = []
+    values = [graph.values[v] for v in node.inputs]
+    for index, value in enumerate(values):
+        accepted = record.input_dtypes(index)
+        if value.dtype in DEVICE_DTYPES and value.dtype not in accepted:
+            name = record.inputs[min(index, len(record.inputs) - 1)].lstrip("*")
+            message = (f"{node.op} does not take {value.dtype} at its input {name} ({value.name!r}); "
+                       f"it takes {', '.join(accepted)}")
+            out.append(("error", _at(node.loc, "dtype", message, "cast it to one of those", node.name)))
+    if out:
+        return out
+    try:
+        shapes = record.shape([v.shape for v in values], node.attrs)
+        dtypes = record.dtype([v.dtype for v in values], node.attrs)
+    except Exception as error:  # noqa: BLE001 - attributes the rule cannot read: the frontend's bug
+        message = f"node {node.name!r} ({node.op}): its attributes do not fit the op ({error}); this is a frontend bug"
+        return [("error", _at(node.loc, "malformed", message, node=node.name))]
+    if len(node.outputs) > len(shapes):
+        message = (f"node {node.name!r} ({node.op}) has {len(node.outputs)} outputs, the op has {len(shapes)}; "
+                   "this is a frontend bug")
+        return [("error", _at(node.loc, "malformed", message, node=node.name))]
+    for name, shape, dtype in zip(node.outputs, shapes, dtypes):
+        value = graph.values[name]
+        if not _compatible(value.shape, tuple(shape)):
+            message = (f"output {name!r} of {node.op!r} has shape {_shape(value.shape)}, the op's shape rule "
+                       f"gives {_shape(shape)}; this is a frontend bug")
+            out.append(("error", _at(node.loc, "malformed", message, node=node.name)))
+        got, want = _kind(value.dtype), _kind(dtype)
+        if got and want and got != want:
+            message = (f"output {name!r} of {node.op!r} has dtype {value.dtype}, the op's dtype rule gives "
+                       f"{dtype}; this is a frontend bug")
+            out.append(("error", _at(node.loc, "malformed", message, node=node.name)))
     return out
 
 
@@ -283,7 +344,7 @@ def _check_dtypes(graph: Graph) -> list[tuple[str, Finding]]:
                 out.append(("error", finding(v, node.loc, "output", node.name)))
     for name in graph.params:
         value = graph.values.get(name)
-        if value is not None and value.dtype in ("float16", "bfloat16", "cb16"):
+        if value is not None and value.dtype in HALF_PRECISIONS:
             message = (f"parameter {name!r} is stored in {value.dtype}; the device keeps weights in float32 "
                        "and computes in 16 bit (mixed precision)")
             out.append(("warning", _at(_first_use(graph, name), "precision", message)))

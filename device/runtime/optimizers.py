@@ -1,7 +1,8 @@
 """Update rules of the device, on numpy fp32 master weights, in place.
 
-One ``Optimizer`` runs what an ``OptimizerSpec`` (device/ir.py) reads from the
-framework, in the order a framework training step applies it:
+One ``Optimizer`` runs what an ``OptimizerSpec`` (device/optimizer.py, which states the
+semantics: the order of a step, weight-decay exclusion, clipping, loss scaling) reads
+from the framework, in the order a framework training step applies it:
 
     unscale the gradients (loss scaling)  ->  skip the step if any is inf/NaN
     ->  clip by value  ->  clip by global norm  ->  weight decay  ->  update rule
@@ -21,8 +22,8 @@ torch.optim, tests/device/test_kernels_tf.py against tf.compat.v1.train):
 
 Weight decay for sgd, momentum and adam is torch's coupled L2 (g += wd * p). A
 parameter is excluded from weight decay when one of ``spec.weight_decay_exclude`` is a
-substring of its name (so "bias" excludes every bias, as BERT's exclusion list does).
-Gradients are never modified in place: one gradient array may back several views.
+substring of its name, ignoring case (so "bias" excludes every bias, as BERT's exclusion
+list does). Gradients are never modified in place: one gradient array may back several views.
 """
 
 from __future__ import annotations
@@ -31,11 +32,8 @@ import math
 
 import numpy as np
 
-from common.errors import UserError
-from device.ir import OptimizerSpec
-
-KINDS = ("sgd", "momentum", "adam", "adamw")
-SEMANTICS = ("torch", "tf")
+from device.optimizer import SLOTS, OptimizerSpec
+from zoo_base.errors import UserError
 
 
 class LossScaler:
@@ -49,9 +47,8 @@ class LossScaler:
     """
 
     def __init__(self, spec: OptimizerSpec):
+        spec.check()
         self.dynamic = spec.loss_scale == "dynamic"
-        if not self.dynamic and (isinstance(spec.loss_scale, str) or not spec.loss_scale > 0):
-            raise UserError(f"loss_scale must be a positive number or 'dynamic', got {spec.loss_scale!r}")
         self.scale = float(spec.initial_loss_scale if self.dynamic else spec.loss_scale)
         self.steps_per_increase = int(spec.steps_per_increase)
         self.min_scale = float(spec.min_loss_scale)
@@ -100,12 +97,7 @@ class Optimizer:
     """The update rule of ``spec`` over named fp32 parameters (framework names)."""
 
     def __init__(self, spec: OptimizerSpec, params: dict[str, np.ndarray]):
-        if spec.kind not in KINDS:
-            raise UserError(f"optimizer kind {spec.kind!r} is not supported; expected one of {KINDS}")
-        if spec.semantics not in SEMANTICS:
-            raise UserError(f"optimizer semantics {spec.semantics!r} is unknown; expected one of {SEMANTICS}")
-        if spec.kind == "momentum" and "momentum" not in spec.hyper:
-            raise UserError("optimizer 'momentum' needs the hyper-parameter 'momentum'")
+        spec.check()
         self.spec = spec
         hyper = spec.hyper
         self.momentum = float(hyper.get("momentum", 0.0))
@@ -121,18 +113,11 @@ class Optimizer:
         self._beta_powers = (np.float32(1.0), np.float32(1.0))
 
     def _new_slots(self, p: np.ndarray) -> dict[str, np.ndarray]:
-        if self.spec.kind == "momentum":
-            return {"momentum": np.zeros_like(p)}
-        if self.spec.kind in ("adam", "adamw"):
-            return {"m": np.zeros_like(p), "v": np.zeros_like(p)}
-        return {}
+        return {slot: np.zeros_like(p) for slot in SLOTS[self.spec.kind]}
 
     @property
     def loss_scale(self) -> float:
         return self.scaler.scale if self.scaler else 1.0
-
-    def _decays(self, name: str) -> bool:
-        return self.weight_decay != 0.0 and not any(pattern in name for pattern in self.spec.weight_decay_exclude)
 
     def apply_gradients(self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray], lr: float) -> bool:
         """One training step's update from (loss-scaled) gradients; False if it was skipped.
@@ -145,6 +130,7 @@ class Optimizer:
             self.scaler.update(finite)
             if not finite:
                 return False
+        # both clippings given: by value, then by global norm (device/optimizer.py)
         if self.spec.max_gradient_value is not None:
             grads = clip_by_value(grads, self.spec.max_gradient_value)
         if self.spec.max_gradient_norm is not None:
@@ -160,7 +146,7 @@ class Optimizer:
             self._beta_powers = (b1_power * np.float32(self.beta1), b2_power * np.float32(self.beta2))
         for name, g in grads.items():
             p = params[name]
-            decays = self._decays(name)
+            decays = self.spec.decays(name)
             if decays and self.spec.kind != "adamw":
                 g = g + self.weight_decay * p  # coupled L2, as torch's weight_decay
             if self.spec.kind == "sgd":

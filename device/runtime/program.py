@@ -9,8 +9,8 @@ then runs it on batches:
     train_step(batch, lr)     ->  loss; forward, backward, loss scaling, clipping, update
     eval_step(batch)          ->  forward(batch, training=False)
 
-Gradients are reverse mode over the node list with the gradient table of
-device/runtime/kernels.py; a value used by several nodes sums their gradients.
+Gradients are reverse mode over the node list with each op record's gradient
+(device/ops/); a value used by several nodes sums their gradients.
 
 Weights are fp32 master copies keyed by framework name (the values of ``graph.params``);
 state (batch-norm running statistics) by the values of ``graph.state``. A forward pass
@@ -20,8 +20,8 @@ Mixed precision (``graph.precision`` float16, bfloat16 or cb16), as the device c
 (/work/shared/reference/wafer-facts.md): weights stay fp32; every kernel's floating
 inputs and outputs are rounded to the 16-bit format at the kernel boundary, and so are
 the gradients entering and leaving its backward, while the arithmetic inside a kernel is
-float32 (fp32 accumulation). The loss computation (a loss op such as
-sparse_softmax_cross_entropy, what follows it, and the node that yields the loss) and
+float32 (fp32 accumulation). The loss computation (an op whose record is a loss, such
+as sparse_softmax_cross_entropy, what follows it, and the node that yields the loss) and
 the optimizer stay in fp32; state inputs (running statistics) are not rounded.
 """
 
@@ -32,16 +32,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import UserError
+from device.dtypes import EMULATOR_STORAGE, FLOATS, HALF_PRECISIONS, PRECISIONS, round_to
 from device.ir import Graph, Node
-from device.runtime.kernels import KERNELS, Backward, Forward, KernelContext
+from device.ops import OPS
+from device.ops.record import Backward, Forward, KernelContext
 from device.runtime.optimizers import Optimizer
-from device.runtime.precision import FLOAT_DTYPES, FORMATS, round_to
+from zoo_base.errors import UserError
 
-# ops that compute a loss: they and every node after them run in fp32
-LOSS_OPS = ("sparse_softmax_cross_entropy",)
-_NUMPY_DTYPES = {"float32": np.float32, "float16": np.float32, "bfloat16": np.float32, "cb16": np.float32,
-                 "float64": np.float64, "int64": np.int64, "int32": np.int32, "bool": np.bool_}
 # a batch array may be converted within its kind: any float to float, any integer to integer
 _ACCEPTED_KINDS = {"f": "f", "i": "iu", "b": "b"}
 
@@ -78,11 +75,11 @@ class Program:
     def __init__(self, graph: Graph, weights: dict[str, np.ndarray],
                  state: dict[str, np.ndarray] | None = None, seed: int = 0):
         self.graph = graph
-        if graph.precision != "float32" and graph.precision not in FORMATS:
-            raise UserError(f"graph precision {graph.precision!r} is not one of float32, {', '.join(FORMATS)}")
+        if graph.precision not in PRECISIONS:
+            raise UserError(f"graph precision {graph.precision!r} is not one of {', '.join(PRECISIONS)}")
         self._format = graph.precision
         for node in graph.nodes:
-            if node.op not in KERNELS:
+            if node.op not in OPS:
                 raise UserError(f"{node.loc}: op {node.op!r} has no kernel on the device")
         names = list(graph.values) + [c for c in graph.constants if c not in graph.values]
         self._slot = {name: i for i, name in enumerate(names)}
@@ -111,11 +108,13 @@ class Program:
     # ------------------------------------------------------------------ compilation
 
     def _default_state(self) -> dict[str, np.ndarray]:
-        """Fresh running statistics: mean 0 and variance 1 (what the frameworks start from)."""
+        """Fresh state: what each op's record says a fresh layer starts at (batch norm's running
+        mean 0 and variance 1, as the frameworks), zero elsewhere."""
         state = {fw: np.zeros(self.graph.values[v].shape, np.float32) for v, fw in self.graph.state.items()}
         for node in self.graph.nodes:
-            if node.op == "batch_norm" and node.inputs[4] in self.graph.state:
-                state[self.graph.state[node.inputs[4]]][...] = 1.0
+            for index, fill in OPS[node.op].fresh_state.items():
+                if fill and node.inputs[index] in self.graph.state:
+                    state[self.graph.state[node.inputs[index]]][...] = fill
         return state
 
     def _load(self, what: str, arrays: dict[str, np.ndarray], names: dict[str, str], required: bool):
@@ -136,33 +135,33 @@ class Program:
             array = np.asarray(arrays[fw])
             if array.shape != tuple(value.shape):
                 raise UserError(f"{what}: {fw!r} has shape {array.shape}, the graph expects {tuple(value.shape)}")
-            loaded[fw] = np.array(array, dtype=_NUMPY_DTYPES[value.dtype], copy=True, order="C")
+            loaded[fw] = np.array(array, dtype=EMULATOR_STORAGE[value.dtype], copy=True, order="C")
         return loaded
 
     def _compile(self) -> list[_Step]:
         graph = self.graph
-        mixed = self._format != "float32"
+        mixed = self._format in HALF_PRECISIONS
         producers = graph.producers()
         in_loss: set[str] = set()  # nodes of the loss computation (fp32)
         rounded: set[str] = set()  # values already held in the 16-bit format
         plan = []
         for index, node in enumerate(graph.nodes):
-            kernel = KERNELS[node.op]
-            if (node.op in LOSS_OPS or graph.loss in node.outputs
+            record = OPS[node.op]
+            if (record.loss or graph.loss in node.outputs
                     or any(producers[i].name in in_loss for i in node.inputs if i in producers)):
                 in_loss.add(node.name)
             compute16 = mixed and node.name not in in_loss
-            floating = [graph.values[v].dtype in FLOAT_DTYPES if v in graph.values else
+            floating = [graph.values[v].dtype in FLOATS if v in graph.values else
                         np.issubdtype(np.asarray(graph.constants[v]).dtype, np.floating) for v in node.inputs]
             round_inputs = tuple(i for i, v in enumerate(node.inputs)
                                  if compute16 and floating[i] and v not in rounded and v not in graph.state)
-            state_outputs = {out for out, _ in kernel.state_updates}  # running statistics stay fp32
+            state_outputs = {out for out, _ in record.state_updates}  # running statistics stay fp32
             round_outputs = tuple(j for j, v in enumerate(node.outputs)
-                                  if compute16 and graph.values[v].dtype in FLOAT_DTYPES and j not in state_outputs)
+                                  if compute16 and graph.values[v].dtype in FLOATS and j not in state_outputs)
             rounded.update(node.outputs[j] for j in round_outputs)
-            state_updates = tuple((out, graph.state[node.inputs[inp]]) for out, inp in kernel.state_updates
+            state_updates = tuple((out, graph.state[node.inputs[inp]]) for out, inp in record.state_updates
                                   if node.inputs[inp] in graph.state)
-            plan.append(_Step(index, node, kernel.forward, kernel.backward, node.attrs,
+            plan.append(_Step(index, node, record.forward, record.backward, node.attrs,
                               tuple(self._slot[v] for v in node.inputs), tuple(self._slot[v] for v in node.outputs),
                               state_updates, compute16, round_inputs, round_outputs))
         self._mark_gradients(plan)
@@ -202,7 +201,7 @@ class Program:
             array = np.asarray(array)
             if array.ndim != len(value.shape) or any(d not in (None, n) for d, n in zip(value.shape, array.shape)):
                 raise UserError(f"batch input {name!r}: expected shape {tuple(value.shape)}, given {array.shape}")
-            target = _NUMPY_DTYPES[value.dtype]
+            target = EMULATOR_STORAGE[value.dtype]
             if array.dtype.kind not in _ACCEPTED_KINDS[np.dtype(target).kind]:
                 raise UserError(f"batch input {name!r}: expected {value.dtype} values, given {array.dtype}")
             checked.append(array.astype(target, copy=False))

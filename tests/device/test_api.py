@@ -1,11 +1,13 @@
-"""The API the runners call: validate_graph and compile_graph."""
+"""The API the runners call: validate_graph, validate_and_match, compile_graph, render_report, build_program."""
 
-
+import numpy as np
 import pytest
 
 from common.errors import UserError
-from device.api import DeviceCompileError, compile_graph, validate_graph
-from device.testing import GraphBuilder, mlp_graph
+from device.api import (DeviceCompileError, build_program, compile_graph, render_report, validate_and_match,
+                        validate_graph)
+from device.graphs import GraphBuilder
+from tests.device.graphs import mlp_graph
 
 
 def _graph_with_two_unsupported_ops():
@@ -81,3 +83,19 @@ def test_too_large_for_pipelined_compiles_with_weight_streaming():
     assert result.cost.samples_per_s > 0
 
 
+def test_validate_and_match_matches_only_a_valid_graph():
+    report, kernels = validate_and_match(mlp_graph(), mode="train", profile_name="tiny")
+    assert report.ok and [k.kind for k in kernels] == ["dense", "dense", "dense", "softmax_loss"]
+    report, kernels = validate_and_match(_graph_with_two_unsupported_ops(), mode="train", profile_name="tiny")
+    assert not report.ok and kernels == []
+
+
+def test_render_report_and_build_program():
+    graph = mlp_graph(batch=4, sizes=(6, 5, 3))
+    assert render_report(compile_graph(graph, mode="train", profile_name="tiny")).startswith("Device compile report")
+    rng = np.random.default_rng(0)
+    weights = {fw: rng.standard_normal(graph.values[v].shape).astype(np.float32) for v, fw in graph.params.items()}
+    program = build_program(graph, weights, seed=1)
+    batch = [rng.standard_normal((4, 6)).astype(np.float32), np.array([0, 2, 1, 0], np.int32)]
+    first = program.train_step(batch, lr=0.01)
+    assert np.isfinite(first) and program.eval_step(batch)["loss"] < first

@@ -21,7 +21,7 @@ tf = pytest.importorskip("tensorflow")
 from common.errors import UserError  # noqa: E402
 from common.tf.optim import AdamWOptimizer  # noqa: E402
 from device.capture import tf as capture_tf  # noqa: E402
-from device.ir import OPS  # noqa: E402
+from device.ops import OPS  # noqa: E402
 from device.passes.validate import validate  # noqa: E402
 from device.runtime.program import Program  # noqa: E402
 
@@ -470,6 +470,23 @@ def test_more_tf_ops_match_tf(built_graphs):
     program = Program(graph, capture_tf.read_weights(b.session, graph))
     loss, grads = program.gradients([x, labels])
     tf_loss, tf_grads = b.session.run([b.loss, b.grads], {b.x: x, onehot: labels})
+    _close(loss, tf_loss, 1e-5)
+    _close_grads(grads, b.variables, tf_grads, 1e-5)
+
+
+def test_softplus_is_one_node_and_matches_tf(built_graphs):
+    def model_fn(x, y):  # x: (4, 6)
+        logits = layers.Dense(3)(tf.nn.softplus(layers.Dense(5)(x)))
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)), {}
+
+    b = built_graphs(model_fn, (4, 6))
+    graph = b.capture()
+    assert {n.op for n in graph.nodes} <= set(OPS) and validate(graph, mode="train", profile=None).ok
+    assert [n.op for n in graph.nodes].count("softplus") == 1
+    x, y = _batch(np.random.default_rng(5), (4, 6), 3)
+    x *= 4  # reach where softplus is nearly linear and nearly zero
+    loss, grads = Program(graph, capture_tf.read_weights(b.session, graph)).gradients([x, y])
+    tf_loss, tf_grads = b.session.run([b.loss, b.grads], {b.x: x, b.y: y})
     _close(loss, tf_loss, 1e-5)
     _close_grads(grads, b.variables, tf_grads, 1e-5)
 

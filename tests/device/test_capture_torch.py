@@ -21,7 +21,7 @@ import torch.nn.functional as F  # noqa: E402
 from common.errors import UserError  # noqa: E402
 from device.capture.torch import (  # noqa: E402
     capture, load_weights, optimizer_spec, state_of, weights_of)
-from device.ir import OPS  # noqa: E402
+from device.ops import OPS  # noqa: E402
 from device.passes.validate import validate  # noqa: E402
 
 
@@ -467,6 +467,30 @@ def test_emulator_matches_torch_on_less_common_ops():
     for name, p in model.named_parameters():
         np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
     assert not grads["embed.weight"][0].any()  # the padding row gets no gradient, as in torch
+
+
+def test_softplus_is_one_node_and_matches_torch():
+    from device.runtime.program import Program
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+
+    def step(batch):
+        x, y = batch
+        return F.cross_entropy(F.softplus(model(x), beta=2.0, threshold=5.0), y)
+
+    batch = [torch.randn(8, 4) * 3, torch.randint(0, 3, (8,))]
+    graph = capture(step, model, batch)
+    assert unsupported(graph) == [] and validate(graph, mode="train", profile=None).ok
+    (node,) = [n for n in graph.nodes if n.op == "softplus"]  # kept whole, not decomposed
+    assert node.attrs == {"beta": 2.0, "threshold": 5.0}
+    loss, grads = Program(graph, weights_of(model, graph)).gradients([t.numpy() for t in batch])
+    model.zero_grad()
+    expected = step(batch)
+    expected.backward()
+    np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 def test_fifty_adam_steps_of_the_mlp_match_torch():

@@ -9,7 +9,7 @@ from device.cost import estimate
 from device.passes.match import match
 from device.place import place
 from device.profiles import get_profile
-from device.testing import cnn_graph, mlp_graph
+from tests.device.graphs import cnn_graph, mlp_graph
 
 
 def _estimate(graph, profile_name="small", mode="pipelined", training=True):

@@ -3,7 +3,7 @@
 Framework-free, so strides, dilations and TF's SAME padding are checked in every tox env
 (torch is absent from the TF one) and on every CPU, whatever kernels the frameworks' CPU
 builds lack (TF's has no gradient of a dilated convolution on AVX2-only x86-64). The
-reference shares nothing with device/runtime/kernels.py (no im2col, no strided views): one
+reference shares nothing with the op records (device/ops/) (no im2col, no strided views): one
 loop over output pixels and kernel taps, and the gradients as the same loop transposed.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from device.runtime.kernels import KERNELS, KernelContext
+from device.ops import OPS, KernelContext
 
 RNG = np.random.default_rng(7)
 
@@ -77,7 +77,7 @@ def test_conv2d_matches_a_loop_convolution(x_shape, w_shape, strides, dilations,
     w_in = w.transpose(3, 2, 0, 1) if layout == "NCHW" else w
     attrs = {"strides": strides, "padding": padding, "dilations": dilations, "layout": layout,
              "weight_layout": "OIHW" if layout == "NCHW" else "HWIO"}
-    kernel = KERNELS["conv2d"]
+    kernel = OPS["conv2d"]
     (y,), saved = kernel.forward([to_layout(x), w_in], attrs, KernelContext(training=True))
     dx, dw = kernel.backward(saved, [to_layout(dy)], attrs, (True, True))
     np.testing.assert_allclose(y, to_layout(expected), rtol=1e-12, atol=1e-12)

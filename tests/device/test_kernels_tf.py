@@ -15,8 +15,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from device.ir import OptimizerSpec  # noqa: E402
-from device.runtime.kernels import KERNELS, KernelContext  # noqa: E402
+from device.ops import OPS, KernelContext  # noqa: E402
+from device.optimizer import OptimizerSpec  # noqa: E402
 from device.runtime.optimizers import Optimizer, clip_by_global_norm  # noqa: E402
 
 RNG = np.random.default_rng(99)
@@ -27,12 +27,12 @@ def randn(*shape):
 
 
 def _check(op, inputs, attrs, tf_fn, rtol=1e-5, atol=1e-5, training=True, state_inputs=()):
-    """Forward and gradient of KERNELS[op] against tf_fn under a GradientTape, in float32.
+    """Forward and gradient of OPS[op] against tf_fn under a GradientTape, in float32.
 
     state_inputs: positions of non-trainable inputs (running statistics), which get no
     gradient from the kernel though TF would differentiate them.
     """
-    kernel = KERNELS[op]
+    kernel = OPS[op]
     outputs, saved = kernel.forward(inputs, attrs, KernelContext(training=training))
     tensors = [tf.constant(x) for x in inputs]
     floating = [t for t in tensors if t.dtype.is_floating]
@@ -148,6 +148,7 @@ def test_sparse_softmax_cross_entropy_matches_tf():
     ("gelu", {"approximate": "tanh"}, lambda x: tf.nn.gelu(x, approximate=True)),
     ("elu", {"alpha": 1.0}, tf.nn.elu),
     ("selu", {}, tf.nn.selu),
+    ("softplus", {}, tf.nn.softplus),
     ("sigmoid", {}, tf.sigmoid),
     ("softmax", {"axis": -1}, lambda x: tf.nn.softmax(x, axis=-1)),
     ("log_softmax", {"axis": 1}, lambda x: tf.nn.log_softmax(x, axis=1)),

@@ -4,8 +4,9 @@ from collections import Counter
 
 import numpy as np
 
+from device.graphs import GraphBuilder
 from device.passes.match import match
-from device.testing import GraphBuilder, attention_graph, cnn_graph, mlp_graph
+from tests.device.graphs import attention_graph, cnn_graph, mlp_graph
 
 
 def _kinds(kernels):
@@ -150,3 +151,26 @@ def test_scale_by_constant_keeps_its_input_out_of_the_stash():
     b.graph.outputs["y"] = b.op("mul", [x, half], (4, 8))
     (kernel,) = match(b.graph)
     assert kernel.kind == "elementwise" and kernel.stash_bytes == 0
+
+
+def test_a_hand_written_erf_gelu_validates_and_fuses_into_its_dense_kernel():
+    """0.5 * x * (1 + erf(x / sqrt 2)) after a dense layer: every op has a record, so the
+    validator passes it, and matching must then find a kernel for each (erf was once valid
+    yet matched as "unsupported": the two stages read different op lists)."""
+    from device.passes.validate import validate
+
+    b = GraphBuilder()
+    x = b.input("x", (4, 8))
+    labels = b.input("labels", (4,), "int32")
+    h = b.dense(x, 8, name="fc")
+    scaled = b.op("div", [h, b.constant("sqrt2", np.float32(np.sqrt(2.0)))], (4, 8))
+    gate = b.op("add", [b.op("erf", [scaled], (4, 8)), b.constant("one", np.float32(1.0))], (4, 8))
+    gelu = b.op("mul", [b.op("mul", [h, b.constant("half", np.float32(0.5))], (4, 8)), gate], (4, 8))
+    b.graph.outputs["logits"] = gelu
+    b.cross_entropy(gelu, labels)
+    assert validate(b.graph, mode="train", profile=None).ok
+    kernels = match(b.graph)
+    _every_node_once(b.graph, kernels)
+    assert "unsupported" not in _kinds(kernels)
+    erf_kernel = next(k for k in kernels if "erf" in k.ops)
+    assert erf_kernel.kind in ("dense", "elementwise") and erf_kernel.flops_fwd > 0

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from common.errors import UserError  # noqa: E402
-from device.ir import OptimizerSpec  # noqa: E402
+from device.optimizer import OptimizerSpec  # noqa: E402
 from device.runtime.optimizers import LossScaler, Optimizer  # noqa: E402
 
 SHAPES = {"layer.weight": (4, 3), "layer.bias": (4,), "norm.weight": (3,)}

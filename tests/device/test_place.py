@@ -9,7 +9,7 @@ from device.errors import DeviceCompileError
 from device.passes.match import match
 from device.place import place
 from device.profiles import PROFILES, get_profile
-from device.testing import attention_graph, cnn_graph, mlp_graph
+from tests.device.graphs import attention_graph, cnn_graph, mlp_graph
 
 BIG_MLP = dict(sizes=(784, 2048, 2048, 10))  # ~5.8M params: with Adam, ~93 MB > tiny's 48 MiB
 

@@ -19,9 +19,10 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from common.errors import UserError  # noqa: E402
-from device.ir import Graph, OptimizerSpec  # noqa: E402
-from device.runtime.kernels import KERNELS, KernelContext  # noqa: E402
-from device.runtime.precision import round_to  # noqa: E402
+from device.dtypes import round_to  # noqa: E402
+from device.ir import Graph  # noqa: E402
+from device.ops import OPS, KernelContext  # noqa: E402
+from device.optimizer import OptimizerSpec  # noqa: E402
 from device.runtime.program import Program  # noqa: E402
 
 ADAM = OptimizerSpec("adam", "torch", {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8})
@@ -58,7 +59,7 @@ class Builder:
 
     def op(self, op, inputs, n_outputs=1, **attrs):
         """Add a node; its first output's name (or the first ``n_outputs`` names)."""
-        outputs, _ = KERNELS[op].forward([self.examples[i] for i in inputs], attrs, KernelContext())
+        outputs, _ = OPS[op].forward([self.examples[i] for i in inputs], attrs, KernelContext())
         names = [self._value(f"v{len(self.graph.values)}", np.asarray(y)) for y in outputs[:n_outputs]]
         self.graph.add_node(op, inputs, names, attrs)
         return names[0] if n_outputs == 1 else names

@@ -8,7 +8,7 @@ import pytest
 
 from device import report as report_module
 from device.api import compile_graph
-from device.testing import attention_graph, mlp_graph
+from tests.device.graphs import attention_graph, mlp_graph
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -5,10 +5,11 @@ import json
 import numpy as np
 import pytest
 
+from device.graphs import GraphBuilder
 from device.ir import SourceLoc
 from device.passes.validate import DEFAULT_SUGGESTION, SUGGESTIONS, validate
 from device.profiles import get_profile
-from device.testing import GraphBuilder, mlp_graph
+from tests.device.graphs import mlp_graph
 
 TINY = get_profile("tiny")
 

@@ -1,10 +1,11 @@
-"""Hand-built IR graphs for tests: no framework needed.
+"""IR graphs built by hand, without a framework: the calibration model and the tests' graphs.
 
 ``GraphBuilder`` adds one op per call, with the output shape given by the caller (no
 shape inference: the graphs are small and their shapes are the point). Each node gets
 a source location ``<file>:<line>`` with a fresh line, so reports can be checked for
-pointing at the right place. ``mlp_graph``, ``cnn_graph`` and ``attention_graph`` are
-the standard small models the compiler tests count kernels on.
+pointing at the right place. ``attention_block`` and ``layer_norm`` are the layers
+device/calibration.py builds BERT-Large from; the tests' standard small models
+(tests/device/graphs.py) are built from the same pieces.
 
 Attribute conventions used here: conv2d/pool ``padding`` is a list of (before, after)
 pairs per spatial axis; layouts are torch's (NCHW, OIHW).
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from device.ir import Graph, OptimizerSpec, SourceLoc
+from device.ir import Graph, SourceLoc
+from device.optimizer import OptimizerSpec
 
 
 class GraphBuilder:
@@ -73,63 +75,12 @@ class GraphBuilder:
         return loss
 
 
-def optimizer(kind: str = "adam", semantics: str = "torch") -> OptimizerSpec:
+def default_optimizer(kind: str = "adam", semantics: str = "torch") -> OptimizerSpec:
+    """The optimizer settings the hand-built graphs train with."""
     hyper = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8} if kind.startswith("adam") else {"lr": 0.1}
     if kind == "momentum":
         hyper["momentum"] = 0.9
     return OptimizerSpec(kind=kind, semantics=semantics, hyper=hyper)
-
-
-def mlp_graph(batch: int = 8, sizes=(784, 64, 32, 10), optimizer_kind: str = "adam",
-              precision: str = "float32") -> Graph:
-    """Dense layers with relu between them, softmax cross entropy on the last."""
-    b = GraphBuilder(precision=precision)
-    x = b.input("features", (batch, sizes[0]))
-    labels = b.input("labels", (batch,), "int32")
-    for i, n_out in enumerate(sizes[1:]):
-        last = i == len(sizes) - 2
-        x = b.dense(x, n_out, None if last else "relu", name=f"fc{i}")
-    b.graph.outputs["logits"] = x
-    b.cross_entropy(x, labels)
-    b.graph.optimizer = optimizer(optimizer_kind)
-    return b.graph
-
-
-def cnn_graph(batch: int = 4, image: int = 16, channels=(3, 8, 16), classes: int = 10,
-              optimizer_kind: str = "momentum") -> Graph:
-    """conv+bias+relu, max pool, conv+batch_norm+relu, avg pool, flatten, dense, loss (NCHW)."""
-    b = GraphBuilder()
-    x = b.input("images", (batch, channels[0], image, image))
-    labels = b.input("labels", (batch,), "int32")
-    conv = {"strides": [1, 1], "padding": [[1, 1], [1, 1]], "dilations": [1, 1], "layout": "NCHW",
-            "weight_layout": "OIHW"}
-    pool = {"kernel": [2, 2], "strides": [2, 2], "padding": [[0, 0], [0, 0]], "layout": "NCHW"}
-    c0, c1, c2 = channels
-    size = image
-
-    w0 = b.param("conv0.weight", (c1, c0, 3, 3))
-    b0 = b.param("conv0.bias", (c1, 1, 1))
-    y = b.op("conv2d", [x, w0], (batch, c1, size, size), attrs=conv)
-    y = b.op("relu", [b.op("add", [y, b0], (batch, c1, size, size))], (batch, c1, size, size))
-    size //= 2
-    y = b.op("max_pool2d", [y], (batch, c1, size, size), attrs=pool)
-
-    w1 = b.param("conv1.weight", (c2, c1, 3, 3))
-    gamma, beta = b.param("bn1.weight", (c2,)), b.param("bn1.bias", (c2,))
-    mean, var = b.state("bn1.running_mean", (c2,)), b.state("bn1.running_var", (c2,))
-    y = b.op("conv2d", [y, w1], (batch, c2, size, size), attrs=conv)
-    y = b.op("batch_norm", [y, gamma, beta, mean, var], (batch, c2, size, size),
-             attrs={"axis": 1, "eps": 1e-5, "momentum": 0.1})
-    y = b.op("relu", [y], (batch, c2, size, size))
-    size //= 2
-    y = b.op("avg_pool2d", [y], (batch, c2, size, size), attrs=pool)
-
-    y = b.op("reshape", [y], (batch, c2 * size * size), attrs={"shape": [batch, c2 * size * size]})
-    logits = b.dense(y, classes, name="fc")
-    b.graph.outputs["logits"] = logits
-    b.cross_entropy(logits, labels)
-    b.graph.optimizer = optimizer(optimizer_kind)
-    return b.graph
 
 
 def attention_block(b: GraphBuilder, x: str, heads: int, name: str = "attn", mask: str | None = None,
@@ -173,18 +124,3 @@ def layer_norm(b: GraphBuilder, x: str, name: str, eps: float = 1e-5) -> str:
     width = b.graph.values[x].shape[-1]
     gamma, beta = b.param(f"{name}.weight", (width,)), b.param(f"{name}.bias", (width,))
     return b.op("layer_norm", [x, gamma, beta], b.graph.values[x].shape, attrs={"axes": [-1], "eps": eps})
-
-
-def attention_graph(batch: int = 2, seq: int = 8, width: int = 16, heads: int = 2, classes: int = 4,
-                    precision: str = "float32") -> Graph:
-    """One attention block, mean over the sequence, a dense classifier and the loss."""
-    b = GraphBuilder(precision=precision)
-    x = b.input("x", (batch, seq, width))
-    labels = b.input("labels", (batch,), "int32")
-    h = attention_block(b, x, heads)
-    pooled = b.op("reduce_mean", [h], (batch, width), attrs={"axes": [1], "keepdims": False})
-    logits = b.dense(pooled, classes, name="classifier")
-    b.graph.outputs["logits"] = logits
-    b.cross_entropy(logits, labels)
-    b.graph.optimizer = optimizer("adamw")
-    return b.graph

@@ -1,10 +1,12 @@
-"""The device's 16-bit number formats, emulated on float32 storage.
+"""Every dtype of the device IR and every compute precision, in one place, and rounding to them.
 
-The wafer keeps weights in fp32 and computes in a 16-bit format with fp32 accumulation
-(/work/shared/reference/wafer-facts.md). The emulator stores every value as float32 and
-rounds it to the 16-bit format where the device would hold it in 16 bits: at the
-boundary of each kernel (device/runtime/program.py). ``round_to(x, fmt)`` returns a
-float32 array whose every element is exactly representable in ``fmt``.
+The wafer keeps weights in fp32 and computes in fp32 or in a 16-bit format with fp32
+accumulation (/work/shared/reference/wafer-facts.md, number formats). A graph's compute
+precision (``graph.precision``, the runners' ``mixed_precision.dtype``) is one of
+PRECISIONS; the emulator stores every floating value as float32 and rounds it to the
+16-bit format where the device would hold it in 16 bits: at the boundary of each kernel
+(device/runtime/program.py). ``round_to(x, fmt)`` returns a float32 array whose every
+element is exactly representable in ``fmt``.
 
 Formats (sign bit + exponent bits + mantissa bits, all round-to-nearest-even):
 
@@ -56,13 +58,40 @@ class Format:
         return 2.0 ** (self.min_exponent - self.mantissa_bits)
 
 
+# the 16-bit compute formats, and their bit layouts
 FORMATS: dict[str, Format] = {
     "float16": Format("float16", 5, 10),
     "bfloat16": Format("bfloat16", 8, 7),
     "cb16": Format("cb16", 6, 9),
 }
-# formats whose values the runtime stores as float32 (float32 itself needs no rounding)
-FLOAT_DTYPES = ("float32", "float16", "bfloat16", "cb16")
+HALF_PRECISIONS: tuple[str, ...] = tuple(FORMATS)
+# the compute precisions a graph may run in: float32, or a 16-bit format (mixed precision)
+PRECISIONS: tuple[str, ...] = ("float32", *HALF_PRECISIONS)
+
+# the floating dtypes of device values (the emulator stores them all as float32)
+FLOATS: tuple[str, ...] = PRECISIONS
+INTEGERS: tuple[str, ...] = ("int32", "int64")
+# every dtype the device computes in
+DEVICE_DTYPES: tuple[str, ...] = (*FLOATS, *INTEGERS, "bool")
+# what an IR value may be typed: float64 exists only so that validation can reject it (the
+# frontends keep any other framework dtype the IR lacks under its framework name)
+IR_DTYPES: tuple[str, ...] = (*DEVICE_DTYPES, "float64")
+
+# bytes of one element on the device (and float64's, for the input-transmission estimate)
+BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "cb16": 2, "int32": 4, "int64": 8, "bool": 1,
+                         "float64": 8}
+
+# numpy dtype of a value in the emulator: the 16-bit formats are float32 rounded to the format
+EMULATOR_STORAGE: dict[str, type] = {"float32": np.float32, "float16": np.float32, "bfloat16": np.float32,
+                                     "cb16": np.float32, "float64": np.float64, "int64": np.int64,
+                                     "int32": np.int32, "bool": np.bool_}
+
+# numpy dtype of a captured constant: numpy's own where it has one, float32 where numpy
+# has none (bfloat16, cb16: the values are exact in float32)
+NUMPY_STORAGE: dict[str, type] = {**EMULATOR_STORAGE, "float16": np.float16}
+
+
+# ---------------------------------------------------------------------------- rounding
 
 
 def round_to(x: np.ndarray, fmt: str) -> np.ndarray:

@@ -1,11 +1,11 @@
-"""device/runtime/precision.py: rounding to float16, bfloat16 and cb16 on float32 storage."""
+"""device/dtypes.py: rounding to float16, bfloat16 and cb16 on float32 storage."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from device.runtime.precision import FORMATS, round_generic, round_to
+from device.dtypes import FORMATS, round_generic, round_to
 
 RNG = np.random.default_rng(0)
 

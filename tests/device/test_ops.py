@@ -1,8 +1,17 @@
-"""Every kernel of device/runtime/kernels.py, forward and backward, against torch autograd.
+"""Every op record (device/ops/), walked: kernel against torch autograd, rules, cost, matching.
 
-One table of cases, at least one per op of the IR; a new op without a case fails
-test_every_op_has_a_case. Cases run in float64 (tight tolerances) and again in float32
-to check that no kernel promotes to float64.
+One table of cases, at least one per record; a record without a case fails
+test_every_record_has_a_case. For every case:
+
+- forward and gradient against torch autograd in float64 (tight tolerances), and again in
+  float32 to check that no kernel promotes to float64 (these need torch; the TF-specific
+  semantics are checked against TensorFlow in test_kernels_tf.py, conv2d against a loop
+  reference in test_kernels_numpy.py);
+- the record's shape and dtype rules give what its kernel returns;
+- its cost rule gives figures, and the op alone is matched into a library kernel.
+
+The op table of device/README.md is generated from the records and must be current
+(``python -m device.ops --write-readme`` rewrites it).
 """
 
 from __future__ import annotations
@@ -14,13 +23,31 @@ from typing import Callable
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-import torch.nn.functional as F  # noqa: E402
+from device.dtypes import EMULATOR_STORAGE, round_to
+from device.ir import Graph
+from device.ops import CATEGORIES, OPS, KernelContext
+from device.ops.table import readme_table_is_current
+from device.ops.record import Work
+from device.passes.match import match
+from zoo_base.errors import UserError
 
-from common.errors import UserError  # noqa: E402
-from device.ir import OPS  # noqa: E402
-from device.runtime.kernels import KERNELS, KernelContext  # noqa: E402
-from device.runtime.precision import round_to  # noqa: E402
+try:  # the cases' references call torch only when they run: the rest of the walk needs no framework
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    torch = F = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
+
+
+def T(name: str) -> Callable:
+    """torch.<name>, looked up when the case runs."""
+    return lambda *args: getattr(torch, name)(*args)
+
+
+def Fn(name: str) -> Callable:
+    """torch.nn.functional.<name>, looked up when the case runs."""
+    return lambda *args, **kw: getattr(F, name)(*args, **kw)
 
 RNG = np.random.default_rng(1234)
 
@@ -78,36 +105,39 @@ CASES = [
     Case("sub", [randn(4), randn(2, 3, 4)], {}, lambda a, b: a - b, "broadcast"),
     Case("mul", [randn(2, 3, 4), randn(2, 1, 4)], {}, lambda a, b: a * b),
     Case("div", [randn(2, 3), positive(3)], {}, lambda a, b: a / b),
-    Case("maximum", [randn(2, 3), randn(3)], {}, torch.maximum),
-    Case("neg", [randn(3, 4)], {}, torch.neg),
-    Case("exp", [randn(3, 4)], {}, torch.exp),
-    Case("erf", [randn(3, 4) * 2], {}, torch.erf, rtol=1e-6, atol=1e-6),
-    Case("log", [positive(3, 4)], {}, torch.log),
-    Case("sqrt", [positive(3, 4)], {}, torch.sqrt),
-    Case("rsqrt", [positive(3, 4)], {}, torch.rsqrt),
-    Case("square", [randn(3, 4)], {}, torch.square),
+    Case("maximum", [randn(2, 3), randn(3)], {}, T("maximum")),
+    Case("neg", [randn(3, 4)], {}, T("neg")),
+    Case("exp", [randn(3, 4)], {}, T("exp")),
+    Case("erf", [randn(3, 4) * 2], {}, T("erf"), rtol=1e-6, atol=1e-6),
+    Case("log", [positive(3, 4)], {}, T("log")),
+    Case("sqrt", [positive(3, 4)], {}, T("sqrt")),
+    Case("rsqrt", [positive(3, 4)], {}, T("rsqrt")),
+    Case("square", [randn(3, 4)], {}, T("square")),
     Case("identity", [randn(3, 4)], {}, lambda x: x.clone()),
     Case("cast", [randn(3, 4)], {"dtype": "float32"}, lambda x: x.float(), "float32"),
     Case("cast", [randn(3, 4)], {"dtype": "bfloat16"}, lambda x: x.to(torch.bfloat16).float(), "bfloat16"),
     Case("cast", [randn(3, 4) * 5], {"dtype": "int64"}, lambda x: x.to(torch.int64), "int64"),
     # activations
-    Case("relu", [randn(3, 4)], {}, torch.relu),
-    Case("tanh", [randn(3, 4)], {}, torch.tanh),
-    Case("sigmoid", [randn(3, 4) * 4], {}, torch.sigmoid),
+    Case("relu", [randn(3, 4)], {}, T("relu")),
+    Case("tanh", [randn(3, 4)], {}, T("tanh")),
+    Case("sigmoid", [randn(3, 4) * 4], {}, T("sigmoid")),
     Case("elu", [randn(3, 4)], {"alpha": 0.7}, lambda x: F.elu(x, alpha=0.7)),
-    Case("selu", [randn(3, 4)], {}, F.selu),
-    Case("gelu", [randn(4, 5) * 2], {"approximate": "none"}, F.gelu, "erf", rtol=1e-6, atol=1e-6),
+    Case("selu", [randn(3, 4)], {}, Fn("selu")),
+    Case("gelu", [randn(4, 5) * 2], {"approximate": "none"}, Fn("gelu"), "erf", rtol=1e-6, atol=1e-6),
     Case("gelu", [randn(4, 5) * 2], {"approximate": "tanh"}, lambda x: F.gelu(x, approximate="tanh"), "tanh"),
+    Case("softplus", [randn(4, 5) * 8], {"beta": 2.0, "threshold": 10.0},
+         lambda x: F.softplus(x, beta=2.0, threshold=10.0), "threshold"),  # both sides of the threshold
+    Case("softplus", [randn(4, 5) * 3], {}, Fn("softplus"), "tf"),  # beta 1, no threshold: TF's form
     Case("dropout", [randn(3, 4)], {"rate": 0.3}, lambda x: F.dropout(x, 0.3, training=False), "eval",
          training=False),
     Case("dropout", [randn(3, 4)], {"rate": 0.0}, lambda x: F.dropout(x, 0.0, training=True), "rate0"),
     # linear algebra
-    Case("matmul", [randn(2, 3, 4), randn(4, 5)], {}, torch.matmul, "shared-weight"),
-    Case("matmul", [randn(3, 4), randn(2, 4, 5)], {}, torch.matmul, "broadcast-a"),
-    Case("matmul", [randn(2, 1, 3, 4), randn(5, 4, 2)], {}, torch.matmul, "batch-broadcast"),
-    Case("matmul", [randn(4), randn(2, 4, 5)], {}, torch.matmul, "vector-a"),
-    Case("matmul", [randn(2, 3, 4), randn(4)], {}, torch.matmul, "vector-b"),
-    Case("matmul", [randn(4), randn(4)], {}, torch.matmul, "dot"),
+    Case("matmul", [randn(2, 3, 4), randn(4, 5)], {}, T("matmul"), "shared-weight"),
+    Case("matmul", [randn(3, 4), randn(2, 4, 5)], {}, T("matmul"), "broadcast-a"),
+    Case("matmul", [randn(2, 1, 3, 4), randn(5, 4, 2)], {}, T("matmul"), "batch-broadcast"),
+    Case("matmul", [randn(4), randn(2, 4, 5)], {}, T("matmul"), "vector-a"),
+    Case("matmul", [randn(2, 3, 4), randn(4)], {}, T("matmul"), "vector-b"),
+    Case("matmul", [randn(4), randn(4)], {}, T("matmul"), "dot"),
     Case("einsum", [randn(2, 3, 4), randn(2, 4, 5)], {"equation": "bij,bjk->bik"},
          lambda a, b: torch.einsum("bij,bjk->bik", a, b), "batched"),
     Case("einsum", [randn(2, 3, 4, 5), randn(2, 3, 6, 5)], {"equation": "bhqd, bhkd -> bhqk"},
@@ -174,7 +204,7 @@ CASES = [
          lambda z, y: F.cross_entropy(z.reshape(-1, 4), y.reshape(-1), reduction="none").reshape(2, 3), "3d"),
     # eval helpers
     Case("argmax", [randn(3, 5)], {"axis": 1}, lambda x: torch.argmax(x, 1)),
-    Case("equal", [ints(3, 3, 4), ints(3, 3, 4)], {}, torch.eq),
+    Case("equal", [ints(3, 3, 4), ints(3, 3, 4)], {}, T("eq")),
 ]
 
 
@@ -184,26 +214,89 @@ def _is_float(x):
 
 def _run(case: Case, dtype=np.float64):
     """Forward and backward of the kernel on ``case``; returns (outputs, grads, g)."""
-    kernel = KERNELS[case.op]
+    record = OPS[case.op]
     inputs = [x.astype(dtype) if _is_float(x) else x for x in case.inputs]
     snapshot = [x.copy() for x in inputs]
     ctx = KernelContext(training=case.training, rng=np.random.default_rng(0))
-    outputs, saved = kernel.forward(inputs, case.attrs, ctx)
+    outputs, saved = record.forward(inputs, case.attrs, ctx)
     g = None
     grads = None
-    if kernel.backward is not None and _is_float(outputs[0]):
+    if record.backward is not None and _is_float(outputs[0]):
         g = np.random.default_rng(7).standard_normal(np.shape(outputs[0])).astype(outputs[0].dtype)
-        grads = kernel.backward(saved, [g], case.attrs, tuple(True for _ in inputs))
+        grads = record.backward(saved, [g], case.attrs, tuple(True for _ in inputs))
     for x, before in zip(inputs, snapshot):  # kernels never write into their inputs
         np.testing.assert_array_equal(x, before)
     return outputs, grads, g
 
 
-def test_every_op_has_a_kernel_and_a_case():
-    assert set(KERNELS) == set(OPS)
+def _ir_dtype(x: np.ndarray) -> str:
+    """The IR dtype of a case's input as the float32 run feeds it."""
+    return "float32" if _is_float(x) else str(np.asarray(x).dtype)
+
+
+def test_every_record_has_a_case_and_a_known_category():
     assert {case.op for case in CASES} == set(OPS)
+    assert {record.category for record in OPS.values()} <= set(CATEGORIES)
 
 
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_record_takes_the_case_inputs_dtypes(case):
+    record = OPS[case.op]
+    for index, x in enumerate(case.inputs):
+        assert _ir_dtype(x) in record.input_dtypes(index)
+    assert set(record.required_attrs()) <= set(case.attrs)
+    assert record.variadic or len(case.inputs) == len(record.inputs)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_shape_and_dtype_rules_give_what_the_kernel_returns(case):
+    record = OPS[case.op]
+    outputs, _, _ = _run(case, np.float32)
+    shapes = record.shape([np.shape(x) for x in case.inputs], case.attrs)
+    dtypes = record.dtype([_ir_dtype(x) for x in case.inputs], case.attrs)
+    assert len(shapes) == len(dtypes) == len(outputs)
+    for y, shape, dtype in zip(outputs, shapes, dtypes):
+        assert np.shape(y) == tuple(shape)
+        assert np.asarray(y).dtype == np.dtype(EMULATOR_STORAGE[dtype])
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_cost_is_defined(case):
+    record = OPS[case.op]
+    shapes = record.shape([np.shape(x) for x in case.inputs], case.attrs)
+    work = Work([np.shape(x) for x in case.inputs], shapes, case.attrs, elem=2)
+    costs = [record.cost(work)] + ([record.backward_cost(work)] if record.backward_cost else [])
+    for flops, sram_bytes in costs:
+        assert np.isfinite(flops) and np.isfinite(sram_bytes) and flops >= 0 and sram_bytes >= 0
+        if record.category == "layout":  # routing only
+            assert flops == sram_bytes == 0
+        else:
+            assert flops + sram_bytes > 0
+    assert record.backward_ratio >= 0
+    assert all(isinstance(record.backward_reads(i, others_are_weights), bool)
+               for i in range(len(case.inputs)) for others_are_weights in (False, True))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_the_op_alone_is_matched_into_a_library_kernel(case):
+    record = OPS[case.op]
+    graph = Graph(frontend="torch")
+    for i, x in enumerate(case.inputs):
+        graph.inputs.append(graph.add_value(f"in{i}", np.shape(x), _ir_dtype(x)))
+    shapes = record.shape([np.shape(x) for x in case.inputs], case.attrs)
+    dtypes = record.dtype([_ir_dtype(x) for x in case.inputs], case.attrs)
+    outputs = [graph.add_value(f"out{j}", shape, dtype) for j, (shape, dtype) in enumerate(zip(shapes, dtypes))]
+    graph.add_node(case.op, list(graph.inputs), outputs, case.attrs)
+    graph.outputs = {"y": outputs[0]}
+    (library_kernel,) = match(graph)
+    assert library_kernel.kind != "unsupported" and library_kernel.ops == [case.op]
+
+
+def test_readme_op_table_is_generated_from_the_records():
+    assert readme_table_is_current(), "device/README.md's op table is stale: run python -m device.ops --write-readme"
+
+
+@needs_torch
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_kernel_matches_torch(case):
     outputs, grads, g = _run(case)
@@ -241,44 +334,45 @@ def test_kernel_keeps_float32(case):
             assert gi.dtype == np.float32
 
 
+@needs_torch
 def test_batch_norm_updates_running_statistics_like_torch():
     x, gamma, beta, mean, var = randn(6, 3, 2, 2), randn(3), randn(3), randn(3), positive(3)
     attrs = {"axis": 1, "eps": 1e-5, "momentum": 0.1}
-    kernel = KERNELS["batch_norm"]
-    (y, new_mean, new_var), _ = kernel.forward([x, gamma, beta, mean, var], attrs, KernelContext(training=True))
+    record = OPS["batch_norm"]
+    (y, new_mean, new_var), _ = record.forward([x, gamma, beta, mean, var], attrs, KernelContext(training=True))
     t_mean, t_var = torch.tensor(mean), torch.tensor(var)
     F.batch_norm(torch.tensor(x), t_mean, t_var, torch.tensor(gamma), torch.tensor(beta), True, 0.1, 1e-5)
     np.testing.assert_allclose(new_mean, t_mean.numpy(), rtol=1e-12)
     np.testing.assert_allclose(new_var, t_var.numpy(), rtol=1e-12)
-    assert kernel.state_updates == ((1, 3), (2, 4))
+    assert record.state_updates == ((1, 3), (2, 4))
     # eval mode leaves the statistics alone
-    (_, m2, v2), _ = kernel.forward([x, gamma, beta, mean, var], attrs, KernelContext(training=False))
+    (_, m2, v2), _ = record.forward([x, gamma, beta, mean, var], attrs, KernelContext(training=False))
     assert m2 is mean and v2 is var
 
 
 def test_batch_norm_can_average_the_biased_variance_as_keras_does():
     x, gamma, beta, mean, var = randn(6, 3), randn(3), randn(3), randn(3), positive(3)
     attrs = {"axis": 1, "eps": 1e-5, "momentum": 0.1, "unbiased_var": False}
-    (_, _, new_var), _ = KERNELS["batch_norm"].forward([x, gamma, beta, mean, var], attrs, KernelContext(training=True))
+    (_, _, new_var), _ = OPS["batch_norm"].forward([x, gamma, beta, mean, var], attrs, KernelContext(training=True))
     np.testing.assert_allclose(new_var, 0.9 * var + 0.1 * x.var(axis=0), rtol=1e-12)
 
 
 def test_dropout_in_training_drops_and_scales():
     x = np.ones((4000,), dtype=np.float32)
-    kernel = KERNELS["dropout"]
+    record = OPS["dropout"]
     ctx = KernelContext(training=True, rng=np.random.default_rng(3))
-    (y,), saved = kernel.forward([x], {"rate": 0.25}, ctx)
+    (y,), saved = record.forward([x], {"rate": 0.25}, ctx)
     dropped = np.mean(y == 0)
     assert 0.22 < dropped < 0.28
     assert np.allclose(y[y != 0], 1 / 0.75)
     assert y.dtype == np.float32
     g = np.random.default_rng(0).standard_normal(x.shape).astype(np.float32)
-    (dx,) = kernel.backward(saved, [g], {"rate": 0.25}, (True,))
+    (dx,) = record.backward(saved, [g], {"rate": 0.25}, (True,))
     np.testing.assert_allclose(dx, g * y, rtol=1e-6)  # the same mask and scale as the forward
     # the same generator state gives the same mask
-    (y2,), _ = kernel.forward([x], {"rate": 0.25}, KernelContext(training=True, rng=np.random.default_rng(3)))
+    (y2,), _ = record.forward([x], {"rate": 0.25}, KernelContext(training=True, rng=np.random.default_rng(3)))
     np.testing.assert_array_equal(y, y2)
-    (y3,), _ = kernel.forward([x], {"rate": 1.0}, ctx)
+    (y3,), _ = record.forward([x], {"rate": 1.0}, ctx)
     assert not np.any(y3)
 
 
@@ -289,21 +383,21 @@ def test_dropout_in_training_drops_and_scales():
     ("einsum", [randn(5, 3), randn(3, 4)], {"equation": "ij,jk->ik"}),
 ])
 def test_backward_skips_unneeded_inputs(op, inputs, attrs):
-    kernel = KERNELS[op]
-    (y,), saved = kernel.forward(inputs, attrs, KernelContext())
+    record = OPS[op]
+    (y,), saved = record.forward(inputs, attrs, KernelContext())
     g = np.ones_like(y)
-    full = kernel.backward(saved, [g], attrs, (True, True))
-    partial = kernel.backward(saved, [g], attrs, (False, True))
+    full = record.backward(saved, [g], attrs, (True, True))
+    partial = record.backward(saved, [g], attrs, (False, True))
     assert partial[0] is None
     np.testing.assert_array_equal(partial[1], full[1])
 
 
 def test_cast_rounds_the_gradient_of_a_16_bit_value():
     x = randn(50).astype(np.float32)
-    (y,), saved = KERNELS["cast"].forward([x], {"dtype": "float16"}, KernelContext())
+    (y,), saved = OPS["cast"].forward([x], {"dtype": "float16"}, KernelContext())
     np.testing.assert_array_equal(y, x.astype(np.float16).astype(np.float32))
     g = randn(50).astype(np.float32)
-    (dx,) = KERNELS["cast"].backward(saved, [g], {"dtype": "float16"}, (True,))
+    (dx,) = OPS["cast"].backward(saved, [g], {"dtype": "float16"}, (True,))
     np.testing.assert_array_equal(dx, round_to(g, "float16"))
 
 
@@ -314,19 +408,19 @@ def test_cast_rounds_the_gradient_of_a_16_bit_value():
 ])
 def test_out_of_range_ids_are_user_errors(op, inputs):
     with pytest.raises(UserError, match="out of range"):
-        KERNELS[op].forward(inputs, {}, KernelContext())
+        OPS[op].forward(inputs, {}, KernelContext())
 
 
 def test_identity_marked_stop_gradient_passes_no_gradient():
-    kernel = KERNELS["identity"]
+    record = OPS["identity"]
     attrs = {"stop_gradient": True}
-    (y,), saved = kernel.forward([randn(3)], attrs, KernelContext())
-    assert kernel.backward(saved, [np.ones(3)], attrs, (True,)) == [None]
+    (y,), saved = record.forward([randn(3)], attrs, KernelContext())
+    assert record.backward(saved, [np.ones(3)], attrs, (True,)) == [None]
 
 
 def test_gelu_is_accurate_in_the_negative_tail():
     # where 1 + erf(x / sqrt(2)) cancels to 0 in float32, gelu still has a relative accuracy
     x = np.array([-4.0, -7.0, -10.0], np.float32)
-    (y,), _ = KERNELS["gelu"].forward([x], {"approximate": "none"}, KernelContext())
+    (y,), _ = OPS["gelu"].forward([x], {"approximate": "none"}, KernelContext())
     expected = [v * 0.5 * math.erfc(-v / math.sqrt(2)) for v in x.tolist()]
     np.testing.assert_allclose(y, expected, rtol=1e-6)

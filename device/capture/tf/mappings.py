@@ -1,0 +1,412 @@
+"""One TF op -> one or a few IR ops: the frontend mapping of each TF op type the device lowers.
+
+    AddV2 Add BiasAdd / Sub / Mul / RealDiv Div(float) / Maximum    add / sub / mul / div / maximum
+    DivNoNan (denominator a nonzero constant)                      div
+    AddN                                                          a chain of add
+    Neg Exp Erf Log Sqrt Rsqrt Square Relu Tanh Sigmoid Selu      the same name, lower case
+    Softplus                                                      softplus (beta 1, no threshold)
+    Elu / LeakyRelu                                               elu(alpha=1) / maximum(x, alpha * x)
+    SquaredDifference                                             sub, square
+    Pow (exponent 1, 2, 0.5, -0.5)                                identity, square, sqrt, rsqrt
+    Identity Snapshot                                             identity
+    StopGradient PreventGradient                                  identity {"stop_gradient": True}
+    Softmax / LogSoftmax                                          softmax / log_softmax (last axis)
+    SparseSoftmaxCrossEntropyWithLogits                           sparse_softmax_cross_entropy (output 0)
+    SoftmaxCrossEntropyWithLogits                                 neg(reduce_sum(labels * log_softmax))
+    Mean Sum Max                                                  reduce_mean reduce_sum reduce_max
+    Reshape Squeeze ExpandDims                                    reshape (the static output shape)
+    Transpose / ConcatV2 / StridedSlice (no ellipsis, new axis)   transpose / concat / slice (+ reshape)
+    MatMul BatchMatMul{,V2,V3}                                    matmul (transpose_a/b, adj_x/y -> transpose)
+    Einsum / Cast / ArgMax / Equal                                einsum / cast / argmax / equal
+    Conv2D                                                        conv2d (layout NHWC or NCHW, weight HWIO)
+    MaxPool AvgPool                                               max_pool2d avg_pool2d
+    FusedBatchNorm{,V2,V3} training / inference                  batch_norm / its elementwise formula
+
+Keras BatchNormalization at inference (fixed statistics) stays elementwise on purpose:
+the IR's batch_norm takes its statistics from the runtime's training flag. Patterns of
+several TF ops (Keras layers written out in ops) are device/capture/tf/patterns.py's;
+an op type in neither table becomes an unsupported node for validation to report.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+import tensorflow as tf
+
+from device.capture.tf.plan import CannotMap, Plan
+from device.capture.tf.tensors import f32, ir_dtype, read_handle, static_shape
+
+if TYPE_CHECKING:
+    from device.capture.tf.lowering import Lowering
+
+OpMapping = Callable[["Lowering", tf.Tensor], Plan]
+
+# tf.stop_gradient: the IR has no stop-gradient op, so it is an identity marked with this
+# attribute; the runtime must not pass a gradient through a node that has it.
+STOP_GRADIENT_ATTR = "stop_gradient"
+
+
+def _simple(ir_op: str) -> OpMapping:
+    """One TF op -> the IR op ``ir_op`` on the same inputs."""
+    def plan(low: Lowering, tensor: tf.Tensor) -> Plan:
+        op = tensor.op
+        return Plan(list(op.inputs), lambda: low.emit(ir_op, [low.value(t) for t in op.inputs], op, [tensor]))
+    return plan
+
+
+def _map_stop_gradient(low: Lowering, tensor):
+    op = tensor.op
+    x = op.inputs[0]
+    return Plan([x], lambda: low.emit("identity", [low.value(x)], op, [tensor], {STOP_GRADIENT_ATTR: True}))
+
+
+def _map_div(low: Lowering, tensor):
+    if not tensor.dtype.is_floating:
+        raise CannotMap("integer division")
+    return _simple("div")(low, tensor)
+
+
+def _map_div_no_nan(low: Lowering, tensor):
+    denominator = low.const(tensor.op.inputs[1])
+    if denominator is None or np.any(denominator == 0):
+        raise CannotMap("the denominator is not a nonzero constant")
+    return _simple("div")(low, tensor)
+
+
+def _map_add_n(low: Lowering, tensor):
+    op = tensor.op
+    terms = list(op.inputs)
+
+    def build():
+        acc = low.value(terms[0])
+        for t in terms[1:-1]:
+            acc = low.aux("add", [acc, low.value(t)], op, static_shape(tensor), ir_dtype(tensor.dtype))
+        if len(terms) == 1:
+            low.emit("identity", [acc], op, [tensor])
+        else:
+            low.emit("add", [acc, low.value(terms[-1])], op, [tensor])
+    return Plan(terms, build)
+
+
+def _map_bias_add(low: Lowering, tensor):
+    op = tensor.op
+    x, bias = op.inputs
+
+    def build():
+        b = low.value(bias)
+        if op.get_attr("data_format") == b"NCHW" and x.shape.rank > 2:
+            # bias (C,) -> (C, 1, ..., 1) so that it broadcasts over N C H W
+            shape = [bias.shape[0]] + [1] * (x.shape.rank - 2)
+            b = low.aux("reshape", [b], op, shape, ir_dtype(bias.dtype), {"shape": shape})
+        low.emit("add", [low.value(x), b], op, [tensor])
+    return Plan([x, bias], build)
+
+
+def _map_elu(low: Lowering, tensor):
+    op = tensor.op
+    return Plan([op.inputs[0]], lambda: low.emit("elu", [low.value(op.inputs[0])], op, [tensor], {"alpha": 1.0}))
+
+
+def _map_leaky_relu(low: Lowering, tensor):
+    op = tensor.op
+    alpha = f32(op.get_attr("alpha"))
+    if not 0.0 <= alpha <= 1.0:
+        raise CannotMap("alpha outside [0, 1]")
+    x = op.inputs[0]
+
+    def build():
+        # leaky_relu(x) = max(x, alpha * x) for 0 <= alpha <= 1
+        a = low.constant(op, "alpha", np.asarray(alpha, dtype=x.dtype.as_numpy_dtype))
+        scaled = low.aux("mul", [low.value(x), a], op, static_shape(x), ir_dtype(x.dtype))
+        low.emit("maximum", [low.value(x), scaled], op, [tensor])
+    return Plan([x], build)
+
+
+def _map_squared_difference(low: Lowering, tensor):
+    op = tensor.op
+    a, b = op.inputs
+
+    def build():
+        diff = low.aux("sub", [low.value(a), low.value(b)], op, static_shape(tensor), ir_dtype(tensor.dtype))
+        low.emit("square", [diff], op, [tensor])
+    return Plan([a, b], build)
+
+
+def _map_pow(low: Lowering, tensor):
+    op = tensor.op
+    exponent = low.scalar(op.inputs[1])
+    ir_op = {1.0: "identity", 2.0: "square", 0.5: "sqrt", -0.5: "rsqrt"}.get(exponent)
+    if ir_op is None:
+        raise CannotMap("the exponent is not a constant 1, 2, 0.5 or -0.5")
+    x = op.inputs[0]
+    return Plan([x], lambda: low.emit(ir_op, [low.value(x)], op, [tensor]))
+
+
+def _map_softmax(low: Lowering, tensor):
+    op = tensor.op
+    ir_op = "softmax" if op.type == "Softmax" else "log_softmax"
+    axis = tensor.shape.rank - 1
+    return Plan([op.inputs[0]], lambda: low.emit(ir_op, [low.value(op.inputs[0])], op, [tensor], {"axis": axis}))
+
+
+def _map_sparse_xent(low: Lowering, tensor):
+    op = tensor.op
+    if tensor.value_index != 0:
+        raise CannotMap("the backprop output is not part of a forward pass")
+    logits, labels = op.inputs
+    return Plan([logits, labels], lambda: low.emit("sparse_softmax_cross_entropy",
+                                                      [low.value(logits), low.value(labels)], op, [tensor]))
+
+
+def _map_xent(low: Lowering, tensor):
+    op = tensor.op
+    if tensor.value_index != 0:
+        raise CannotMap("the backprop output is not part of a forward pass")
+    logits, labels = op.inputs
+
+    def build():
+        # loss = -sum(labels * log_softmax(logits), -1): (N, C) -> (N,)
+        dtype = ir_dtype(logits.dtype)
+        log_p = low.aux("log_softmax", [low.value(logits)], op, static_shape(logits), dtype, {"axis": 1})
+        weighted = low.aux("mul", [low.value(labels), log_p], op, static_shape(logits), dtype)
+        total = low.aux("reduce_sum", [weighted], op, static_shape(tensor), dtype, {"axes": [1], "keepdims": False})
+        low.emit("neg", [total], op, [tensor])
+    return Plan([logits, labels], build)
+
+
+def _map_reduce(low: Lowering, tensor):
+    op = tensor.op
+    x = op.inputs[0]
+    rank = x.shape.rank
+    axes = sorted({int(a) % rank for a in np.atleast_1d(low.attr(op.inputs[1], "the reduction axis"))})
+    keepdims = bool(op.get_attr("keep_dims"))
+    ir_op = {"Mean": "reduce_mean", "Sum": "reduce_sum", "Max": "reduce_max"}[op.type]
+    if not axes:  # TF reduces over nothing: the value itself
+        return Plan([x], lambda: low.emit("identity", [low.value(x)], op, [tensor]))
+    return Plan([x], lambda: low.emit(ir_op, [low.value(x)], op, [tensor], {"axes": axes, "keepdims": keepdims}))
+
+
+def _map_reshape(low: Lowering, tensor):
+    op = tensor.op
+    x = op.inputs[0]
+    if tensor.shape.is_fully_defined():
+        shape = tensor.shape.as_list()
+    elif op.type == "Reshape" and low.const(op.inputs[1]) is not None:
+        shape = [int(d) for d in low.const(op.inputs[1])]
+    elif tensor.shape.rank is not None and sum(d is None for d in tensor.shape.as_list()) == 1:
+        shape = [-1 if d is None else d for d in tensor.shape.as_list()]
+    else:
+        raise CannotMap("the target shape is not static")
+    return Plan([x], lambda: low.emit("reshape", [low.value(x)], op, [tensor], {"shape": shape}))
+
+
+def _map_transpose(low: Lowering, tensor):
+    op = tensor.op
+    perm = [int(p) for p in low.attr(op.inputs[1], "the permutation")]
+    x = op.inputs[0]
+    return Plan([x], lambda: low.emit("transpose", [low.value(x)], op, [tensor], {"perm": perm}))
+
+
+def _map_concat(low: Lowering, tensor):
+    op = tensor.op
+    operands = list(op.inputs[:-1])
+    axis = int(low.attr(op.inputs[-1], "the concat axis")) % tensor.shape.rank
+    return Plan(operands, lambda: low.emit("concat", [low.value(t) for t in operands], op, [tensor],
+                                              {"axis": axis}))
+
+
+def _map_strided_slice(low: Lowering, tensor):
+    op = tensor.op
+    x = op.inputs[0]
+    if op.get_attr("ellipsis_mask") or op.get_attr("new_axis_mask"):
+        raise CannotMap("ellipsis or new-axis slicing")
+    begin = [int(v) for v in low.attr(op.inputs[1], "the slice begin")]
+    end = [int(v) for v in low.attr(op.inputs[2], "the slice end")]
+    strides = [int(v) for v in low.attr(op.inputs[3], "the slice strides")]
+    if any(s <= 0 for s in strides):
+        raise CannotMap("a negative stride")
+    begin_mask, end_mask, shrink = (op.get_attr(k) for k in ("begin_mask", "end_mask", "shrink_axis_mask"))
+    bounds = []  # per axis (start, stop, step), numpy's slice semantics
+    for axis, dim in enumerate(x.shape.as_list()):
+        if axis >= len(begin):  # axes the spec does not name are kept whole
+            bounds.append((0, dim, 1))
+            continue
+        b = None if begin_mask >> axis & 1 else begin[axis]
+        e = None if end_mask >> axis & 1 else end[axis]
+        s = strides[axis]
+        if shrink >> axis & 1:  # x[b]: the one element b, its axis dropped by the reshape below
+            e, s = (None if b == -1 else b + 1), 1
+        if dim is None:
+            if (b or 0) != 0 or e is not None or s != 1:
+                raise CannotMap("slicing a dimension of unknown size")
+            bounds.append((0, None, 1))
+            continue
+        bounds.append(slice(b, e, s).indices(dim))
+    attrs = {"begin": [b for b, _, _ in bounds], "end": [e for _, e, _ in bounds], "step": [s for _, _, s in bounds]}
+    sliced_shape = [None if e is None else len(range(b, e, s)) for b, e, s in bounds]
+
+    def build():
+        if not shrink:
+            low.emit("slice", [low.value(x)], op, [tensor], attrs)
+            return
+        part = low.aux("slice", [low.value(x)], op, sliced_shape, ir_dtype(x.dtype), attrs)
+        shape = [-1 if d is None else d for d in static_shape(tensor)]
+        low.emit("reshape", [part], op, [tensor], {"shape": shape})
+    return Plan([x], build)
+
+
+def _transposed(low: Lowering, value: str, tensor: tf.Tensor, op: tf.Operation) -> str:
+    """``value`` with its last two axes swapped."""
+    shape = list(static_shape(tensor))
+    perm = list(range(len(shape)))
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    return low.aux("transpose", [value], op, [shape[p] for p in perm], ir_dtype(tensor.dtype), {"perm": perm})
+
+
+def _map_matmul(low: Lowering, tensor):
+    op = tensor.op
+    a, b = op.inputs
+    keys = ("transpose_a", "transpose_b") if op.type == "MatMul" else ("adj_x", "adj_y")
+    swap_a, swap_b = (bool(op.get_attr(k)) for k in keys)
+
+    def build():
+        va, vb = low.value(a), low.value(b)
+        if swap_a:
+            va = _transposed(low, va, a, op)
+        if swap_b:
+            vb = _transposed(low, vb, b, op)
+        low.emit("matmul", [va, vb], op, [tensor])
+    return Plan([a, b], build)
+
+
+def _map_einsum(low: Lowering, tensor):
+    op = tensor.op
+    equation = op.get_attr("equation").decode()
+    operands = list(op.inputs)
+    return Plan(operands, lambda: low.emit("einsum", [low.value(t) for t in operands], op, [tensor],
+                                              {"equation": equation}))
+
+
+def _map_cast(low: Lowering, tensor):
+    op = tensor.op
+    x = op.inputs[0]
+    return Plan([x], lambda: low.emit("cast", [low.value(x)], op, [tensor], {"dtype": ir_dtype(tensor.dtype)}))
+
+
+def _map_argmax(low: Lowering, tensor):
+    op = tensor.op
+    x = op.inputs[0]
+    axis = int(low.attr(op.inputs[1], "the argmax axis")) % x.shape.rank
+    return Plan([x], lambda: low.emit("argmax", [low.value(x)], op, [tensor], {"axis": axis}))
+
+
+def _spatial(values, layout: str) -> list[int]:
+    """The H and W entries of a 4-element strides/ksize/dilations attribute."""
+    values = list(values)
+    return [int(v) for v in (values[1:3] if layout == "NHWC" else values[2:4])]
+
+
+def _map_conv2d(low: Lowering, tensor):
+    op = tensor.op
+    layout = op.get_attr("data_format").decode()
+    padding = op.get_attr("padding").decode()
+    if padding == "EXPLICIT":
+        pads = list(op.get_attr("explicit_paddings"))
+        pairs = [pads[i:i + 2] for i in range(0, 8, 2)]
+        padding = [[int(v) for v in p] for p in (pairs[1:3] if layout == "NHWC" else pairs[2:4])]
+    attrs = {"strides": _spatial(op.get_attr("strides"), layout), "padding": padding,
+             "dilations": _spatial(op.get_attr("dilations"), layout), "layout": layout,
+             "weight_layout": "HWIO"}
+    x, w = op.inputs
+    return Plan([x, w], lambda: low.emit("conv2d", [low.value(x), low.value(w)], op, [tensor], attrs))
+
+
+def _map_pool(low: Lowering, tensor):
+    op = tensor.op
+    layout = op.get_attr("data_format").decode()
+    attrs = {"kernel": _spatial(op.get_attr("ksize"), layout),
+             "strides": _spatial(op.get_attr("strides"), layout),
+             "padding": op.get_attr("padding").decode(), "layout": layout}
+    ir_op = "max_pool2d" if op.type == "MaxPool" else "avg_pool2d"
+    x = op.inputs[0]
+    return Plan([x], lambda: low.emit(ir_op, [low.value(x)], op, [tensor], attrs))
+
+
+def _map_fused_batch_norm(low: Lowering, tensor):
+    op = tensor.op
+    if tensor.value_index != 0:
+        raise CannotMap("only the normalised output of a fused batch norm is lowered")
+    x, gamma, beta, mean, variance = op.inputs[:5]
+    eps = f32(op.get_attr("epsilon"))
+    axis = 3 if op.get_attr("data_format").decode() == "NHWC" else 1
+    if op.get_attr("is_training"):
+        # running stats: the variables read into mean/variance, updated by
+        # exponential_avg_factor f: new = (1 - f) * old + f * batch
+        stats = [read_handle(t) for t in (mean, variance)]
+        if any(s is None for s in stats):
+            raise CannotMap("the running mean and variance are not variables")
+        factor = float(op.get_attr("exponential_avg_factor")) if "exponential_avg_factor" in op.node_def.attr \
+            else 1.0
+        # the IR's momentum is torch's: new = (1 - m) * old + m * batch, so m = f
+        attrs = {"axis": axis, "eps": eps, "momentum": f32(factor)}
+
+        def build():
+            low.emit("batch_norm", [low.value(x), low.value(gamma), low.value(beta),
+                                      low.variable(stats[0]), low.variable(stats[1])], op, [tensor], attrs)
+        return Plan([x, gamma, beta], build)
+
+    def build_inference():
+        _normalize_inference(low, op, tensor, x, gamma, beta, mean, variance, eps, axis)
+    return Plan([x, gamma, beta, mean, variance], build_inference)
+
+
+def _normalize_inference(low: Lowering, op, tensor, x, gamma, beta, mean, variance, eps, axis):
+    """y = x * inv + (beta - mean * inv), inv = gamma * rsqrt(var + eps), with fixed stats."""
+    dtype = ir_dtype(x.dtype)
+    rank = x.shape.rank
+    channel_shape = [1] * rank
+    channel_shape[axis] = x.shape[axis]
+
+    def per_channel(value: str) -> str:  # (C,) -> broadcastable against x
+        if axis == rank - 1:
+            return value
+        return low.aux("reshape", [value], op, channel_shape, dtype, {"shape": channel_shape})
+
+    c = [x.shape[axis]]
+    e = low.constant(op, "epsilon", np.asarray(eps, dtype=x.dtype.as_numpy_dtype))
+    var_eps = low.aux("add", [low.value(variance), e], op, c, dtype)
+    inv = low.aux("mul", [low.aux("rsqrt", [var_eps], op, c, dtype), low.value(gamma)], op, c, dtype)
+    shift = low.aux("sub", [low.value(beta), low.aux("mul", [low.value(mean), inv], op, c, dtype)], op, c, dtype)
+    scaled = low.aux("mul", [low.value(x), per_channel(inv)], op, static_shape(x), dtype)
+    low.emit("add", [scaled, per_channel(shift)], op, [tensor])
+
+
+# TF op types that are one IR op on the same inputs
+_ONE_TO_ONE = {
+    "AddV2": "add", "Add": "add", "Sub": "sub", "Mul": "mul", "RealDiv": "div", "Maximum": "maximum",
+    "Neg": "neg", "Exp": "exp", "Erf": "erf", "Log": "log", "Sqrt": "sqrt", "Rsqrt": "rsqrt", "Square": "square",
+    "Identity": "identity", "Snapshot": "identity", "Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid",
+    "Selu": "selu", "Softplus": "softplus", "Equal": "equal",
+}
+
+# TF op type -> its mapping
+MAPPINGS: dict[str, OpMapping] = {
+    **{tf_op: _simple(ir_op) for tf_op, ir_op in _ONE_TO_ONE.items()},
+    "StopGradient": _map_stop_gradient, "PreventGradient": _map_stop_gradient,
+    "Div": _map_div, "DivNoNan": _map_div_no_nan, "AddN": _map_add_n,
+    "BiasAdd": _map_bias_add, "Elu": _map_elu, "LeakyRelu": _map_leaky_relu,
+    "SquaredDifference": _map_squared_difference, "Pow": _map_pow,
+    "Softmax": _map_softmax, "LogSoftmax": _map_softmax,
+    "SparseSoftmaxCrossEntropyWithLogits": _map_sparse_xent,
+    "SoftmaxCrossEntropyWithLogits": _map_xent,
+    "Mean": _map_reduce, "Sum": _map_reduce, "Max": _map_reduce,
+    "Reshape": _map_reshape, "Squeeze": _map_reshape, "ExpandDims": _map_reshape,
+    "Transpose": _map_transpose, "ConcatV2": _map_concat, "StridedSlice": _map_strided_slice,
+    "MatMul": _map_matmul, "BatchMatMul": _map_matmul, "BatchMatMulV2": _map_matmul,
+    "BatchMatMulV3": _map_matmul, "Einsum": _map_einsum, "Cast": _map_cast,
+    "ArgMax": _map_argmax, "Conv2D": _map_conv2d, "MaxPool": _map_pool,
+    "AvgPool": _map_pool, "FusedBatchNorm": _map_fused_batch_norm,
+    "FusedBatchNormV2": _map_fused_batch_norm, "FusedBatchNormV3": _map_fused_batch_norm,
+}

@@ -1,0 +1,107 @@
+"""Activations (fused as the activation step of dense, conv and batch-norm kernels) and dropout."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from device.ops.arrays import erfc, unary
+from device.ops.record import FLOAT, OpRecord, per_element, reads_nothing, same_shape
+
+_SELU_ALPHA = 1.6732632423543772848170429916717  # torch.nn.SELU's constants
+_SELU_SCALE = 1.0507009873554804934193349852946
+_SQRT_2 = math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_GELU_TANH_K = math.sqrt(2.0 / math.pi)
+_GELU_TANH_C = 0.044715
+
+
+def _sigmoid(x, attrs):
+    with np.errstate(over="ignore"):  # exp(-x) -> inf for x << 0 gives exactly 0
+        return 1 / (1 + np.exp(-x))
+
+
+def _gelu_forward(inputs, attrs, ctx):
+    x = inputs[0]
+    if attrs.get("approximate", "none") == "tanh":
+        t = np.tanh(_GELU_TANH_K * (x + _GELU_TANH_C * x * x * x))
+        return [0.5 * x * (1 + t)], (x, t)
+    cdf = 0.5 * erfc(-x / _SQRT_2)  # Phi(x)
+    return [x * cdf], (x, cdf)
+
+
+def _gelu_backward(saved, grads, attrs, needs):
+    x, aux = saved
+    if attrs.get("approximate", "none") == "tanh":
+        t = aux
+        du = _GELU_TANH_K * (1 + 3 * _GELU_TANH_C * x * x)
+        return [grads[0] * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du)]
+    cdf = aux
+    return [grads[0] * (cdf + x * _INV_SQRT_2PI * np.exp(-0.5 * x * x))]
+
+
+def _dropout_forward(inputs, attrs, ctx):
+    x = inputs[0]
+    rate = float(attrs["rate"])
+    if not ctx.training or rate == 0.0:
+        return [x], None
+    if rate >= 1.0:
+        scale = np.zeros_like(x)
+    else:
+        # inverted dropout: kept values are scaled by 1/(1-rate) so eval needs nothing
+        keep = ctx.rng.random(x.shape, dtype=np.float32) >= rate
+        scale = keep.astype(x.dtype) * (1.0 / (1.0 - rate))
+    return [x * scale], scale
+
+
+def _dropout_backward(saved, grads, attrs, needs):
+    return [grads[0] if saved is None else grads[0] * saved]
+
+
+def _softplus_forward(inputs, attrs, ctx):
+    x = inputs[0]
+    beta = float(attrs.get("beta", 1.0))
+    bx = beta * x
+    y = np.logaddexp(0, bx) / beta  # log(1 + e ** bx) / beta, without overflow for large bx
+    threshold = attrs.get("threshold")
+    if threshold is not None:  # torch returns x itself above the threshold
+        y = np.where(bx > threshold, x, y)
+    return [y], (bx, threshold)
+
+
+def _softplus_backward(saved, grads, attrs, needs):
+    bx, threshold = saved
+    slope = _sigmoid(bx, attrs)
+    if threshold is not None:
+        slope = np.where(bx > threshold, 1, slope)
+    return [grads[0] * slope]
+
+
+def _activation(name: str, summary: str, kernel: dict, flops: int, attrs=()) -> OpRecord:
+    # flops per element: a short polynomial or exp evaluation
+    return OpRecord(name, summary, ("x",), attrs, "activation", (FLOAT,), same_shape, cost=per_element(flops),
+                    **kernel)
+
+
+RECORDS = (
+    _activation("relu", "max(x, 0)", unary(lambda x, at: np.maximum(x, 0), lambda x, y, at: y > 0), 1),
+    _activation("tanh", "hyperbolic tangent", unary(lambda x, at: np.tanh(x), lambda x, y, at: 1 - y * y), 4),
+    _activation("sigmoid", "1 / (1 + e ** -x)", unary(_sigmoid, lambda x, y, at: y * (1 - y)), 4),
+    # elu/selu as torch: alpha * expm1(x) below zero, derivative alpha * exp(x) for x <= 0
+    _activation("elu", "x above 0, alpha * (e ** x - 1) below (alpha default 1)", unary(
+        lambda x, at: np.where(x > 0, x, float(at.get("alpha", 1.0)) * np.expm1(np.minimum(x, 0))),
+        lambda x, y, at: np.where(x > 0, 1, float(at.get("alpha", 1.0)) * np.exp(np.minimum(x, 0)))), 3,
+        attrs=("alpha?",)),
+    _activation("selu", "scale * elu(x, alpha) with torch.nn.SELU's constants", unary(
+        lambda x, at: _SELU_SCALE * np.where(x > 0, x, _SELU_ALPHA * np.expm1(np.minimum(x, 0))),
+        lambda x, y, at: _SELU_SCALE * np.where(x > 0, 1, _SELU_ALPHA * np.exp(np.minimum(x, 0)))), 4),
+    _activation("gelu", "x * Phi(x); approximate: \"none\" (erf) or \"tanh\"",
+                {"forward": _gelu_forward, "backward": _gelu_backward}, 8, attrs=("approximate?",)),
+    _activation("softplus", "log(1 + e ** (beta * x)) / beta (beta default 1); x where beta * x > threshold",
+                {"forward": _softplus_forward, "backward": _softplus_backward}, 4, attrs=("beta?", "threshold?")),
+    # inverted dropout, identity at eval: an elementwise op, not an activation step
+    OpRecord("dropout", "x * mask / (1 - rate) in training, x at eval", ("x",), ("rate",), "elementwise", (FLOAT,),
+             same_shape, _dropout_forward, _dropout_backward, cost=per_element(2),  # compare a random number, scale
+             backward_reads=reads_nothing),
+)
