@@ -38,7 +38,8 @@ MUTATION_MD = ROOT / "tests" / "MUTATION.md"
 # tests/tf/test_tf_device.py would add minutes per survivor), so that a group takes minutes.
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "precision": (["device/runtime/precision.py", "common/precision.py"],
-                  ["tests/device/test_precision.py", "tests/device/test_program.py", "tests/tf/test_tf_optim.py",
+                  ["tests/device/test_precision.py", "tests/device/test_program.py", "tests/common/test_precision.py",
+                   "tests/tf/test_tf_optim.py",
                    "tests/pytorch/test_pt_bad_input.py::test_mixed_precision_dtype_the_cpu_lacks"]),
     "optimizers": (["device/runtime/optimizers.py", "common/pytorch/optim.py", "common/tf/optim.py"],
                    ["tests/device/test_optimizers.py", "tests/device/test_kernels_tf.py", "tests/device/test_program.py",

@@ -173,6 +173,30 @@ def test_state_dict_round_trip_continues_identically(kind, semantics):
         np.testing.assert_array_equal(params[name], resumed_params[name])
 
 
+def test_dynamic_loss_scale_resumes_mid_way_to_its_next_increase():
+    """The finite steps counted towards the next doubling are state: a run resumed after 2 of
+    3 doubles its scale on the next step, as the uninterrupted run does (GradScaler's growth tracker)."""
+    spec_ = OptimizerSpec("sgd", "torch", {}, loss_scale="dynamic", initial_loss_scale=16.0, steps_per_increase=3)
+    grads = [_random_grads(np.random.default_rng(6)) for _ in range(4)]
+    params = _random_params()
+    first = Optimizer(spec_, params)
+    for g in grads[:2]:
+        first.apply_gradients(params, g, 0.1)
+    state = first.state_dict()
+    assert state["loss_scale"] == 16.0 and state["loss_scale_good_steps"] == 2
+    resumed_params = {name: p.copy() for name, p in params.items()}
+    resumed = Optimizer(spec_, resumed_params)
+    resumed.load_state_dict(state)
+    scales = []
+    for g in grads[2:]:
+        first.apply_gradients(params, {n: a * np.float32(first.loss_scale) for n, a in g.items()}, 0.1)
+        resumed.apply_gradients(resumed_params, {n: a * np.float32(resumed.loss_scale) for n, a in g.items()}, 0.1)
+        scales.append((first.loss_scale, resumed.loss_scale))
+    assert scales == [(32.0, 32.0), (32.0, 32.0)]
+    for name in params:
+        np.testing.assert_array_equal(params[name], resumed_params[name])
+
+
 @pytest.mark.parametrize("spec_, message", [
     (OptimizerSpec("lamb", "torch"), "not supported"),
     (OptimizerSpec("adam", "jax"), "semantics"),

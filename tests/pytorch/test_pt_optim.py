@@ -1,5 +1,6 @@
 """The torch LR scheduler, optimizers and weight-decay exclusions."""
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -76,6 +77,35 @@ def test_optimizer_types(kind, cls):
         assert optimizer.param_groups[0]["momentum"] == 0.8
     if kind == "sgd":
         assert optimizer.param_groups[0]["momentum"] == 0
+
+
+@pytest.mark.parametrize("kind", ["adam", "adamw"])
+def test_adam_follows_its_betas_and_epsilon(kind):
+    """Three steps of changing gradients against Adam written out in numpy (torch's form: eps
+    added to the bias-corrected sqrt(v)). Betas and an epsilon far from the defaults: with the
+    defaults, or with a constant gradient, every step would be about lr x sign(g) whatever they are."""
+    b1, b2, eps, lr, wd = 0.5, 0.7, 0.05, 0.1, 0.2
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    optimizer = build_optimizer(model, optimizer_params(optimizer_type=kind, beta1=b1, beta2=b2, epsilon=eps,
+                                                        weight_decay=wd, weight_decay_exclude=[]))
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    weight = model.weight.detach().numpy().astype(np.float64)
+    m, v = np.zeros_like(weight), np.zeros_like(weight)
+    rng = np.random.default_rng(0)
+    for t in range(1, 4):
+        g = rng.standard_normal(weight.shape)
+        model.weight.grad = torch.tensor(g, dtype=torch.float32)
+        model.bias.grad = torch.zeros_like(model.bias)
+        optimizer.step()
+        if kind == "adamw":
+            weight = weight * (1 - lr * wd)  # decoupled
+        else:
+            g = g + wd * weight  # coupled L2
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        weight = weight - lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
+        np.testing.assert_allclose(model.weight.detach().numpy(), weight, rtol=1e-5, err_msg=f"step {t}")
 
 
 def test_common_defaults_are_a_valid_schedule():
