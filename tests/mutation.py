@@ -6,8 +6,8 @@ that leaves every one of them green "survived": a behaviour change no test would
 tests/MUTATION.md holds the figures, how to read them, and the survivors judged equivalent.
 
     python tests/mutation.py                    # every group, in the order of GROUPS
-    python tests/mutation.py runtime cost       # some groups
-    python tests/mutation.py --rerun runtime    # the same copy again: only changed functions
+    python tests/mutation.py program cost       # some groups
+    python tests/mutation.py --rerun program    # the same copy again: only changed functions
                                                 # and the survivors are run (after a new test)
     python tests/mutation.py --list             # the groups, their modules and tests
 
@@ -151,11 +151,14 @@ def run_group(group: str, rerun: bool) -> int:
                OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env.pop("PYTHONPATH", None)  # the mutated copy must be what the tests import
     print(f"== {group}: mutating {' '.join(modules)}; tests {' '.join(tests)}", flush=True)
-    args = [_mutmut(), "run"]
-    if rerun:  # the survivors of the last run again (mutmut keeps other results cached)
-        args += sorted(_survivors(workdir, env))
-    run = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True)
+    run = subprocess.run([_mutmut(), "run"], cwd=workdir, env=env, capture_output=True, text=True)
     output = run.stdout + run.stderr
+    survivors = _survivors(workdir, env) if rerun and run.returncode == 0 else {}
+    if survivors:
+        # mutmut's first pass kept its verdicts on unchanged code; a new test may kill a survivor
+        run = subprocess.run([_mutmut(), "run", *sorted(survivors)], cwd=workdir, env=env, capture_output=True,
+                             text=True)
+        output = run.stdout + run.stderr
     summaries = _SUMMARY.findall(output.replace("\r", "\n"))
     if run.returncode != 0 or not summaries:
         print(output[-4000:])
