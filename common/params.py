@@ -519,7 +519,8 @@ class _ReadLog:
 
 class TrackedDict(dict):
     """A plain, mutable dict that records which keys code reads (``params["model"]["x"]``,
-    ``.get``, ``in``, ``setdefault``, ``pop``; iterating or copying counts every key below).
+    ``.get``, ``in``, ``setdefault``, ``pop``; iterating counts every key below; a copy or a
+    deep copy goes on counting into the same record).
 
     Code written for the vendor's zoo gets its params as these: it may write keys into them,
     as the vendor's folders do, and what it ran with is what gets saved. The runner reports
@@ -590,13 +591,13 @@ class TrackedDict(dict):
         self._read_all()
         return dict.values(self)
 
-    def copy(self) -> dict:
-        self._read_all()
-        return thaw(self)
+    def copy(self) -> "TrackedDict":
+        # a copy keeps counting into the same log: ``params["model"].copy()`` (as the vendor's
+        # models do) reads nothing by itself
+        return TrackedDict(dict(dict.items(self)), self._log, self._path)
 
     def __deepcopy__(self, memo):
-        self._read_all()
-        return TrackedDict(copy.deepcopy(thaw(self), memo), _ReadLog(), self._path)
+        return TrackedDict(copy.deepcopy(thaw(self), memo), self._log, self._path)
 
     def __reduce__(self):
         return dict, (thaw(self),)
@@ -689,9 +690,11 @@ def report_unused(params: Mapping) -> list[str]:
     leaves = [k for k in file_keys
               if not any(isinstance(part, int) for part in k)
               and not any(len(o) > len(k) and o[:len(k)] == k and isinstance(o[len(k)], str) for o in file_keys)]
+    # an input section that no code touched belongs to another mode (eval_input in a train run)
+    touched = {p[0] for p in read}
     warnings = []
     for key_path in sorted(leaves, key=lambda k: file_keys[k]):
-        if key_path in read:
+        if key_path in read or (str(key_path[0]).endswith("_input") and key_path[0] not in touched):
             continue
         close = _closest(key_path, [p for p in read if p[0] not in ZOO_SECTIONS])
         hint = f" (did you mean '{close}'?)" if close else ""

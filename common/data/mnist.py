@@ -22,6 +22,7 @@ import gzip
 import logging
 import math
 import os
+import shlex
 import shutil
 import tempfile
 import urllib.error
@@ -60,8 +61,12 @@ _ALL_FILES = MNIST_FILES["train"] + MNIST_FILES["test"]
 # ../../datasets is the checkout's datasets/ folder.
 EMBEDDED_DIGITS_ROOT = Path(__file__).resolve().parents[2] / "datasets" / "embedded" / "uci_digits"
 
-_PREPARE_COMMAND = "python datasets/prepare_mnist.py --source <folder with the four IDX files> --data_dir {}"
-_REGENERATE_COMMAND = "python datasets/make_embedded_digits.py"
+# The scripts by their absolute paths, so that a printed command works from any directory
+# (the zoo is installed, `pip install -e .`, so the scripts find `common` from anywhere).
+PREPARE_SCRIPT = Path(__file__).resolve().parents[2] / "datasets" / "prepare_mnist.py"
+_PREPARE_COMMAND = (f"python {shlex.quote(str(PREPARE_SCRIPT))} --source <folder with the four IDX files> "
+                    "--data_dir {}")
+_REGENERATE_COMMAND = f"python {shlex.quote(str(PREPARE_SCRIPT.with_name('make_embedded_digits.py')))}"
 
 # IDX magic: two zero bytes, a type code, the number of dimensions. Only unsigned bytes
 # (type 0x08) occur in MNIST, so 0x00000801 is a label file and 0x00000803 an image file.
@@ -386,7 +391,7 @@ def resolve_mnist(data_dir: str, dataset: str = "auto") -> MnistLocation:
         what,
         f"{location.num_train:,}",
         f"{location.num_test:,}",
-        _PREPARE_COMMAND.format(data_dir or "<data_dir>"),
+        _PREPARE_COMMAND.format(shlex.quote(os.path.abspath(data_dir)) if data_dir else "<data_dir>"),
     )
     return location
 

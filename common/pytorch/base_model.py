@@ -14,7 +14,9 @@ writes ``__call__``::
             return F.cross_entropy(logits, labels), {"logits": logits}
 
 ``__call__`` returns the loss, or ``(loss, outputs)`` with named output tensors (metrics
-and predict read them). From params the base builds the optimizer, the learning-rate
+and predict read them). A ported model may instead feed the vendor's metric classes
+(``AccuracyMetric``, ... in common/pytorch/metrics.py) inside ``__call__``; the runner finds
+them among the model's attributes. From params the base builds the optimizer, the learning-rate
 schedule, gradient clipping and mixed precision (autocast, loss scaling); the runner calls
 ``train_step`` / ``eval_step`` and saves ``get_state()``.
 """

@@ -18,6 +18,11 @@ optimizer slots and loss scale go back into the torch model, optimizer and GradS
 on start the torch state (fresh, or loaded from a checkpoint) goes into the emulator. So a
 model trained on the emulator evaluates or resumes on the CPU, and the other way round.
 
+The vendor's metric classes (common/pytorch/metrics.py: AccuracyMetric, ...) stay on the
+host: in an eval capture, each metric call's tensors become extra outputs of the eval
+graph, and after each eval step the emulator's values of them go to the metric
+(ModelStep), which the runner then reports as on the CPU.
+
 The captured graph is fp32; ``mixed_precision.dtype`` (float16, bfloat16 or cb16) is the
 compute format the emulator rounds each kernel's inputs and outputs to (fp32 weights). The
 emulator draws its dropout masks from its own numpy RNG (seeded from runconfig.seed and the
@@ -32,11 +37,13 @@ from typing import Any, Mapping
 
 import numpy as np
 import torch
+import torch.fx.traceback
 
 from common.errors import UserError
 from common.precision import loss_scaling
-from common.pytorch.base_model import PyTorchBaseModel
+from common.pytorch.base_model import PyTorchBaseModel, split_result
 from common.pytorch.data_order import epoch_batches
+from common.pytorch.metrics import CapturedMetricCalls, recording_metric_calls
 from common.pytorch.run import TRAINS, DataFn, ModelFn, Runner, seed_everything
 from device.api import compile_graph, validate_graph
 from device.capture.torch import capture, load_weights, state_of, weights_of
@@ -73,19 +80,60 @@ def first_batch(loader, seed: int) -> Any:
                     "batch_size with drop_last?)")
 
 
-def capture_step(model: PyTorchBaseModel, batch: Any, training: bool, params: Mapping) -> Graph:
-    """The device IR of ``model(batch)``: its loss and outputs, and with ``training`` the optimizer."""
+class ModelStep:
+    """What capture traces: ``model(batch)``, with the model's metric calls kept on the host.
+
+    In an eval capture ``model.model.training`` reads False, as in an eval on the CPU, so
+    that the vendor's guard (``if not self.model.training: self.accuracy_metric(...)``)
+    calls the metric; the layers below stay in train form, as capture() traces them (the
+    emulator's eval step runs dropout and batch norm as inference). A metric call records
+    the tensors it was given (common/pytorch/metrics.py) and adds no op of its own; those
+    tensors become extra outputs of the eval graph, whose values ``metric_calls`` hands to
+    the metrics after each step. A training capture drops the calls: a training step
+    reports no metrics.
+    """
+
+    def __init__(self, model: PyTorchBaseModel, training: bool):
+        self.model, self.training = model, training
+        self.metric_calls = CapturedMetricCalls([])
+        # capture keeps the stack frames of the step function it is given (this __call__), as
+        # the anchor for the user's lines (device/capture/torch.py, _Step); the model's own
+        # __call__ below it is the user's code: anchor it too, so that its ops keep their lines
+        torch.fx.traceback.annotate_fn({})(type(model).__call__)
+
+    def __call__(self, batch: Any) -> Any:
+        module = self.model.model
+        was_training = module.training
+        with recording_metric_calls() as calls:
+            module.training = self.training
+            try:
+                result = self.model(batch)
+            finally:
+                module.training = was_training
+        if self.training or not calls:
+            return result
+        self.metric_calls = CapturedMetricCalls(calls)
+        loss, outputs = split_result(result)
+        return loss, {**outputs, **self.metric_calls.outputs}
+
+
+def capture_step(model: PyTorchBaseModel, batch: Any, training: bool,
+                 params: Mapping) -> tuple[Graph, CapturedMetricCalls]:
+    """The device IR of ``model(batch)`` (its loss and outputs, and with ``training`` the
+    optimizer), and the metric calls its eval outputs feed."""
     if not isinstance(batch, (list, tuple)) or not all(isinstance(t, torch.Tensor) for t in batch):
         raise UserError("the device takes batches that are a tuple or list of tensors; the DataLoader gives "
                         f"{type(batch).__name__}")
     optimizer = params["optimizer"]
+    step = ModelStep(model, training)
     if not training:
-        return capture(model, model.model, tuple(batch), precision=precision(params))
-    return capture(model, model.model, tuple(batch), optimizer=model.optimizer, precision=precision(params),
-                   max_gradient_norm=optimizer["max_gradient_norm"],
-                   max_gradient_value=optimizer["max_gradient_value"], loss_scale=loss_scaling(params),
-                   initial_loss_scale=optimizer["initial_loss_scale"],
-                   steps_per_increase=optimizer["steps_per_increase"])
+        return capture(step, model.model, tuple(batch), precision=precision(params)), step.metric_calls
+    graph = capture(step, model.model, tuple(batch), optimizer=model.optimizer, precision=precision(params),
+                    max_gradient_norm=optimizer["max_gradient_norm"],
+                    max_gradient_value=optimizer["max_gradient_value"], loss_scale=loss_scaling(params),
+                    initial_loss_scale=optimizer["initial_loss_scale"],
+                    steps_per_increase=optimizer["steps_per_increase"])
+    return graph, step.metric_calls
 
 
 def mark_dynamic_batch(graph: Graph, loader) -> Graph:
@@ -112,7 +160,8 @@ def compile_for_device(args, params: Mapping, model_fn: ModelFn, train_data_fn: 
     seed_everything(rc["seed"])
     loader = train_data_fn(params) if training else eval_data_fn(params)
     model = model_fn(params, torch.device("cpu"))
-    graph = mark_dynamic_batch(capture_step(model, first_batch(loader, rc["seed"]), training, params), loader)
+    graph, _ = capture_step(model, first_batch(loader, rc["seed"]), training, params)
+    graph = mark_dynamic_batch(graph, loader)
     if args.validate_only:
         report = validate_graph(graph, mode=args.mode, profile_name=device["profile"])
         if not report.ok:
@@ -189,8 +238,8 @@ class EmulatorRunner(Runner):
         rc, device = params["runconfig"], params["device"]
         training = self.mode in TRAINS
         loader = self.train_loader if training else self.eval_loader
-        self.graph = mark_dynamic_batch(capture_step(self.model, first_batch(loader, rc["seed"]), training, params),
-                                        loader)
+        self.graph, self.metric_calls = capture_step(self.model, first_batch(loader, rc["seed"]), training, params)
+        self.graph = mark_dynamic_batch(self.graph, loader)
         # a model that will not compile (or train_and_eval, which the device refuses) stops here,
         # before model_dir is written
         compiled = compile_graph(self.graph, mode=self.mode, profile_name=device["profile"],
@@ -224,7 +273,8 @@ class EmulatorRunner(Runner):
 
     def eval_batch(self, batch: Any) -> tuple[float, dict[str, np.ndarray]]:
         outputs = self.program.eval_step(self._arrays(batch))
-        return float(outputs.pop("loss")), outputs
+        loss = float(outputs.pop("loss"))
+        return loss, self.metric_calls.replay(outputs)  # the metrics' tensors to the metrics, the rest to the runner
 
     def loss_scale(self) -> float | None:
         optimizer = self.program.optimizer

@@ -8,13 +8,24 @@ and the runner, for every eval batch, calls ``metric.update(outputs, batch)`` wi
 model's outputs and the batch as numpy arrays (the emulator hands the same numpy
 outputs), then ``metric.result()`` once at the end. Numpy keeps the metrics identical on
 CPU, GPU and the emulator.
+
+Ported models use the vendor's classes instead (``AccuracyMetric``, ``PerplexityMetric``,
+``MeanIOUMetric``, ``DiceCoefficientMetric``, ``FBetaScoreMetric``, on the base
+``CBMetric``): built in the model's ``__init__`` with a name and called inside
+``__call__`` while evaluating. The runner finds them on the model and reports them as it
+reports ``self.metrics`` (see "the vendor's metric classes" below).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
+import torch
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from common.errors import UserError
 
@@ -68,3 +79,392 @@ class Accuracy(Metric):
 
     def result(self) -> float:
         return self.correct / self.total if self.total else float("nan")
+
+
+# --- the vendor's metric classes ------------------------------------------------------------
+#
+# The contract of the vendor zoo's common/pytorch/metrics (R1.x), which ported models use:
+# built in the model's __init__ with a name, called inside __call__ while evaluating,
+#
+#     self.accuracy_metric = AccuracyMetric(name="eval/accuracy")
+#     ...
+#     if not self.model.training:
+#         self.accuracy_metric(labels=labels.clone(), predictions=logits.argmax(-1).int())
+#
+# A call splits in two, as the vendor's did: ``update_on_device(...)`` picks the tensors
+# the host needs (it runs where the model runs: on the device, it is part of the captured
+# step), and ``update_on_host(...)`` accumulates them as CPU tensors. On the CPU or a GPU
+# both halves run at the call. On the emulator the call only records what update_on_device
+# returned: common/pytorch/device_run.py makes those tensors extra outputs of the captured
+# eval step and hands the emulator's values of them to update_on_host after each step
+# (CapturedMetricCalls below), so no metric op runs on the device.
+#
+# The runner finds every CBMetric reachable from the model (cb_metrics_of), resets them at
+# the start of each eval and reports ``compute()`` beside the loss, under the metric's name
+# without its "eval/" prefix ("eval/accuracy" -> accuracy). A call made while training
+# accumulates, as the vendor's did, and is cleared by that reset: only eval batches count.
+
+
+@dataclass
+class DeviceOutputs:
+    """What ``update_on_device`` returns: the arguments ``update_on_host`` gets, as CPU tensors."""
+
+    args: list = field(default_factory=list)
+    kwargs: dict = field(default_factory=dict)
+
+
+# the calls recorded while a device capture runs the model (None: no capture is recording)
+_recording: list[tuple["CBMetric", DeviceOutputs]] | None = None
+
+
+class CBMetric:
+    """The vendor's metric base: accumulates over the eval set; ``compute()`` is the value over all of it.
+
+    A subclass writes ``update_on_host(...)`` (the arguments as CPU tensors), ``compute()``
+    and ``reset_state()``; ``update_on_device(...)`` passes its arguments through unless
+    overridden. ``name`` defaults to the class name.
+    """
+
+    def __init__(self, name: str | None = None):
+        self._name = name or type(self).__name__
+        self._num_updates = 0
+        self.init_state()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def num_updates(self) -> int:
+        """How many calls this metric has accumulated since the last reset."""
+        return self._num_updates
+
+    def init_state(self) -> None:
+        self.reset_state()
+
+    def reset_state(self) -> None:
+        pass
+
+    def reset(self) -> None:
+        self._num_updates = 0
+        self.reset_state()
+
+    def update_on_device(self, *args, **kwargs) -> DeviceOutputs:
+        return DeviceOutputs(args=list(args), kwargs=dict(kwargs))
+
+    def update_on_host(self, *args, **kwargs) -> None:
+        raise NotImplementedError
+
+    def compute(self) -> float:
+        raise NotImplementedError
+
+    def __call__(self, *args, **kwargs) -> None:
+        outputs = self.update_on_device(*args, **kwargs)
+        if not isinstance(outputs, DeviceOutputs):
+            raise TypeError(f"{type(self).__name__}.update_on_device must return DeviceOutputs, "
+                            f"got {type(outputs).__name__}")
+        if _recording is not None:  # a device capture: the tensors become outputs of the captured step
+            _recording.append((self, outputs))
+            return
+        if torch.compiler.is_exporting():  # traced by a capture that keeps no metric calls: nothing to add up
+            return
+        self._update(*_to_cpu((outputs.args, outputs.kwargs)))
+
+    def _update(self, args: list, kwargs: dict) -> None:
+        self.update_on_host(*args, **kwargs)
+        self._num_updates += 1
+
+    def _what(self) -> str:
+        return f"{type(self).__name__} {self.name!r}"
+
+
+def _to_cpu(tree: Any) -> Any:
+    return tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, tree)
+
+
+def _values(metric: CBMetric, argument: str, value: Any) -> np.ndarray:
+    """A metric argument (a tensor, array or number) as a flat numpy array."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        value = value.float() if value.dtype == torch.bfloat16 else value  # numpy has no bfloat16
+        return value.numpy().reshape(-1)
+    if value is None:
+        raise UserError(f"{metric._what()}: {argument} is None")
+    return np.asarray(value).reshape(-1)
+
+
+def _same_size(metric: CBMetric, **arrays: np.ndarray | None) -> None:
+    (first, a), *others = [(k, v) for k, v in arrays.items() if v is not None]
+    for name, b in others:
+        if b.size != a.size:
+            raise UserError(f"{metric._what()}: {first} has {a.size} values and {name} {b.size}; they pair "
+                            f"up one to one (predictions=logits.argmax(-1), not the logits)")
+
+
+def _class_ids(metric: CBMetric, argument: str, values: np.ndarray, num_classes: int) -> np.ndarray:
+    """Integer class ids in [0, num_classes) (predictions may come as whole floats, e.g. float16)."""
+    ids = values.astype(np.int64)
+    if values.dtype.kind == "f" and not np.array_equal(ids, values):
+        raise UserError(f"{metric._what()}: {argument} must be class ids, got fractional values such as "
+                        f"{values[ids != values][0]}")
+    outside = ids[(ids < 0) | (ids >= num_classes)]
+    if outside.size:
+        raise UserError(f"{metric._what()}: {argument} holds {outside[0]}, outside the {num_classes} classes "
+                        f"[0, {num_classes})")
+    return ids
+
+
+def _check_num_classes(metric: CBMetric, num_classes: Any, least: int) -> int:
+    if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < least:
+        raise UserError(f"{metric._what()}: num_classes must be an integer of at least {least}, got {num_classes!r}")
+    return num_classes
+
+
+def confusion_matrix(labels: np.ndarray, predictions: np.ndarray, num_classes: int,
+                     weights: np.ndarray | None = None) -> np.ndarray:
+    """(num_classes, num_classes) float64: rows are labels, columns predictions, cells summed weights."""
+    cells = np.bincount(labels * num_classes + predictions, weights=weights, minlength=num_classes * num_classes)
+    return cells.astype(np.float64).reshape(num_classes, num_classes)
+
+
+def _divide(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator, 0 where the denominator is 0 (tf.math.divide_no_nan)."""
+    safe = np.where(denominator == 0, 1.0, denominator)
+    return np.where(denominator == 0, 0.0, numerator / safe)
+
+
+class AccuracyMetric(CBMetric):
+    """Correct predictions over all predictions: ``labels`` and ``predictions`` are class ids of any
+    (equal) size; with ``weights``, each counts its weight (weight 0 masks it out)."""
+
+    def reset_state(self) -> None:
+        self.total_correct = 0.0
+        self.total_weight = 0.0
+
+    def update_on_device(self, labels, predictions, weights=None, dtype=None) -> DeviceOutputs:
+        return DeviceOutputs(args=[labels, predictions, weights])  # dtype: the vendor's on-device result type
+
+    def update_on_host(self, labels, predictions, weights=None) -> None:
+        labels, predictions = _values(self, "labels", labels), _values(self, "predictions", predictions)
+        weights = None if weights is None else _values(self, "weights", weights).astype(np.float64)
+        _same_size(self, labels=labels, predictions=predictions, weights=weights)
+        correct = labels == predictions
+        self.total_correct += float(correct.sum() if weights is None else (correct * weights).sum())
+        self.total_weight += float(correct.size if weights is None else weights.sum())
+
+    def compute(self) -> float:
+        return self.total_correct / self.total_weight if self.total_weight else float("nan")
+
+
+class PerplexityMetric(CBMetric):
+    """exp(loss per token) over the eval set.
+
+    ``loss`` is the batch's loss summed over its tokens (not their mean: the vendor's GPT-2
+    passes its mean loss times the tokens it was divided by); the tokens are the number of
+    ``labels``, or the sum of ``weights`` (the attention mask) when given.
+    """
+
+    def reset_state(self) -> None:
+        self.total_loss = 0.0
+        self.total_tokens = 0.0
+
+    def update_on_device(self, labels, loss, weights=None, dtype=None) -> DeviceOutputs:
+        return DeviceOutputs(args=[labels, loss, weights])
+
+    def update_on_host(self, labels, loss, weights=None) -> None:
+        loss = _values(self, "loss", loss)
+        if loss.size != 1:
+            raise UserError(f"{self._what()}: loss must be the batch's summed loss (one value), got {loss.size} "
+                            f"values")
+        tokens = _values(self, "labels", labels).size if weights is None else _values(self, "weights", weights).sum()
+        self.total_loss += float(loss[0])
+        self.total_tokens += float(tokens)
+
+    def compute(self) -> float:
+        if not self.total_tokens:
+            return float("nan")
+        try:
+            return math.exp(self.total_loss / self.total_tokens)
+        except OverflowError:
+            return math.inf
+
+
+class _ConfusionMetric(CBMetric):
+    """Accumulates a weighted confusion matrix of ``labels`` against ``predictions`` (class ids)."""
+
+    def __init__(self, num_classes: int, name: str | None = None):
+        self._name = name or type(self).__name__  # set early: the checks below name the metric
+        self.num_classes = _check_num_classes(self, num_classes, least=1)
+        super().__init__(name)
+
+    def reset_state(self) -> None:
+        self.confusion_matrix = np.zeros((self.num_classes, self.num_classes))  # rows: labels, columns: predictions
+
+    def update_on_host(self, labels, predictions, weights=None) -> None:
+        labels, predictions = _values(self, "labels", labels), _values(self, "predictions", predictions)
+        weights = None if weights is None else _values(self, "weights", weights).astype(np.float64)
+        _same_size(self, labels=labels, predictions=predictions, weights=weights)
+        self.confusion_matrix += confusion_matrix(_class_ids(self, "labels", labels, self.num_classes),
+                                                  _class_ids(self, "predictions", predictions, self.num_classes),
+                                                  self.num_classes, weights)
+
+    def _mean_over_present_classes(self, numerator: np.ndarray, denominator: np.ndarray) -> float:
+        """The mean of numerator / denominator over the classes seen (a nonzero denominator); 0 if none."""
+        present = denominator != 0
+        return float(np.mean(numerator[present] / denominator[present])) if present.any() else 0.0
+
+
+class MeanIOUMetric(_ConfusionMetric):
+    """Mean over the classes seen (in labels or predictions) of TP / (TP + FP + FN)."""
+
+    def compute(self) -> float:
+        m = self.confusion_matrix
+        true_positives = np.diag(m)
+        return self._mean_over_present_classes(true_positives, m.sum(0) + m.sum(1) - true_positives)
+
+
+class DiceCoefficientMetric(_ConfusionMetric):
+    """Mean over the classes seen (in labels or predictions) of 2 TP / (2 TP + FP + FN)."""
+
+    def compute(self) -> float:
+        m = self.confusion_matrix
+        return self._mean_over_present_classes(2 * np.diag(m), m.sum(0) + m.sum(1))
+
+
+class FBetaScoreMetric(CBMetric):
+    """F-beta of class-id predictions: (1 + beta^2) P R / (beta^2 P + R).
+
+    ``average_type`` "micro" pools every class's counts; "macro" averages the per-class
+    scores over all classes (a class never seen scores 0). Classes in ``ignore_labels``
+    are left out of both; labels outside [0, num_classes) (padding such as -100) are not
+    counted at all, as the vendor's. ``weights`` (our addition; the vendor's took none)
+    weighs each prediction.
+    """
+
+    AVERAGE_TYPES = ("micro", "macro")
+
+    def __init__(self, num_classes: int, beta: float = 1.0, average_type: str = "micro",
+                 ignore_labels: list[int] | None = None, name: str | None = None):
+        self._name = name or type(self).__name__  # set early: the checks below name the metric
+        self.num_classes = _check_num_classes(self, num_classes, least=2)
+        if not isinstance(beta, (int, float)) or isinstance(beta, bool) or beta <= 0:
+            raise UserError(f"{self._what()}: beta must be a positive number, got {beta!r}")
+        if average_type not in self.AVERAGE_TYPES:
+            raise UserError(f"{self._what()}: average_type must be one of {', '.join(self.AVERAGE_TYPES)}, "
+                            f"got {average_type!r}")
+        self.beta, self.average_type = float(beta), average_type
+        self.ignore_labels = list(ignore_labels or [])
+        super().__init__(name)
+
+    def reset_state(self) -> None:
+        self.confusion_matrix = np.zeros((self.num_classes, self.num_classes))
+
+    def update_on_host(self, labels, predictions, weights=None) -> None:
+        labels, predictions = _values(self, "labels", labels), _values(self, "predictions", predictions)
+        weights = None if weights is None else _values(self, "weights", weights).astype(np.float64)
+        _same_size(self, labels=labels, predictions=predictions, weights=weights)
+        counted = (labels >= 0) & (labels < self.num_classes)
+        self.confusion_matrix += confusion_matrix(
+            labels[counted].astype(np.int64),
+            _class_ids(self, "predictions", predictions[counted], self.num_classes),
+            self.num_classes, None if weights is None else weights[counted])
+
+    def compute(self) -> float:
+        m = self.confusion_matrix
+        kept = np.ones(self.num_classes, bool)
+        kept[[c for c in self.ignore_labels if 0 <= c < self.num_classes]] = False
+        true_positives, predicted, actual = np.diag(m), m.sum(0), m.sum(1)  # (C,) each
+        b2 = self.beta**2
+        if self.average_type == "micro":
+            precision = _divide(true_positives[kept].sum(), predicted[kept].sum())
+            recall = _divide(true_positives[kept].sum(), actual[kept].sum())
+            return float(_divide((1 + b2) * precision * recall, b2 * precision + recall))
+        precision, recall = _divide(true_positives, predicted), _divide(true_positives, actual)  # (C,) each
+        per_class = _divide((1 + b2) * precision * recall, b2 * precision + recall)
+        return float(per_class[kept].mean()) if kept.any() else 0.0
+
+
+# --- what the runners do with them ----------------------------------------------------------------
+
+
+def report_key(name: str) -> str:
+    """The key a metric is reported under: its name without the vendor's "eval/" prefix."""
+    return name.removeprefix("eval/")
+
+
+def cb_metrics_of(model: Any, taken: Iterable[str] = ()) -> dict[str, CBMetric]:
+    """Every CBMetric reachable from a PyTorchBaseModel, by report key.
+
+    Looked for in the attributes of the model, of its ``nn.Module`` and of every submodule,
+    and in the lists, tuples and dicts held there (the vendor's UNet kept a dict of them).
+    Two metrics with one name get suffixes _1, _2, ... as the vendor's did; a name that
+    reports as a key in ``taken`` (the loss, the model's own metrics) is an error.
+    """
+    found: list[CBMetric] = []
+    for holder in (model, *model.model.modules()):
+        for value in vars(holder).values():
+            # dict.values of a dict: looking through params must not count as the model reading them
+            items = (dict.values(value) if isinstance(value, dict) else value.values()) if isinstance(value, Mapping) \
+                else value if isinstance(value, (list, tuple)) else (value,)
+            for item in items:
+                if isinstance(item, CBMetric) and not any(item is seen for seen in found):
+                    found.append(item)
+    taken = set(taken)
+    metrics: dict[str, CBMetric] = {}
+    for metric in found:
+        key = report_key(metric.name)
+        if key in taken:
+            raise UserError(f"{metric._what()} reports as {key!r}, which the eval reports already (the loss or "
+                            f"one of the model's metrics); give it another name")
+        unique, index = key, 0
+        while unique in metrics:
+            index += 1
+            unique = f"{key}_{index}"
+        metrics[unique] = metric
+    return metrics
+
+
+@contextlib.contextmanager
+def recording_metric_calls() -> Iterator[list[tuple[CBMetric, DeviceOutputs]]]:
+    """While open, a CBMetric call records (metric, what update_on_device returned) instead of updating."""
+    global _recording
+    previous, _recording = _recording, []
+    try:
+        yield _recording
+    finally:
+        _recording = previous
+
+
+class CapturedMetricCalls:
+    """The CBMetric calls of one captured eval step: their tensors as step outputs, replayed on the host.
+
+    ``outputs`` names each tensor a call recorded ("cb_metric:<call>:<leaf>"); the capture
+    adds them to the step's outputs. After each step, ``replay`` hands their values (as CPU
+    tensors, in the recorded order) to ``update_on_host`` and returns the remaining outputs.
+    """
+
+    PREFIX = "cb_metric:"
+
+    def __init__(self, calls: list[tuple[CBMetric, DeviceOutputs]]):
+        self.outputs: dict[str, torch.Tensor] = {}
+        # per call: the metric, how to rebuild (args, kwargs), and each leaf's output name (None: kept as is)
+        self.calls: list[tuple[CBMetric, Any, list[tuple[str | None, Any]]]] = []
+        for i, (metric, device_outputs) in enumerate(calls):
+            leaves, spec = tree_flatten((device_outputs.args, device_outputs.kwargs))
+            named = []
+            for j, leaf in enumerate(leaves):
+                if isinstance(leaf, torch.Tensor):
+                    key = f"{self.PREFIX}{i}:{j}"
+                    self.outputs[key] = leaf
+                    named.append((key, None))
+                else:
+                    named.append((None, leaf))
+            self.calls.append((metric, spec, named))
+
+    def replay(self, outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        for metric, spec, named in self.calls:
+            leaves = [torch.from_numpy(np.asarray(outputs[key])) if key is not None else value
+                      for key, value in named]
+            args, kwargs = tree_unflatten(leaves, spec)
+            metric._update(args, kwargs)
+        return {k: v for k, v in outputs.items() if not k.startswith(self.PREFIX)}

@@ -46,6 +46,7 @@ from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.checkpoint import (list_checkpoints, latest_checkpoint, load_checkpoint, rng_state,
                                        save_checkpoint, set_rng_state)
 from common.pytorch.data_order import TrainOrder, epoch_batches
+from common.pytorch.metrics import cb_metrics_of
 from common.summaries import ScalarWriter
 
 logger = logging.getLogger("zoo")
@@ -206,6 +207,9 @@ class Runner:
         self.data_state = None
         self.checkpoint = self._starting_checkpoint()
         self._eval_writer = None
+        # the vendor's metric objects on the model (AccuracyMetric, ...), by the key they report as
+        self.cb_metrics = cb_metrics_of(self.model, taken=("loss", *self.model.metrics))
+        self._uncalled_warned: set[str] = set()
 
     # --- loading ------------------------------------------------------------------------
 
@@ -330,10 +334,16 @@ class Runner:
         return self._eval_writer
 
     def evaluate(self) -> dict[str, float]:
-        """Loss (mean over examples) and every metric of the model over the eval set."""
+        """Loss (mean over examples) and every metric of the model over the eval set.
+
+        The model's own metrics (``model.metrics``) are fed each batch's outputs here; the
+        vendor's (``self.cb_metrics``) are fed by the model's ``__call__`` itself (on the
+        emulator, by EmulatorRunner.eval_batch) and reported under their name without its
+        "eval/" prefix. A vendor metric that no eval batch called is left out, with a warning.
+        """
         model = self.model
-        for metric in model.metrics.values():
-            metric.reset()
+        for metric in (*model.metrics.values(), *self.cb_metrics.values()):
+            metric.reset()  # calls made while training (if the model makes any) do not count
         total_loss, examples = 0.0, 0
         for batch in eval_batches(self.eval_loader, self.runconfig["seed"], self.runconfig["eval_steps"]):
             loss, outputs = self.eval_batch(batch)
@@ -347,12 +357,24 @@ class Runner:
         if examples == 0:
             raise UserError("eval data yielded no batches (is the eval set smaller than eval_input.batch_size "
                             "with drop_last?)")
-        metrics = {"loss": total_loss / examples, **{name: m.result() for name, m in model.metrics.items()}}
+        metrics = {"loss": total_loss / examples, **{name: m.result() for name, m in model.metrics.items()},
+                   **self._cb_results()}
         logger.info(eval_line(self.device_name, self.global_step, metrics))
         writer = self._eval_scalars()
         writer.scalars(self.global_step, metrics)
         writer.flush()
         return metrics
+
+    def _cb_results(self) -> dict[str, float]:
+        results = {}
+        for key, metric in self.cb_metrics.items():
+            if metric.num_updates:
+                results[key] = float(metric.compute())
+            elif key not in self._uncalled_warned:
+                self._uncalled_warned.add(key)
+                logger.warning("metric %r (%s) was not called during eval: not reported (is it called in __call__ "
+                               "when not self.model.training?)", metric.name, type(metric).__name__)
+        return results
 
     def evaluate_all(self) -> dict[int, dict[str, float]]:
         results = {}

@@ -13,9 +13,14 @@ position where it holds one for the same input pipeline) instead of the latest i
 from __future__ import annotations
 
 import contextlib
+import faulthandler
+import importlib.util
 import inspect
 import logging
 import os
+import re
+import sys
+import tempfile
 from typing import Any, Callable
 
 import numpy as np
@@ -24,9 +29,66 @@ from common.cli import effective_params, guarded, parse_command_line, setup_logg
 from common.errors import UserError
 from common.precision import check_precision
 from common.io import atomic_open
-from common.params import report_unused, save_params
+from common.params import TrackedDict, report_unused, save_params
 
 logger = logging.getLogger("zoo")
+
+# --- TensorFlow's first import -------------------------------------------------------------
+# On a machine without CUDA, importing TensorFlow prints C++ lines about the CUDA libraries
+# and drivers it did not find, which bury the run's own first lines. TF_CPP_MIN_LOG_LEVEL
+# does not reach most of them (absl logs them before TensorFlow sets up its logging), so
+# the import and the first device query run with stderr (fd 2) captured, and every other
+# line is written back. A folder's run.py imports this module before its model.py imports
+# TensorFlow, so this is the first import; --verbose keeps every line.
+_STARTUP_NOISE = re.compile(
+    r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$"
+    r"|^[IWE]\d{4} [\d:.]+\s+\d+ (cudart_stub|cuda_\w+|cpu_feature_guard)\.cc:\d+\] "
+    r"|^To enable the following instructions: .* rebuild TensorFlow")
+
+
+def is_startup_noise(line: str) -> bool:
+    """A line of TensorFlow's start-up about CUDA it did not find (or the CPU it was built for)."""
+    return bool(_STARTUP_NOISE.match(line))
+
+
+def _verbose_requested(argv: list[str]) -> bool:
+    # argparse accepts any unambiguous prefix of --verbose ("--ve" on)
+    return any(len(a) >= 4 and "--verbose".startswith(a) for a in argv)
+
+
+def _import_tensorflow_quietly() -> None:
+    if "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is None:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's own INFO lines; the user's setting wins
+    sys.stderr.flush()
+    saved = os.dup(2)
+    # a TensorFlow that kills the process while importing (a CPU it was not built for) takes
+    # its captured reason with it: the traceback goes to the real stderr (--verbose shows all)
+    crash_report = faulthandler.is_enabled()
+    faulthandler.enable(saved)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()  # where a CPU-only machine logs its failed cuInit
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            if crash_report:
+                faulthandler.enable(sys.stderr)
+            else:
+                faulthandler.disable()
+            os.close(saved)
+            captured.seek(0)
+            kept = [line for line in captured.read().decode(errors="replace").splitlines(keepends=True)
+                    if not is_startup_noise(line.rstrip("\n"))]
+            sys.stderr.write("".join(kept))
+            sys.stderr.flush()
+
+
+if not _verbose_requested(sys.argv[1:]):
+    _import_tensorflow_quietly()
 
 # --mode -> the ModeKeys value a compile of that mode builds
 _COMPILE_MODES = {"train": "train", "train_and_eval": "train", "eval": "eval", "eval_all": "eval",
@@ -68,6 +130,10 @@ def _run(args, model_fn, train_input_fn, eval_input_fn, default_params_fn: Calla
 
     def write_params() -> None:
         # the graph is built: model_fn and input_fn have read what they read
+        if mode == "train_and_eval" and isinstance(params, TrackedDict):
+            # the eval graph comes at the first checkpoint: its input_fn reads its keys now, in a
+            # graph of its own, or they would be reported as never read
+            _read_keys_of(eval_input_fn, params, _COMPILE_MODES["eval"])
         report_unused(params)
         save_params(params, config.model_dir, mode)
 
@@ -91,6 +157,16 @@ def _run(args, model_fn, train_input_fn, eval_input_fn, default_params_fn: Calla
         return estimator.train_and_evaluate(train_input_fn, eval_input_fn, steps=steps, max_steps=max_steps,
                                             eval_steps=rc["eval_steps"], on_ready=write_params)
     return _predict(estimator, eval_input_fn, args.checkpoint_path, rc["eval_steps"], write_params)
+
+
+def _read_keys_of(input_fn: Callable, params: Any, mode: str) -> None:
+    """Build ``input_fn``'s dataset in a throwaway graph, never iterated: what it reads of params counts as read."""
+    import tensorflow as tf
+
+    from common.tf.estimator.graph import call_input_fn
+
+    with tf.Graph().as_default():
+        call_input_fn(input_fn, params, mode)
 
 
 def _predict(estimator, input_fn: Callable, checkpoint_path: str | None, max_batches: int | None,

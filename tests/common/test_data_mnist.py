@@ -4,6 +4,7 @@ import gzip
 import importlib.util
 import logging
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -249,9 +250,30 @@ def test_resolve_auto_falls_back_to_embedded_digits(tmp_path, caplog):
     [record] = caplog.records
     assert record.getMessage() == (
         f"data: {tmp_path / 'nothing'} holds no MNIST; using the embedded UCI handwritten digits "
-        "(1,437 train / 360 test, 28x28). For full MNIST run: python datasets/prepare_mnist.py "
+        f"(1,437 train / 360 test, 28x28). For full MNIST run: python {REPO / 'datasets' / 'prepare_mnist.py'} "
         f"--source <folder with the four IDX files> --data_dir {tmp_path / 'nothing'}"
     )
+
+
+def test_the_printed_prepare_command_works_from_another_directory(tmp_path, monkeypatch, caplog):
+    """The fallback's advice, run as printed (the source filled in) from a directory that is
+    neither the repository nor the run's: it prepares the data_dir the run reads."""
+    source = source_folder(tmp_path, gz=True)
+    run_dir, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run_dir.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(run_dir)
+    with caplog.at_level(logging.WARNING, logger="common.data.mnist"):
+        assert resolve_mnist("./data/mnist").kind == "uci_digits"
+    command = caplog.records[0].getMessage().split("For full MNIST run: ")[1]
+    assert command.startswith("python ")
+    argv = shlex.split(command.replace("<folder with the four IDX files>", shlex.quote(str(source))))
+    argv[0] = sys.executable
+    done = subprocess.run(argv, cwd=elsewhere, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert resolve_mnist("./data/mnist").kind == "mnist"
+    assert not os.listdir(elsewhere)
 
 
 def test_resolve_auto_names_an_incomplete_mnist(tmp_path, caplog):

@@ -133,4 +133,23 @@ def test_what_set_defaults_reads_does_not_count_and_saving_reads_nothing(tmp_pat
     out = save_params(params, str(tmp_path / "md"), "train")
     saved = yaml.safe_load(open(out))
     assert saved["model"]["added"] == [1, 2] and saved["runconfig"]["log_steps"] == 5
-    assert len(report_unused(params)) == 5  # every key of model and train_input
+    assert len(report_unused(params)) == 3  # every key of model (train_input, untouched, is another mode's)
+
+
+def test_an_input_section_no_code_touched_belongs_to_another_mode(tmp_path):
+    params = load_vendor_params(write(tmp_path, VENDOR_YAML + "eval_input:\n  batch_size: 8\n"), set_defaults)
+    list(params["model"])
+    params["train_input"]["batch_size"]  # a train run: eval_input untouched, train_input half read
+    assert [w.split(": ", 1)[1] for w in report_unused(params)] == [
+        "'train_input.data_dir' is never read by the model or data code (did you mean 'train_input.batch_size'?)"]
+
+
+def test_a_copy_goes_on_counting_reads(tmp_path):
+    params = load_vendor_params(write(tmp_path, VENDOR_YAML), set_defaults)
+    model = params["model"].copy()  # as the vendor's models do
+    deep = copy.deepcopy(params["train_input"])
+    _ = (model["num_classes"], model["dropout"], deep["batch_size"], deep["data_dir"])
+    model["hidden_size"] = 3  # the copy is the model's own: params keep set_defaults' value
+    assert params["model"]["hidden_size"] == 64
+    assert [w.split(": ", 1)[1] for w in report_unused(params)] == [
+        "'model.hiden_size' is never read by the model or data code (did you mean 'model.hidden_size'?)"]

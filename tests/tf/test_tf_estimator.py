@@ -143,9 +143,10 @@ def test_corrupt_checkpoint_overwrites_nothing(tmp_path, capsys):
     params_file = tmp_path / "model" / "params_train.yaml"
     params_before = params_file.read_text()
     listing = sorted(os.listdir(tmp_path / "model"))
-    (tmp_path / "model" / "model.ckpt-4.index").write_bytes(b"\x00garbage" * 10)
+    for step in (2, 4):  # a damaged newest alone would be passed over for the one before it
+        (tmp_path / "model" / f"model.ckpt-{step}.index").write_bytes(b"\x00garbage" * 10)
     assert_one_line_error(run_mock(tmp_path, "runconfig.max_steps=6", "model.dropout=0.5"), capsys,
-                          "model.ckpt-4", "corrupt or unreadable checkpoint")
+                          "no readable checkpoint", "model.ckpt-4.index", "model.ckpt-2.index")
     assert sorted(os.listdir(tmp_path / "model")) == listing
     assert params_file.read_text() == params_before
 

@@ -80,7 +80,7 @@ class GraphSession:
                 with self.built.graph.as_default(), _quiet_tf_logs():
                     self._restorers[key].restore(self.session, path)
             except tf.errors.OpError as e:
-                raise UserError(f"{path}: corrupt or unreadable checkpoint ({_first_line(e)})") from None
+                raise UserError(f"{path}: corrupt or unreadable checkpoint ({checkpoints.op_error_line(e)})") from None
         saveable = self.built.iterator_saveable
         if saveable is not None and all(spec.name in shapes for spec in saveable.specs):
             try:
@@ -106,11 +106,6 @@ def predictions_of(batch: dict[str, np.ndarray], single_examples: bool) -> Itera
         return
     for i in range(len(next(iter(batch.values())))):
         yield {k: v[i] for k, v in batch.items()}
-
-
-def _first_line(error: Exception) -> str:
-    text = getattr(error, "message", None) or str(error)
-    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 
 @contextlib.contextmanager
@@ -150,10 +145,11 @@ class CerebrasEstimator:
         return GraphSession(self.build(input_fn, mode, mixed_policy), self.config)
 
     def checkpoint_to_load(self, explicit: str | None) -> str | None:
-        """``explicit`` (a --checkpoint_path) resolved, else the latest in model_dir, else None."""
+        """``explicit`` (a --checkpoint_path) resolved, else the newest readable in model_dir (a
+        damaged newer one is warned about and passed over), else None."""
         if explicit is not None:
             return checkpoints.resolve_checkpoint(explicit)
-        return checkpoints.latest_checkpoint(self.model_dir)
+        return checkpoints.newest_readable(self.model_dir)
 
     def ready_model_dir(self, on_ready: Callable[[], Any] | None) -> None:
         """Everything loaded fine: from here on the run may write into model_dir."""
@@ -276,8 +272,8 @@ class CerebrasEstimator:
 
     def evaluate_all(self, input_fn: Callable, steps: int | None = None, *,
                      on_ready: Callable[[], Any] | None = None) -> list[dict[str, float]]:
-        """Evaluate every checkpoint model_dir holds, oldest first."""
-        paths = checkpoints.list_checkpoints(self.model_dir)
+        """Evaluate every readable checkpoint model_dir holds, oldest first."""
+        paths = checkpoints.readable_checkpoints(self.model_dir)
         if not paths:
             raise UserError(f"model_dir {self.model_dir} has no checkpoint to evaluate: train first")
         if self.config.device == "emulator":
@@ -308,7 +304,7 @@ class CerebrasEstimator:
             self.train(train_input_fn, steps=steps, max_steps=max_steps, saving_listeners=(evaluate_checkpoint,),
                        on_ready=on_ready)
             if not results:  # nothing was trained: evaluate where the model stands
-                latest = self.latest_checkpoint()
+                latest = self.checkpoint_to_load(None)
                 if latest is not None:
                     evaluate_checkpoint(latest, checkpoints.checkpoint_step(latest) or 0)
         finally:

@@ -1,0 +1,218 @@
+"""Keep the result tables of the READMEs true: rerun each table's command and compare its figures.
+
+    python -m common.readme_check [--update] [README.md ...]     # default: every README of the zoo
+
+A table is checked when the command that gives it stands right above it, as a shell line
+of an indented code block (``$`` and the command), then one blank line:
+
+        $ OMP_NUM_THREADS=2 python pytorch/mnist/run.py --mode train_and_eval
+
+    | step | test accuracy (all 360 test images) | test loss | training loss |
+    |---|---|---|---|
+    | 500 | 97.78 % | 0.129 | 0.00534 |
+
+The command runs from the repository root as written (``NAME=value`` words first set the
+environment, ``python`` is this interpreter) with a ``--model_dir`` of its own in a
+temporary folder; the figures are read back from the TensorBoard scalars the run wrote
+there. The first column is the global step; each other column names what it holds (the
+words before a parenthesis): one of COLUMNS. Each figure is compared at the precision it
+is printed with, so ``0.129`` asks for the loss rounded to three decimals. ``--update``
+writes the measured figures into the tables instead (at the same precision). Exit status:
+0 when every figure holds, 1 when one does not (each is listed), 2 for a table that cannot
+be checked.
+
+Wall times are not in such tables: they depend on the machine, and the READMEs give them
+in prose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+from common.errors import UserError
+from common.io import atomic_write_text
+from common.summaries import read_scalars
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# column title -> (the TensorBoard logdir under model_dir, the scalar's tag, the printed scale)
+COLUMNS = {
+    "test accuracy": ("eval", "accuracy", 100.0),  # printed as a percentage: "97.78 %"
+    "test loss": ("eval", "loss", 1.0),
+    "training loss": ("train", "loss", 1.0),
+}
+MARKER = re.compile(r"^    \$ (?P<command>.+?)\s*$")
+FIGURE = re.compile(r"^(?P<number>-?\d+(?:\.(?P<decimals>\d+))?)(?P<percent> %)?$")
+_ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_TIMEOUT_S = 1800  # one command; each mnist one takes 20 s to 2 minutes on 2 cores, as loaded
+
+
+@dataclass
+class Figure:
+    line: int  # 1-based line in the README
+    cell: int  # index of the cell in its row
+    step: int
+    column: str
+    printed: str  # as the README prints it: "97.78 %", "0.129"
+
+
+@dataclass
+class Table:
+    path: str
+    line: int  # of the marker
+    command: str
+    figures: list[Figure]
+
+
+def _cells(row: str) -> list[str]:
+    return [cell.strip() for cell in row.strip().strip("|").split("|")]
+
+
+def parse_tables(path: str) -> list[Table]:
+    """The checked tables of one README: a ``    $ command`` line, a blank line, a markdown table."""
+    lines = open(path, encoding="utf-8").read().splitlines() + ["", ""]  # room to look two lines ahead
+    tables = []
+    for i, text in enumerate(lines):
+        match = MARKER.match(text)
+        if not match or lines[i + 1].strip() or not lines[i + 2].startswith("|"):
+            continue  # a shell line of a code block that no table follows
+        where = f"{path}:{i + 3}"
+        header = _cells(lines[i + 2])
+        if not lines[i + 3].startswith("|") or not set(lines[i + 3]) <= set("|-: "):
+            raise UserError(f"{where}: the table below `{match['command']}` has no |---| line under its header")
+        if header[0] != "step":
+            raise UserError(f"{where}: the first column of a checked table is 'step', got {header[0]!r}")
+        columns = [title.split(" (")[0] for title in header[1:]]
+        for title in columns:
+            if title not in COLUMNS:
+                raise UserError(f"{where}: column {title!r} is not one the check can read; "
+                                f"valid: {', '.join(COLUMNS)}")
+        figures = []
+        row = i + 4
+        while row < len(lines) and lines[row].startswith("|"):
+            cells = _cells(lines[row])
+            if len(cells) != len(header) or not cells[0].isdigit():
+                raise UserError(f"{path}:{row + 1}: a row of a checked table is a step and {len(header) - 1} "
+                                f"figure(s), got {lines[row]!r}")
+            for cell, (column, printed) in enumerate(zip(columns, cells[1:]), start=1):
+                if not FIGURE.match(printed) or bool(FIGURE.match(printed)["percent"]) != (COLUMNS[column][2] == 100):
+                    raise UserError(f"{path}:{row + 1}: {printed!r} is not a figure of {column!r} "
+                                    f"(a number{', then %' if COLUMNS[column][2] == 100 else ''})")
+                figures.append(Figure(row + 1, cell, int(cells[0]), column, printed))
+            row += 1
+        tables.append(Table(path, i + 1, match["command"], figures))
+    return tables
+
+
+def run_command(command: str, model_dir: str) -> None:
+    """``command`` from the repository root, writing into ``model_dir``."""
+    words = shlex.split(command)
+    env = dict(os.environ)
+    while words and _ENV_WORD.match(words[0]):
+        name, value = words.pop(0).split("=", 1)
+        env[name] = value
+    if not words or words[0] != "python":
+        raise UserError(f"readme-check command {command!r}: expected [NAME=value ...] python ...")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    try:
+        done = subprocess.run([sys.executable, *words[1:], "--model_dir", model_dir], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"readme-check command {command!r} ran past {_TIMEOUT_S} s") from None
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+        raise UserError(f"readme-check command {command!r} exited with status {done.returncode}:\n{tail}")
+
+
+def measured(figure: Figure, scalars: dict[str, dict[str, dict[int, float]]]) -> float | None:
+    logdir, tag, scale = COLUMNS[figure.column]
+    value = scalars.get(logdir, {}).get(tag, {}).get(figure.step)
+    return None if value is None else value * scale
+
+
+def formatted(value: float, printed: str) -> str:
+    """``value`` printed as ``printed`` is: the same decimals, the same unit."""
+    match = FIGURE.match(printed)
+    decimals = len(match["decimals"] or "")
+    return f"{value:.{decimals}f}" + (match["percent"] or "")
+
+
+def check_table(table: Table) -> list[tuple[Figure, str | None]]:
+    """Run the table's command; (figure, what the run gives) for each figure that differs."""
+    with tempfile.TemporaryDirectory(prefix="readme_check_") as tmp:
+        model_dir = os.path.join(tmp, "model")
+        run_command(table.command, model_dir)
+        scalars = {}
+        for logdir in {spec[0] for spec in COLUMNS.values()}:
+            folder = os.path.join(model_dir, logdir)
+            if os.path.isdir(folder):
+                # a step logged twice (a resumed run) keeps its last value
+                scalars[logdir] = {tag: dict(points) for tag, points in read_scalars(folder).items()}
+    wrong = []
+    for figure in table.figures:
+        value = measured(figure, scalars)
+        got = None if value is None else formatted(value, figure.printed)
+        if got != figure.printed:
+            wrong.append((figure, got))
+    return wrong
+
+
+def update(path: str, corrections: list[tuple[Figure, str | None]]) -> None:
+    lines = open(path, encoding="utf-8").read().split("\n")
+    for figure, got in corrections:
+        if got is None:
+            raise UserError(f"{path}:{figure.line}: the run logged no {figure.column} at step {figure.step}")
+        cells = lines[figure.line - 1].split("|")
+        # cells[0] is the text before the first '|'
+        cells[figure.cell + 1] = cells[figure.cell + 1].replace(figure.printed, got, 1)
+        lines[figure.line - 1] = "|".join(cells)
+    atomic_write_text(path, "\n".join(lines))
+
+
+def readmes(root: str = ROOT) -> list[str]:
+    """README.md of the repository root and of the folders up to two levels below it."""
+    found = []
+    for depth in ("", "*", os.path.join("*", "*")):
+        pattern = os.path.join(root, depth, "README.md")
+        found += sorted(p for p in glob.glob(pattern) if not any(part.startswith(".") for part in
+                                                                  os.path.relpath(p, root).split(os.sep)))
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--update", action="store_true", help="write the measured figures into the tables")
+    parser.add_argument("paths", nargs="*", help="README files (default: every README.md of the zoo)")
+    args = parser.parse_args(argv)
+    failed = 0
+    try:
+        for path in args.paths or readmes():
+            for table in parse_tables(path):
+                wrong = check_table(table)
+                inside = os.path.abspath(path).startswith(ROOT + os.sep)
+                shown = os.path.relpath(os.path.abspath(path), ROOT) if inside else path
+                for figure, got in wrong:
+                    print(f"{shown}:{figure.line}: step {figure.step} {figure.column}: the README says "
+                          f"{figure.printed}, `{table.command}` gives {got or 'nothing'}", file=sys.stderr)
+                if wrong and args.update:
+                    update(path, wrong)
+                elif wrong:
+                    failed += 1
+                print(f"{shown}:{table.line}: {len(table.figures) - len(wrong)} of {len(table.figures)} figures "
+                      f"hold{' (the others updated)' if wrong and args.update else ''}: {table.command}")
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""common/readme_check.py: README result tables rerun and compared at their printed precision.
+
+These tests run a stand-in command that writes known scalars. The READMEs' own tables
+rerun whole trainings (about a minute for both mnist folders on 2 cores): `tox -e train`
+runs them with `python -m common.readme_check`; here each checked table is only parsed.
+"""
+
+import os
+import sys
+import textwrap
+
+import pytest
+
+from common.errors import UserError
+from common.readme_check import ROOT, main, parse_tables, readmes
+
+FAKE_RUN = """\
+import argparse, os
+from common.summaries import ScalarWriter
+parser = argparse.ArgumentParser()
+parser.add_argument("--model_dir")
+args, _ = parser.parse_known_args()
+assert os.environ["PINNED"] == "2"  # NAME=value words of the command reach its environment
+train, evaluate = ScalarWriter(os.path.join(args.model_dir, "train")), ScalarWriter(os.path.join(args.model_dir, "eval"))
+train.scalars(500, {"loss": 0.0053412})
+train.scalars(1000, {"loss": 0.00021})
+evaluate.scalars(500, {"accuracy": 352 / 360, "loss": 0.12914})
+evaluate.scalars(1000, {"accuracy": 353 / 360, "loss": 0.13691})
+train.close(), evaluate.close()
+"""
+
+
+def readme(tmp_path, rows, header="| step | test accuracy (all 360) | test loss | training loss |"):
+    script = tmp_path / "fake_run.py"
+    script.write_text(FAKE_RUN)
+    path = tmp_path / "README.md"
+    path.write_text(textwrap.dedent(f"""\
+        # a model
+
+            $ PINNED=2 python {script} --mode train_and_eval
+
+        {header}
+        |---|---|---|---|
+        """) + "".join(f"{row}\n" for row in rows) + "\nMore prose.\n")
+    return path
+
+
+def test_figures_that_hold_at_their_printed_precision_pass(tmp_path, capsys):
+    path = readme(tmp_path, ["| 500 | 97.78 % | 0.129 | 0.00534 |", "| 1000 | 98.1 % | 0.13691 | 0.0002 |"])
+    assert main([str(path)]) == 0
+    assert capsys.readouterr().out == (f"{path}:3: 6 of 6 figures hold: "
+                                       f"PINNED=2 python {tmp_path / 'fake_run.py'} --mode train_and_eval\n")
+
+
+def test_a_figure_that_differs_is_named_with_its_line(tmp_path, capsys):
+    path = readme(tmp_path, ["| 500 | 98.06 % | 0.129 | 0.00534 |", "| 700 | 98.06 % | 0.14 | 0.011 |"])
+    before = path.read_text()
+    assert main([str(path)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    command = f"PINNED=2 python {tmp_path / 'fake_run.py'} --mode train_and_eval"
+    assert err == [
+        f"{path}:7: step 500 test accuracy: the README says 98.06 %, `{command}` gives 97.78 %",
+        f"{path}:8: step 700 test accuracy: the README says 98.06 %, `{command}` gives nothing",
+        f"{path}:8: step 700 test loss: the README says 0.14, `{command}` gives nothing",
+        f"{path}:8: step 700 training loss: the README says 0.011, `{command}` gives nothing",
+    ]
+    assert path.read_text() == before  # checking writes nothing
+
+
+def test_the_printed_precision_decides(tmp_path):
+    # 0.12914 is 0.13 at two decimals, but not 0.130 at three
+    assert main([str(readme(tmp_path, ["| 500 | 97.8 % | 0.13 | 0.005 |"]))]) == 0
+    assert main([str(readme(tmp_path, ["| 500 | 97.8 % | 0.130 | 0.005 |"]))]) == 1
+
+
+def test_update_writes_the_measured_figures_in_place(tmp_path):
+    path = readme(tmp_path, ["| 500 | 98.06 % | 0.128 | 0.011 |", "| 1000 | 97.50 % | 0.134 | 0.01100 |"])
+    assert main(["--update", str(path)]) == 0
+    text = path.read_text()
+    assert "| 500 | 97.78 % | 0.129 | 0.005 |\n| 1000 | 98.06 % | 0.137 | 0.00021 |\n\nMore prose.\n" in text
+    assert main([str(path)]) == 0
+
+
+def test_update_of_a_figure_the_run_did_not_log_writes_nothing(tmp_path):
+    path = readme(tmp_path, ["| 500 | 98.06 % | 0.128 | 0.011 |", "| 700 | 97.50 % | 0.134 | 0.011 |"])
+    before = path.read_text()
+    assert main(["--update", str(path)]) == 2
+    assert path.read_text() == before
+
+
+def test_a_shell_line_with_no_table_below_is_not_checked(tmp_path):
+    path = tmp_path / "README.md"
+    path.write_text("Run it:\n\n    $ python run.py --mode train\n\nThen:\n\n| step | a |\n|---|---|\n| 1 | x |\n")
+    assert parse_tables(str(path)) == []
+
+
+@pytest.mark.parametrize("header, message", [
+    ("| steps | test accuracy | test loss | training loss |", "the first column of a checked table is 'step', got 'steps'"),
+    ("| step | top-5 accuracy | test loss | training loss |", "column 'top-5 accuracy' is not one the check"),
+])
+def test_a_table_the_check_cannot_read_is_one_line(tmp_path, header, message):
+    path = readme(tmp_path, ["| 500 | 97.78 % | 0.129 | 0.00534 |"], header=header)
+    with pytest.raises(UserError, match=rf"^{path}:5: {message}"):
+        parse_tables(str(path))
+    assert main([str(path)]) == 2
+
+
+def test_a_percentage_must_say_so(tmp_path):
+    path = readme(tmp_path, ["| 500 | 97.78 | 0.129 | 0.00534 |"])
+    with pytest.raises(UserError, match=rf"^{path}:7: '97.78' is not a figure of 'test accuracy' \(a number, then %\)"):
+        parse_tables(str(path))
+
+
+def test_the_zoo_readmes_checked_tables_parse():
+    """What tox -e train reruns: both mnist READMEs hold a checked table of their run.py."""
+    tables = {os.path.relpath(t.path, ROOT): t for path in readmes() for t in parse_tables(path)}
+    assert sorted(tables) == [os.path.join("pytorch", "mnist", "README.md"), os.path.join("tf", "mnist", "README.md")]
+    for path, table in tables.items():
+        script = table.command.split(" python ")[1].split()[0]
+        assert os.path.isfile(os.path.join(ROOT, script)) and os.path.dirname(script) == os.path.dirname(path)
+        assert "THREADS=" in table.command  # the figures depend on the thread count: pinned
+        assert len(table.figures) == 6
+
+
+def test_runs_as_a_module():
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "common.readme_check", "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "--update" in done.stdout

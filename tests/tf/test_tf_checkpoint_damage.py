@@ -1,0 +1,140 @@
+"""A damaged TF checkpoint (a .data or .index file cut short, an unreadable state file):
+train and eval fall back to the newest readable checkpoint with a warning naming the bad
+file; with none left, or when --checkpoint_path names the bad one, one error line and
+nothing in model_dir touched. Never a silent restart from step 0, never a traceback.
+
+One 4-step run (checkpoints 2 and 4) is shared; each test damages a copy of it.
+"""
+
+import os
+import shutil
+
+import pytest
+
+from common.summaries import read_scalars
+from common.tf.estimator import checkpoints
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = os.path.join(ROOT, "tf", "mnist", "configs", "params_tiny.yaml")
+DATA_2, INDEX_2 = "model.ckpt-2.data-00000-of-00001", "model.ckpt-2.index"
+DATA_4, INDEX_4 = "model.ckpt-4.data-00000-of-00001", "model.ckpt-4.index"
+
+
+def _argv(mnist_dir, model_dir, *extra):
+    return ["--params", TINY, "--model_dir", str(model_dir), f"train_input.data_dir={mnist_dir}",
+            f"eval_input.data_dir={mnist_dir}", "train_input.dataset=mnist", "eval_input.dataset=mnist",
+            # what the tests count on, whatever the tiny config says
+            "runconfig.max_steps=4", "runconfig.checkpoint_steps=2", "runconfig.keep_checkpoint_max=2", *extra]
+
+
+@pytest.fixture(scope="module")
+def trained(tf_mnist, mnist_dir, tmp_path_factory):
+    model_dir = tmp_path_factory.mktemp("trained") / "model"
+    tf_mnist.main(_argv(mnist_dir, model_dir))
+    return model_dir
+
+
+@pytest.fixture
+def model_dir(trained, tmp_path):
+    copy = tmp_path / "model"
+    shutil.copytree(trained, copy)
+    return copy
+
+
+def _cut_in_half(path):
+    os.truncate(path, os.path.getsize(path) // 2)
+
+
+def _snapshot(folder):
+    return {os.path.relpath(os.path.join(d, name), folder): open(os.path.join(d, name), "rb").read()
+            for d, _, names in os.walk(folder) for name in names}
+
+
+def _warnings_naming(err, name):
+    return [line for line in err.splitlines() if " WARNING " in line and name in line]
+
+
+def _one_error_line(exit_info, capsys):
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, errors
+    return errors[0]
+
+
+def _flip_a_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damaged, damage", [(DATA_4, _cut_in_half), (INDEX_4, _cut_in_half),
+                                             (INDEX_4, os.remove), (DATA_4, _flip_a_byte)],
+                         ids=["data cut short", "index cut short", "index deleted", "a byte of data flipped"])
+def test_eval_falls_back_past_a_damaged_newest_checkpoint(tf_mnist, mnist_dir, model_dir, damaged, damage, capsys):
+    damage(model_dir / damaged)
+    metrics = tf_mnist.main(_argv(mnist_dir, model_dir, "--mode", "eval"))
+    assert metrics["global_step"] == 2
+    warnings = _warnings_naming(capsys.readouterr().err, str(model_dir / damaged))
+    assert len(warnings) == 1 and f"falling back to {model_dir / 'model.ckpt-2'}" in warnings[0]
+
+
+def test_train_resumes_from_the_checkpoint_before_a_truncated_newest(tf_mnist, mnist_dir, model_dir, capsys):
+    _cut_in_half(model_dir / DATA_4)
+    tf_mnist.main(_argv(mnist_dir, model_dir, "runconfig.max_steps=6"))
+    err = capsys.readouterr().err
+    assert len(_warnings_naming(err, DATA_4)) == 1 and "from step 2 to 6" in err
+    assert [step for step, _ in read_scalars(str(model_dir / "train"))["loss"]] == [1, 2, 3, 4, 3, 4, 5, 6]
+    # step 4 written afresh over the damaged one, and both kept checkpoints read through
+    assert checkpoints.list_checkpoints(str(model_dir)) == [str(model_dir / "model.ckpt-4"),
+                                                            str(model_dir / "model.ckpt-6")]
+    assert all(checkpoints.checkpoint_problem(p) is None for p in checkpoints.list_checkpoints(str(model_dir)))
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_no_readable_checkpoint_left_is_an_error_naming_them(tf_mnist, mnist_dir, model_dir, mode, capsys):
+    _cut_in_half(model_dir / DATA_4)
+    _cut_in_half(model_dir / INDEX_2)
+    before = _snapshot(model_dir)
+    with pytest.raises(SystemExit) as exit_info:
+        tf_mnist.main(_argv(mnist_dir, model_dir, "--mode", mode, "runconfig.max_steps=6"))
+    line = _one_error_line(exit_info, capsys)
+    assert "no readable checkpoint" in line and str(model_dir / DATA_4) in line and str(model_dir / INDEX_2) in line
+    assert _snapshot(model_dir) == before  # not a fresh start over them
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_a_damaged_checkpoint_path_is_an_error_not_a_fallback(tf_mnist, mnist_dir, model_dir, tmp_path, mode, capsys):
+    _cut_in_half(model_dir / DATA_4)
+    with pytest.raises(SystemExit) as exit_info:
+        tf_mnist.main(_argv(mnist_dir, tmp_path / "second", "--mode", mode, "--checkpoint_path",
+                            str(model_dir / "model.ckpt-4")))
+    line = _one_error_line(exit_info, capsys)
+    assert f"--checkpoint_path {model_dir / 'model.ckpt-4'}: {model_dir / DATA_4}: corrupt" in line
+    assert "(tensor '" in line and "Graph execution error" not in line  # TF's own reason, not its wrapping
+    assert not (tmp_path / "second").exists()
+
+
+def test_an_unreadable_state_file_is_an_error_not_a_fresh_start(tf_mnist, mnist_dir, model_dir, capsys):
+    (model_dir / "checkpoint").write_text("model_checkpoint_path: \"model.ckpt-4\n")  # cut mid-line
+    before = _snapshot(model_dir)
+    with pytest.raises(SystemExit) as exit_info:
+        tf_mnist.main(_argv(mnist_dir, model_dir, "runconfig.max_steps=6"))
+    assert f"{model_dir / 'checkpoint'}: unreadable checkpoint state file" in _one_error_line(exit_info, capsys)
+    assert _snapshot(model_dir) == before
+
+
+def test_eval_all_skips_a_damaged_checkpoint_with_a_warning(tf_mnist, mnist_dir, model_dir, capsys):
+    _cut_in_half(model_dir / DATA_2)
+    results = tf_mnist.main(_argv(mnist_dir, model_dir, "--mode", "eval_all"))
+    assert [r["global_step"] for r in results] == [4]
+    assert len(_warnings_naming(capsys.readouterr().err, DATA_2)) == 1
+
+
+def test_the_emulator_falls_back_too(tf_mnist, mnist_dir, model_dir, capsys):
+    pytest.importorskip("device.api")
+    _cut_in_half(model_dir / INDEX_4)
+    metrics = tf_mnist.main(_argv(mnist_dir, model_dir, "--mode", "eval", "--device", "emulator"))
+    assert metrics["global_step"] == 2
+    assert len(_warnings_naming(capsys.readouterr().err, INDEX_4)) == 1
