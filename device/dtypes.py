@@ -130,10 +130,10 @@ def round_generic(x: np.ndarray, fmt: Format) -> np.ndarray:
     half-to-even, and scaled back; every step is exact in float32 except the rounding.
     """
     x = np.asarray(x, dtype=np.float32)
-    _, exp2 = np.frexp(x)  # x = m * 2**exp2 with 0.5 <= |m| < 1
-    exponent = np.maximum(exp2 - 1, fmt.min_exponent)  # exponent of the leading bit
-    quantum_exp = (exponent - fmt.mantissa_bits).astype(np.int32)
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow gives inf, as wanted; NaN passes
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow gives inf, as wanted; NaN and inf pass
+        _, exp2 = np.frexp(x)  # x = m * 2**exp2 with 0.5 <= |m| < 1
+        exponent = np.maximum(exp2 - 1, fmt.min_exponent)  # exponent of the leading bit
+        quantum_exp = (exponent - fmt.mantissa_bits).astype(np.int32)
         rounded = np.ldexp(np.rint(np.ldexp(x, -quantum_exp)), quantum_exp).astype(np.float32)
     # past the largest finite value (including a round-up to the next binade) -> inf
     return np.where(np.abs(rounded) > fmt.max, np.copysign(np.float32(np.inf), x), rounded)

@@ -50,7 +50,8 @@ def _param_groups(named_parameters: Iterable[tuple[str, torch.nn.Parameter]], we
     Without weight decay, one group (each group costs an optimizer pass per step).
     """
     if weight_decay == 0.0:
-        return [{"params": [p for _, p in named_parameters if p.requires_grad], "weight_decay": 0.0}]
+        trainable = [p for _, p in named_parameters if p.requires_grad]
+        return [{"params": trainable, "weight_decay": 0.0}] if trainable else []
     decay, no_decay = [], []
     for name, parameter in named_parameters:
         if not parameter.requires_grad:

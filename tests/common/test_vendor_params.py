@@ -89,6 +89,13 @@ def test_the_zoo_sections_stay_strict_in_the_vendor_form(tmp_path):
     with pytest.raises(UserError, match="'runconfig' must be a mapping of keys, got 5"):
         load_vendor_params(path, set_defaults, ["runconfig=5"])
 
+    def reads_runconfig(params):  # vendor code reaches into the zoo's sections too
+        params["runconfig"].setdefault("max_steps", 10)
+
+    # checked before set_defaults runs, which would otherwise stop at 5.setdefault with a traceback
+    with pytest.raises(UserError, match="command line 'runconfig=5': 'runconfig' must be a mapping of keys, got 5"):
+        load_vendor_params(path, reads_runconfig, ["runconfig=5"])
+
 
 def test_keys_no_code_read_are_reported_with_line_and_closest_read_key(tmp_path, caplog):
     path = write(tmp_path, VENDOR_YAML)

@@ -228,6 +228,41 @@ def test_tf_adamw_matches_keras_adamw():
         atol=1e-6)
 
 
+def test_tf_rounding_of_adamw_decay_and_nesterov_is_tfs_bit_for_bit():
+    """keras AdamW decays as p -= p * wd * lr, ApplyMomentum(use_nesterov) steps by
+    g * lr + buf * m * lr: with zero gradients (decay alone) and over 3 momentum steps, the
+    same float32 results as TensorFlow's, not torch's order of the same arithmetic."""
+    rng = np.random.default_rng(3)
+    start = rng.standard_normal(1000).astype(np.float32)
+    for spec, make_tf, scale in [
+        (OptimizerSpec("adamw", "tf", {"weight_decay": 0.3, "eps": 1e-7}),
+         lambda: tf.keras.optimizers.AdamW(learning_rate=0.1, weight_decay=0.3, epsilon=1e-7), 0.0),
+        (OptimizerSpec("momentum", "tf", {"momentum": 0.9, "nesterov": True}),
+         lambda: tf.compat.v1.train.MomentumOptimizer(0.1, 0.9, use_nesterov=True), 1.0),
+    ]:
+        params, variable, tf_opt = {"w": start.copy()}, tf.Variable(start.copy()), make_tf()
+        ours = Optimizer(spec, params)
+        for _ in range(3):
+            g = (scale * rng.standard_normal(1000)).astype(np.float32)
+            ours.apply_gradients(params, {"w": g}, 0.1)
+            tf_opt.apply_gradients([(tf.constant(g), variable)])
+        np.testing.assert_array_equal(params["w"], variable.numpy(), err_msg=spec.kind)
+
+
+def test_tf_global_norm_clipping_of_small_gradients_matches_tf():
+    """Gradients of norm 1e-3 (where torch's 1e-6 added to the norm would show), through the
+    optimizer's own clipping and update."""
+    rng = np.random.default_rng(2)
+    params = {name: np.zeros(shape, np.float32) for name, shape in SHAPES.items()}  # the update alone, exactly
+    variables = {name: tf.Variable(p.copy()) for name, p in params.items()}
+    grads = {name: (3e-4 * rng.standard_normal(shape)).astype(np.float32) for name, shape in SHAPES.items()}
+    Optimizer(OptimizerSpec("sgd", "tf", max_gradient_norm=1e-4), params).apply_gradients(params, grads, 100.0)
+    clipped, _ = tf.clip_by_global_norm([tf.constant(g) for g in grads.values()], 1e-4)
+    tf.compat.v1.train.GradientDescentOptimizer(100.0).apply_gradients(list(zip(clipped, variables.values())))
+    for name, v in variables.items():
+        np.testing.assert_allclose(params[name], v.numpy(), rtol=1e-6, err_msg=name)
+
+
 def test_tf_global_norm_clipping_matches_tf():
     rng = np.random.default_rng(1)
     grads = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in SHAPES.items()}

@@ -191,6 +191,10 @@ CASES = [
          lambda x: F.max_pool2d(x, 3, 2, padding=1), "nchw-padded"),
     Case("max_pool2d", [randn(2, 6, 6, 3)], {"kernel": [3, 3], "strides": [2, 2], "padding": "SAME", "layout": "NHWC"},
          lambda x: nhwc(F.max_pool2d(F.pad(nchw(x), (0, 1, 0, 1), value=-np.inf), 3, 2)), "nhwc-same"),
+    # tied maxima (0, 1 or 2 everywhere), overlapping windows: torch gives the gradient to the first
+    Case("max_pool2d", [ints(3, 2, 3, 7, 7).astype(float)],
+         {"kernel": 3, "strides": 2, "padding": [[1, 1], [1, 1]], "layout": "NCHW"},
+         lambda x: F.max_pool2d(x, 3, 2, padding=1), "ties"),
     Case("avg_pool2d", [randn(2, 3, 7, 7)], {"kernel": 3, "strides": 2, "padding": [[1, 1], [1, 1]], "layout": "NCHW"},
          lambda x: F.avg_pool2d(x, 3, 2, padding=1), "nchw-count-pad"),
     Case("avg_pool2d", [randn(2, 7, 7, 3)], {"kernel": 3, "strides": 2, "padding": "SAME", "layout": "NHWC"},

@@ -5,14 +5,16 @@ The TensorFlow semantics are checked against tf.compat.v1.train in test_kernels_
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from common.errors import UserError  # noqa: E402
-from device.optimizer import OptimizerSpec  # noqa: E402
-from device.runtime.optimizers import LossScaler, Optimizer  # noqa: E402
+from device.optimizer import SEMANTICS, OptimizerSpec  # noqa: E402
+from device.runtime.optimizers import LossScaler, Optimizer, clip_by_global_norm  # noqa: E402
 
 SHAPES = {"layer.weight": (4, 3), "layer.bias": (4,), "norm.weight": (3,)}
 STEPS = 20
@@ -65,6 +67,7 @@ def spec(kind, clip_norm=None, clip_value=None, exclude=(), **hyper):
 @pytest.mark.parametrize("name, ours, make_torch, clip, excluded", [
     ("sgd", spec("sgd"), lambda g: torch.optim.SGD(g, lr=0.1), None, ()),
     ("sgd-l2", spec("sgd", weight_decay=0.05), lambda g: torch.optim.SGD(g, lr=0.1, weight_decay=0.05), None, ()),
+    ("sgd-l2-1", spec("sgd", weight_decay=1.0), lambda g: torch.optim.SGD(g, lr=0.1, weight_decay=1.0), None, ()),
     ("momentum", spec("momentum", momentum=0.9), lambda g: torch.optim.SGD(g, lr=0.1, momentum=0.9), None, ()),
     ("nesterov", spec("momentum", momentum=0.8, nesterov=True),
      lambda g: torch.optim.SGD(g, lr=0.1, momentum=0.8, nesterov=True), None, ()),
@@ -173,16 +176,85 @@ def test_state_dict_round_trip_continues_identically(kind, semantics):
         np.testing.assert_array_equal(params[name], resumed_params[name])
 
 
+def test_dynamic_loss_scale_resumes_mid_way_to_its_next_increase():
+    """The finite steps counted towards the next doubling are state: a run resumed after 2 of
+    3 doubles its scale on the next step, as the uninterrupted run does (GradScaler's growth tracker)."""
+    spec_ = OptimizerSpec("sgd", "torch", {}, loss_scale="dynamic", initial_loss_scale=16.0, steps_per_increase=3)
+    grads = [_random_grads(np.random.default_rng(6)) for _ in range(4)]
+    params = _random_params()
+    first = Optimizer(spec_, params)
+    for g in grads[:2]:
+        first.apply_gradients(params, g, 0.1)
+    state = first.state_dict()
+    assert state["loss_scale"] == 16.0 and state["loss_scale_good_steps"] == 2
+    resumed_params = {name: p.copy() for name, p in params.items()}
+    resumed = Optimizer(spec_, resumed_params)
+    resumed.load_state_dict(state)
+    scales = []
+    for g in grads[2:]:
+        first.apply_gradients(params, {n: a * np.float32(first.loss_scale) for n, a in g.items()}, 0.1)
+        resumed.apply_gradients(resumed_params, {n: a * np.float32(resumed.loss_scale) for n, a in g.items()}, 0.1)
+        scales.append((first.loss_scale, resumed.loss_scale))
+    assert scales == [(32.0, 32.0), (32.0, 32.0)]
+    for name in params:
+        np.testing.assert_array_equal(params[name], resumed_params[name])
+
+
 @pytest.mark.parametrize("spec_, message", [
-    (OptimizerSpec("lamb", "torch"), "not supported"),
-    (OptimizerSpec("adam", "jax"), "semantics"),
-    (OptimizerSpec("momentum", "torch", {}), "momentum"),
-    (OptimizerSpec("sgd", "torch", loss_scale="auto"), "loss_scale"),
-    (OptimizerSpec("sgd", "torch", loss_scale=-1.0), "loss_scale"),
+    (OptimizerSpec("lamb", "torch"), "optimizer kind 'lamb' is not supported; expected one of "
+                                     "('sgd', 'momentum', 'adam', 'adamw')"),
+    (OptimizerSpec("adam", "jax"), "optimizer semantics 'jax' is unknown; expected one of ('torch', 'tf')"),
+    (OptimizerSpec("momentum", "torch", {}), "optimizer 'momentum' needs the hyper-parameter 'momentum'"),
+    (OptimizerSpec("sgd", "torch", loss_scale="auto"), "loss_scale must be a positive number or 'dynamic', got 'auto'"),
+    (OptimizerSpec("sgd", "torch", loss_scale=-1.0), "loss_scale must be a positive number or 'dynamic', got -1.0"),
+    (OptimizerSpec("sgd", "torch", loss_scale=0.0), "loss_scale must be a positive number or 'dynamic', got 0.0"),
 ])
 def test_bad_specs_are_user_errors(spec_, message):
-    with pytest.raises(UserError, match=message):
+    with pytest.raises(UserError) as error:
         Optimizer(spec_, _random_params())
+    assert str(error.value) == message
+
+
+def test_a_static_loss_scale_below_one_is_a_scale():
+    assert Optimizer(OptimizerSpec("sgd", "torch", loss_scale=0.5), _random_params()).loss_scale == 0.5
+
+
+def test_adamw_decays_the_weight_as_torch_rounds_it():
+    """With zero gradients AdamW only decays, p *= 1 - lr * wd: bit for bit torch's rounding
+    (TF's p -= p * wd * lr rounds otherwise, test_kernels_tf.py)."""
+    params = {"w": np.random.default_rng(8).standard_normal(1000).astype(np.float32)}
+    tensor = torch.tensor(params["w"].copy(), requires_grad=True)
+    torch_opt = torch.optim.AdamW([tensor], lr=0.1, weight_decay=0.3)
+    ours = Optimizer(OptimizerSpec("adamw", "torch", {"weight_decay": 0.3}), params)
+    for _ in range(3):
+        ours.apply_gradients(params, {"w": np.zeros(1000, np.float32)}, 0.1)
+        tensor.grad = torch.zeros(1000)
+        torch_opt.step()
+    np.testing.assert_array_equal(params["w"], tensor.detach().numpy())
+
+
+def test_global_norm_clipping_of_small_gradients_follows_torch():
+    """Gradients of norm 1e-3: torch's 1e-6 added to the norm shows at 1e-3 relative; below
+    max_norm the gradients pass unchanged."""
+    grads = _random_grads(np.random.default_rng(9), scale=3e-4)
+    for max_norm in (1e-4, 1.0):
+        tensors = [torch.tensor(g.copy(), requires_grad=True) for g in grads.values()]
+        for t, g in zip(tensors, grads.values()):
+            t.grad = torch.tensor(g)
+        torch.nn.utils.clip_grad_norm_(tensors, max_norm)
+        clipped = clip_by_global_norm(grads, max_norm, "torch")
+        for got, t in zip(clipped.values(), tensors):
+            np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-6)
+    np.testing.assert_array_equal(clipped["layer.weight"], grads["layer.weight"])
+
+
+def test_clipping_zero_gradients_gives_zeros_without_warnings():
+    zeros = {name: np.zeros(shape, np.float32) for name, shape in SHAPES.items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # TF's 1 / 0 = inf is part of its formula, not a problem
+        for semantics in SEMANTICS:
+            for name, g in clip_by_global_norm(zeros, 1.0, semantics).items():
+                np.testing.assert_array_equal(g, zeros[name])
 
 
 def test_load_state_dict_names_a_missing_parameter():
@@ -191,3 +263,34 @@ def test_load_state_dict_names_a_missing_parameter():
     del state["layer.bias"]
     with pytest.raises(UserError, match="layer.bias"):
         ours.load_state_dict(state)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda s: s["layer.bias"].pop("v"), "optimizer state 'layer.bias'['v']: expected shape (4,), got None"),
+    (lambda s: s["layer.bias"].update(v=np.zeros(3)), "optimizer state 'layer.bias'['v']: expected shape (4,), got (3,)"),
+])
+def test_load_state_dict_names_a_missing_or_misshapen_slot(change, message):
+    ours = Optimizer(OptimizerSpec("adam", "torch"), _random_params())
+    state = ours.state_dict()
+    change(state)
+    with pytest.raises(UserError) as error:
+        ours.load_state_dict(state)
+    assert str(error.value) == message
+
+
+def test_a_state_without_a_step_or_a_count_of_finite_steps_starts_them_at_zero():
+    """What a checkpoint without them means (an SGD state from torch has no step): a fresh count."""
+    spec_ = OptimizerSpec("adam", "torch", {}, loss_scale="dynamic", initial_loss_scale=8.0, steps_per_increase=1)
+    params, fresh_params = _random_params(), _random_params()
+    ours, fresh = Optimizer(spec_, params), Optimizer(spec_, fresh_params)
+    state = ours.state_dict()
+    del state["step"], state["loss_scale_good_steps"]
+    state["loss_scale"] = 8.0
+    ours.load_state_dict(state)
+    assert ours.step_count == 0 and ours.scaler.good_steps == 0
+    grads = _random_grads(np.random.default_rng(10))
+    ours.apply_gradients(params, grads, 0.1)
+    fresh.apply_gradients(fresh_params, grads, 0.1)
+    for name in params:  # the same first Adam step (its bias correction counts from the step)
+        np.testing.assert_array_equal(params[name], fresh_params[name])
+    assert ours.loss_scale == fresh.loss_scale == 16.0

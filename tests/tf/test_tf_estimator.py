@@ -73,13 +73,27 @@ def test_mode_keys_are_tf_estimator_values():
     assert (ModeKeys.TRAIN, ModeKeys.EVAL, ModeKeys.PREDICT) == ("train", "eval", "infer")
 
 
+def _numpy_model(checkpoint):
+    """The mock model's eval set, labels and logits from the checkpoint's weights, in numpy."""
+    reader = tf.train.load_checkpoint(checkpoint)
+    x = np.random.default_rng(0).normal(size=(EXAMPLES, FEATURES)).astype(np.float32)  # input_fn's (N, 6)
+    logits = x @ reader.get_tensor("dense/kernel") + reader.get_tensor("dense/bias")  # (N, 3)
+    return np.arange(EXAMPLES) % CLASSES, logits
+
+
 def test_mock_model_trains_evaluates_and_predicts(tmp_path):
     assert run_mock(tmp_path) is None
     metrics = run_mock(tmp_path, "--mode", "eval")
-    assert metrics["global_step"] == 4 and 0.0 <= metrics["accuracy"] <= 1.0
+    # eval scores the checkpoint's weights: accuracy and mean loss over the 16 examples
+    labels, logits = _numpy_model(str(tmp_path / "model" / "model.ckpt-4"))
+    shifted = logits - logits.max(-1, keepdims=True)
+    loss = np.mean(np.log(np.exp(shifted).sum(-1)) - shifted[np.arange(EXAMPLES), labels])
+    assert metrics["global_step"] == 4
+    assert metrics["accuracy"] == np.mean(logits.argmax(-1) == labels)
+    assert metrics["loss"] == pytest.approx(loss, rel=1e-5)
     path = run_mock(tmp_path, "--mode", "predict")
     with np.load(path) as predictions:
-        assert predictions["classes"].shape == (EXAMPLES,)
+        np.testing.assert_array_equal(predictions["classes"], logits.argmax(-1))  # (16,), in the eval set's order
 
 
 def test_model_fn_returning_a_non_spec(tmp_path, capsys):
@@ -165,6 +179,26 @@ def test_checkpoint_of_another_model(tmp_path, capsys):
 
     assert_one_line_error(run_mock(tmp_path, "runconfig.max_steps=6", model=wider), capsys,
                           "'dense/kernel' has shape [6, 3]", "[6, 4]")
+
+
+@pytest.mark.parametrize("mode", ["eval", "predict", "train"])
+def test_a_checkpoint_without_a_model_variable_is_refused(tmp_path, capsys, mode):
+    """Evaluating (or resuming) a model with a layer the checkpoint lacks would report metrics
+    of that layer's random initial weights: one error line naming the variable instead."""
+    assert run_mock(tmp_path) is None
+
+    def deeper(features, labels, mode, params):
+        h = keras.layers.Dense(FEATURES, name="extra")(features)  # not in the checkpoint
+        logits = keras.layers.Dense(CLASSES, name="dense")(h)
+        if mode == ModeKeys.PREDICT:
+            return EstimatorSpec(mode, predictions={"classes": tf.argmax(logits, -1)})
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        if mode == ModeKeys.TRAIN:
+            return EstimatorSpec(mode, loss=loss, train_op=build_train_op(loss, params))
+        return EstimatorSpec(mode, loss=loss)
+
+    assert_one_line_error(run_mock(tmp_path, "--mode", mode, "runconfig.max_steps=6", model=deeper), capsys,
+                          "model.ckpt-4: holds no 'extra/", "nor 1 more model variables", "another model")
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, capsys):

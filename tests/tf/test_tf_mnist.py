@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
+from common.data.mnist import MNIST_FILES, read_idx
 from common.summaries import read_scalars
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -85,13 +86,19 @@ def test_train_and_eval_evaluates_each_checkpoint(tf_mnist, tiny_args, tmp_path)
     assert os.path.isfile(tmp_path / "model" / "params_train_and_eval.yaml")
 
 
-def test_predict_writes_predictions(tf_mnist, tiny_args, tmp_path):
+def test_predict_writes_predictions(tf_mnist, tiny_args, tmp_path, mnist_dir):
     tf_mnist.main(tiny_args())
     path = tf_mnist.main(tiny_args("--mode", "predict"))
     assert path == str(tmp_path / "model" / "predictions.npz")
     with np.load(path) as predictions:
-        assert predictions["classes"].shape == (96,)  # 3 batches of 32
-        np.testing.assert_allclose(predictions["probabilities"].sum(axis=1), 1.0, rtol=1e-5)
+        classes, probabilities = predictions["classes"], predictions["probabilities"]
+    assert classes.shape == (96,)  # 3 batches of 32
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(classes, probabilities.argmax(axis=1))
+    # the predictions are the ones eval scores, in the eval set's order
+    labels = read_idx(os.path.join(mnist_dir, "MNIST", "raw", MNIST_FILES["test"][1]))  # (96,)
+    accuracy = tf_mnist.main(tiny_args("--mode", "eval"))["accuracy"]
+    assert np.mean(classes == labels) == pytest.approx(accuracy)
 
 
 def test_warm_start_from_checkpoint_path(tf_mnist, tiny_args, tmp_path):

@@ -126,6 +126,33 @@ def test_adamw_decays_decoupled_and_skips_biases(problem):
     np.testing.assert_allclose(b, b0 - adam(gb), rtol=1e-4)
 
 
+@pytest.mark.parametrize("kind", ["adam", "adamw"])
+def test_adam_follows_its_betas_and_epsilon(problem, kind):
+    """Three steps against TF's Adam written out in numpy (lr_t = lr sqrt(1 - b2^t) / (1 - b1^t),
+    eps added to sqrt(v)). Betas and an epsilon far from the defaults: with the defaults, or on
+    the first step, every step would be about lr x sign(g) whatever they are."""
+    w0, b0, x, y = problem
+    b1, b2, eps, lr, wd = 0.5, 0.7, 0.05, 0.1, 0.2
+    w, b, _, _ = one_step({"optimizer_type": kind, "learning_rate": lr, "beta1": b1, "beta2": b2, "epsilon": eps,
+                           "weight_decay": wd}, w0, b0, x, y, steps=3)
+    ref_w, ref_b = w0.astype(np.float64), b0.astype(np.float64)
+    slots = {"w": [0.0, 0.0], "b": [0.0, 0.0]}
+    for t in range(1, 4):
+        gw, gb = gradients(ref_w, ref_b, x, y)
+        if kind == "adam":
+            gw = gw + wd * ref_w  # coupled L2 on the kernel; the bias is excluded ("bias" in its name)
+        else:
+            ref_w = ref_w * (1 - lr * wd)  # decoupled, before the update
+        lr_t = lr * math.sqrt(1 - b2**t) / (1 - b1**t)
+        for name, g in (("w", gw), ("b", gb)):
+            m, v = slots[name]
+            slots[name] = [b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g]
+        ref_w = ref_w - lr_t * slots["w"][0] / (np.sqrt(slots["w"][1]) + eps)
+        ref_b = ref_b - lr_t * slots["b"][0] / (np.sqrt(slots["b"][1]) + eps)
+    np.testing.assert_allclose(w, ref_w, rtol=1e-5)
+    np.testing.assert_allclose(b, ref_b, rtol=1e-5)
+
+
 def test_value_clipping(problem):
     w0, b0, x, y = problem
     w, _, _, _ = one_step({"optimizer_type": "sgd", "learning_rate": 1.0, "max_gradient_value": 0.01},

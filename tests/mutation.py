@@ -1,0 +1,218 @@
+"""Mutation testing of the emulator, the params and the runners: `tox -e mutation` (slow).
+
+mutmut 3 (https://mutmut.readthedocs.io) changes one operator, constant or call at a time
+in the modules of a group and runs the tests that execute the changed function; a mutant
+that leaves every one of them green "survived": a behaviour change no test would catch.
+tests/MUTATION.md holds the figures, how to read them, and the survivors judged equivalent.
+
+    python tests/mutation.py                    # every group, in the order of GROUPS
+    python tests/mutation.py program cost       # some groups
+    python tests/mutation.py --rerun program    # the same copy again: only changed functions
+                                                # and the survivors are run (after a new test)
+    python tests/mutation.py --list             # the groups, their modules and tests
+
+Each group runs in its own copy of the working tree, .mutation/<group>/ (mutmut's
+mutants/ folder and its cache live there, never in the checkout); inspect a survivor
+with `cd .mutation/<group> && mutmut show <name>` (or `mutmut browse`). The exit status
+is 1 when a survivor is neither killed nor listed as equivalent in tests/MUTATION.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRATCH = ROOT / ".mutation"
+MUTATION_MD = ROOT / "tests" / "MUTATION.md"
+
+# group: (modules to mutate, the tests that cover them), in priority order. mutmut maps
+# each test to the functions it runs once per group, then runs a mutant against only the
+# tests of its function, fastest first, until one fails; a survivor runs them all. The
+# tests are each module's own (the end-to-end runs of tests/pytorch/test_pt_device.py and
+# tests/tf/test_tf_device.py would add minutes per survivor), so that a group takes minutes.
+GROUPS: dict[str, tuple[list[str], list[str]]] = {
+    "precision": (["device/dtypes.py", "common/precision.py"],
+                  ["tests/device/test_dtypes.py", "tests/device/test_program.py", "tests/common/test_precision.py",
+                   "tests/tf/test_tf_optim.py",
+                   "tests/pytorch/test_pt_bad_input.py::test_mixed_precision_dtype_the_cpu_lacks"]),
+    "optimizers": (["device/runtime/optimizers.py", "device/optimizer.py", "common/pytorch/optim.py", "common/tf/optim.py"],
+                   ["tests/device/test_optimizers.py", "tests/device/test_kernels_tf.py", "tests/device/test_program.py",
+                    "tests/pytorch/test_pt_optim.py", "tests/tf/test_tf_optim.py"]),
+    "program": (["device/runtime/program.py"], ["tests/device/test_program.py", "tests/device/test_dtypes.py"]),
+    "kernels": (["device/ops/*.py"],
+                ["tests/device/test_ops.py", "tests/device/test_kernels_numpy.py", "tests/device/test_kernels_tf.py"]),
+    "cost": (["device/cost.py"], ["tests/device/test_cost.py", "tests/device/test_report.py"]),
+    "params": (["common/params.py"],
+               ["tests/common/test_params.py", "tests/common/test_vendor_params.py", "tests/common/test_cli.py"]),
+    "place": (["device/place.py"], ["tests/device/test_place.py", "tests/device/test_cost.py", "tests/device/test_report.py"]),
+    # the runners last: other work lands there often
+    "pytorch": (["common/pytorch/*.py"], ["tests/pytorch"]),
+    "estimator": (["common/tf/estimator/*.py"], ["tests/tf"]),
+}
+
+# mutmut's summary line: done/total, then killed, no tests, timeout, suspicious, survived, skipped, type check
+_SUMMARY = re.compile(r"(\d+)/(\d+)\s+🎉 (\d+) 🫥 (\d+)\s+⏰ (\d+)\s+🤔 (\d+)\s+🙁 (\d+)\s+🔇 (\d+)")
+# an equivalent mutant in tests/MUTATION.md: | `name` | `the mutated line` | reason |
+_EQUIVALENT = re.compile(r"^\|\s*`([^`]+__mutmut_\d+)`\s*\|\s*`([^`]*)`\s*\|")
+
+
+def _mutmut() -> str:
+    found = shutil.which("mutmut", path=str(Path(sys.executable).parent)) or shutil.which("mutmut")
+    if not found:
+        sys.exit("mutmut is not installed: pip install -e '.[mutation]' (or run tox -e mutation)")
+    return found
+
+
+def _config(modules: list[str], tests: list[str]) -> str:
+    def toml_list(items):
+        return "[" + ", ".join(f'"{item}"' for item in items) + "]"
+
+    # the whole packages are copied (a mutated module imports its unmutated siblings);
+    # only_mutate picks the group's modules; model folders and data travel with the tests
+    return "\n".join([
+        "", "[tool.mutmut]",
+        'source_paths = ["common", "device"]',
+        f"only_mutate = {toml_list(modules)}",
+        'also_copy = ["pytorch", "tf", "datasets", "benchmarks", "README.md"]',
+        f"pytest_add_cli_args_test_selection = {toml_list(tests)}",
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-W", "ignore"]',
+        # torch and TensorFlow are not fork-safe once they have run: fork every mutant from
+        # a server that has only imported them
+        'process_isolation = "forkserver"',
+        "",
+    ])
+
+
+def _copy_tree(target: Path) -> None:
+    """The working tree's files (tracked and untracked, not ignored) into ``target``, mtimes kept.
+
+    An unchanged file keeps its mtime, so mutmut's cache keeps its results on a rerun.
+    """
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split("\0")
+    for name in filter(None, files):
+        source, dest = ROOT / name, target / name
+        if not source.is_file():  # deleted but still tracked
+            continue
+        if dest.exists() and dest.stat().st_mtime == source.stat().st_mtime:
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, dest)
+
+
+def equivalents() -> dict[str, str]:
+    """The mutants tests/MUTATION.md marks equivalent: name -> the mutated line it recorded."""
+    if not MUTATION_MD.exists():
+        return {}
+    found = {}
+    for line in MUTATION_MD.read_text(encoding="utf-8").splitlines():
+        match = _EQUIVALENT.match(line)
+        if match:
+            found[match.group(1)] = match.group(2)
+    return found
+
+
+def _survivors(workdir: Path, env: dict) -> dict[str, str]:
+    """mutmut's own list of the group's survivors (and timeouts, suspicious), with their status."""
+    out = subprocess.run([_mutmut(), "results"], cwd=workdir, env=env, capture_output=True, text=True).stdout
+    found = {}
+    for line in out.splitlines():
+        name, _, status = line.strip().rpartition(": ")
+        if "__mutmut_" in name and status != "killed":
+            found[name] = status
+    return found
+
+
+def _mutated_line(workdir: Path, env: dict, name: str) -> str:
+    diff = subprocess.run([_mutmut(), "show", name], cwd=workdir, env=env, capture_output=True, text=True).stdout
+    added = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    return added[0] if added else ""
+
+
+def run_group(group: str, rerun: bool) -> int:
+    """Run one group; returns how many survivors are not explained."""
+    modules, tests = GROUPS[group]
+    workdir = SCRATCH / group
+    if not rerun and workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    _copy_tree(workdir)
+    pyproject = workdir / "pyproject.toml"
+    pyproject.write_text((ROOT / "pyproject.toml").read_text(encoding="utf-8") + _config(modules, tests),
+                         encoding="utf-8")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="0",
+               # the tests of one mutant run on one core: mutmut runs one mutant per core
+               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env.pop("PYTHONPATH", None)  # the mutated copy must be what the tests import
+    print(f"== {group}: mutating {' '.join(modules)}; tests {' '.join(tests)}", flush=True)
+    run = subprocess.run([_mutmut(), "run"], cwd=workdir, env=env, capture_output=True, text=True)
+    output = run.stdout + run.stderr
+    survivors = _survivors(workdir, env) if rerun and run.returncode == 0 else {}
+    if survivors:
+        # mutmut's first pass kept its verdicts on unchanged code; a new test may kill a survivor
+        run = subprocess.run([_mutmut(), "run", *sorted(survivors)], cwd=workdir, env=env, capture_output=True,
+                             text=True)
+        output = run.stdout + run.stderr
+    summaries = _SUMMARY.findall(output.replace("\r", "\n"))
+    if run.returncode != 0 or not summaries:
+        print(output[-4000:])
+        print(f"== {group}: mutmut failed (exit status {run.returncode})")
+        return 1
+    done, total, killed, no_tests, timeout, suspicious, survived, skipped = summaries[-1]
+    print(f"== {group}: {done}/{total}  🎉 {killed} 🫥 {no_tests}  ⏰ {timeout}  🤔 {suspicious}  🙁 {survived}  "
+          f"🔇 {skipped}   (mutmut's last summary line)")
+    return _report(workdir, env, group)
+
+
+def _report(workdir: Path, env: dict, group: str) -> int:
+    """Survivors per module; those tests/MUTATION.md marks equivalent, and the others with their diff."""
+    survivors = _survivors(workdir, env)
+    known = equivalents()
+    per_module: dict[str, list[str]] = {}
+    for name in survivors:
+        per_module.setdefault(re.match(r"(.*?)\.x[_ǁ]", name).group(1), []).append(name)
+    unexplained = 0
+    for module, names in sorted(per_module.items()):
+        marked = [n for n in names if n in known and known[n] == _mutated_line(workdir, env, n)]
+        print(f"   {module}: {len(names)} not killed, {len(marked)} marked equivalent")
+        for name in sorted(set(names) - set(marked)):
+            unexplained += 1
+            print(f"     {survivors[name]}: {name}: {_mutated_line(workdir, env, name)}")
+    print(f"== {group}: {unexplained} not explained (cd {workdir.relative_to(ROOT)} && mutmut show NAME)")
+    return unexplained
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("groups", nargs="*", metavar="GROUP", help=f"groups to run (default all): {', '.join(GROUPS)}")
+    parser.add_argument("--rerun", action="store_true",
+                        help="keep .mutation/GROUP: rerun the survivors and whatever changed")
+    parser.add_argument("--report", action="store_true", help="only print the survivors of the last run")
+    parser.add_argument("--list", action="store_true", help="list the groups")
+    args = parser.parse_args(argv)
+    unknown = [g for g in args.groups if g not in GROUPS]
+    if unknown:
+        parser.error(f"unknown group {unknown[0]!r}; the groups: {', '.join(GROUPS)}")
+    if args.list:
+        for group, (modules, tests) in GROUPS.items():
+            print(f"{group:11s} {' '.join(modules)}\n{'':11s} tests: {' '.join(tests)}")
+        return 0
+    unexplained = 0
+    for group in args.groups or list(GROUPS):
+        if args.report:
+            env = dict(os.environ)
+            env.pop("PYTHONPATH", None)
+            unexplained += _report(SCRATCH / group, env, group)
+        else:
+            unexplained += run_group(group, args.rerun)
+    return 1 if unexplained else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
