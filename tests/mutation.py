@@ -25,6 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +44,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                    "tests/pytorch/test_pt_bad_input.py::test_mixed_precision_dtype_the_cpu_lacks"]),
     "optimizers": (["device/runtime/optimizers.py", "device/optimizer.py", "common/pytorch/optim.py", "common/tf/optim.py"],
                    ["tests/device/test_optimizers.py", "tests/device/test_kernels_tf.py", "tests/device/test_program.py",
-                    "tests/pytorch/test_pt_optim.py", "tests/tf/test_tf_optim.py"]),
+                    "tests/pytorch/test_pt_optim.py", "tests/tf/test_tf_optim.py", "tests/pytorch/test_pt_loss_scale.py",
+                    "tests/tf/test_tf_loss_scale.py"]),
     "program": (["device/runtime/program.py"], ["tests/device/test_program.py", "tests/device/test_dtypes.py"]),
     "kernels": (["device/ops/*.py"],
                 ["tests/device/test_ops.py", "tests/device/test_kernels_numpy.py", "tests/device/test_kernels_tf.py"]),
@@ -118,15 +120,21 @@ def equivalents() -> dict[str, str]:
     return found
 
 
-def _survivors(workdir: Path, env: dict) -> dict[str, str]:
-    """mutmut's own list of the group's survivors (and timeouts, suspicious), with their status."""
-    out = subprocess.run([_mutmut(), "results"], cwd=workdir, env=env, capture_output=True, text=True).stdout
+def _results(workdir: Path, env: dict) -> dict[str, str]:
+    """mutmut's own verdict on every mutant of the group: killed, survived, no tests, timeout, ..."""
+    out = subprocess.run([_mutmut(), "results", "--all", "true"], cwd=workdir, env=env, capture_output=True,
+                         text=True).stdout
     found = {}
     for line in out.splitlines():
         name, _, status = line.strip().rpartition(": ")
-        if "__mutmut_" in name and status != "killed":
+        if "__mutmut_" in name:
             found[name] = status
     return found
+
+
+def _survivors(workdir: Path, env: dict) -> dict[str, str]:
+    """The mutants no test killed (survived, no tests, timeout, ...), with their status."""
+    return {name: status for name, status in _results(workdir, env).items() if status != "killed"}
 
 
 def _mutated_line(workdir: Path, env: dict, name: str) -> str:
@@ -171,19 +179,23 @@ def run_group(group: str, rerun: bool) -> int:
 
 
 def _report(workdir: Path, env: dict, group: str) -> int:
-    """Survivors per module; those tests/MUTATION.md marks equivalent, and the others with their diff."""
-    survivors = _survivors(workdir, env)
+    """Per module mutmut's verdicts; the mutants tests/MUTATION.md marks equivalent, and the
+    others that no test killed with their mutated line."""
+    results = _results(workdir, env)
     known = equivalents()
     per_module: dict[str, list[str]] = {}
-    for name in survivors:
+    for name in results:
         per_module.setdefault(re.match(r"(.*?)\.x[_ǁ]", name).group(1), []).append(name)
     unexplained = 0
     for module, names in sorted(per_module.items()):
-        marked = [n for n in names if n in known and known[n] == _mutated_line(workdir, env, n)]
-        print(f"   {module}: {len(names)} not killed, {len(marked)} marked equivalent")
-        for name in sorted(set(names) - set(marked)):
+        alive = [n for n in names if results[n] != "killed"]
+        marked = [n for n in alive if n in known and known[n] == _mutated_line(workdir, env, n)]
+        counts = ", ".join(f"{count} {status}" for status, count in
+                           sorted(Counter(results[n] for n in names).items(), key=lambda sc: -sc[1]))
+        print(f"   {module}: {len(names)} mutants: {counts}; {len(marked)} of those not killed marked equivalent")
+        for name in sorted(set(alive) - set(marked)):
             unexplained += 1
-            print(f"     {survivors[name]}: {name}: {_mutated_line(workdir, env, name)}")
+            print(f"     {results[name]}: {name}: {_mutated_line(workdir, env, name)}")
     print(f"== {group}: {unexplained} not explained (cd {workdir.relative_to(ROOT)} && mutmut show NAME)")
     return unexplained
 

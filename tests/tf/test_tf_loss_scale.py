@@ -17,6 +17,8 @@ DYNAMIC = ("mixed_precision.enabled=true", "optimizer.loss_scaling_factor=dynami
 
 def _scale(model_dir, step):
     reader = tf.train.load_checkpoint(str(model_dir / f"model.ckpt-{step}"))
+    dtypes = reader.get_variable_to_dtype_map()
+    assert (dtypes["loss_scale"], dtypes["loss_scale_good_steps"]) == (tf.float32, tf.int64)
     return float(reader.get_tensor("loss_scale")), int(reader.get_tensor("loss_scale_good_steps"))
 
 

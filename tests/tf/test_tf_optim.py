@@ -9,7 +9,8 @@ import tensorflow as tf
 from common.errors import UserError
 from common.params import load_params
 from common.summaries import read_scalars
-from common.tf.optim import build_train_op, learning_rate
+from common.tf.optim import (LEARNING_RATE_COLLECTION, LOSS_SCALE_COLLECTION, LOSS_SCALE_STEPS_COLLECTION,
+                             build_optimizer, build_train_op, learning_rate)
 
 
 def lr_at(spec, steps):
@@ -151,6 +152,85 @@ def test_adam_follows_its_betas_and_epsilon(problem, kind):
         ref_b = ref_b - lr_t * slots["b"][0] / (np.sqrt(slots["b"][1]) + eps)
     np.testing.assert_allclose(w, ref_w, rtol=1e-5)
     np.testing.assert_allclose(b, ref_b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("scaling", [None, 128.0, "dynamic"])
+def test_the_train_op_steps_its_global_step_and_trains_only_var_list(problem, scaling):
+    """The global step and var_list given are the ones used; the learning rate and loss scale
+    are in their collections for the runner; the scale and its counter are not trained."""
+    w0, b0, x, y = problem
+    optimizer = {"optimizer_type": "sgd", "learning_rate": 0.1}
+    mixed = {}
+    if scaling is not None:
+        optimizer["loss_scaling_factor"] = scaling
+        mixed = {"mixed_precision": {"enabled": True, "dtype": "bfloat16"}}
+    params = load_params(None, {"optimizer": optimizer, **mixed})
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.Variable(w0, name="dense/kernel")
+        b = tf.compat.v1.Variable(b0, name="dense/bias")
+        step = tf.compat.v1.Variable(0, dtype=tf.int64, trainable=False, name="my_step")
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
+        train_op = build_train_op(loss, params, global_step=step, var_list=[w])  # b stays
+        assert tf.compat.v1.trainable_variables() == [w, b]
+        (lr,) = graph.get_collection(LEARNING_RATE_COLLECTION)
+        scales = graph.get_collection(LOSS_SCALE_COLLECTION)
+        counters = graph.get_collection(LOSS_SCALE_STEPS_COLLECTION)
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(3):
+                session.run(train_op)
+            assert session.run(step) == 3 and session.run(lr) == pytest.approx(0.1)
+            np.testing.assert_array_equal(session.run(b), b0)
+            assert not np.array_equal(session.run(w), w0)
+            if scaling is None:
+                assert scales == [] and counters == []
+            elif scaling == "dynamic":  # float32 scale, int64 count: the names the checkpoints hold
+                assert [(v.op.name, v.dtype.base_dtype) for v in scales + counters] == [
+                    ("loss_scale", tf.float32), ("loss_scale_good_steps", tf.int64)]
+                assert session.run(scales[0]) == 32768.0 and session.run(counters[0]) == 3
+            else:
+                assert session.run(scales[0]) == 128.0 and counters == []
+
+
+def test_adamw_decays_reference_variables_too(problem):
+    """TF1 reference variables go through _apply_dense, resource variables through
+    _resource_apply_dense: both decay and update alike."""
+    w0, b0, x, y = problem
+    params = load_params(None, {"optimizer": {"optimizer_type": "adamw", "learning_rate": 0.1,
+                                              "weight_decay": 0.5}})
+    results = []
+    for use_resource in (True, False):
+        graph = tf.Graph()
+        with graph.as_default():
+            w = tf.compat.v1.Variable(w0, name="dense/kernel", use_resource=use_resource)
+            loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+            train_op = build_train_op(loss, params)
+            with tf.compat.v1.Session(graph=graph) as session:
+                session.run(tf.compat.v1.global_variables_initializer())
+                session.run(train_op)
+                results.append(session.run(w))
+    gw = 2.0 / y.size * x.T @ (x @ w0 - y)
+    np.testing.assert_allclose(results[0], w0 * (1 - 0.1 * 0.5) - 0.1 * np.sign(gw), rtol=1e-4)
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-6)  # TF's two kernels round alike but for an ulp
+
+
+@pytest.mark.parametrize("case, message", [
+    ("no variables", "optimizer: the model has no trainable variables"),
+    ("loss of none", "optimizer: the loss depends on none of the trainable variables"),
+    ("unknown type", "optimizer.optimizer_type must be one of sgd, momentum, adam, adamw, got 'lamb'"),
+])
+def test_train_op_errors_are_user_errors(case, message):
+    params = load_params(None, {})
+    with tf.Graph().as_default(), pytest.raises(UserError) as error:
+        if case == "unknown type":  # params refuse it first; a mapping built by hand gets this
+            build_optimizer({**params["optimizer"], "optimizer_type": "lamb"}, tf.constant(0.1))
+        elif case == "no variables":
+            build_train_op(tf.constant(1.0), params)
+        else:
+            tf.compat.v1.Variable(1.0, name="unused")
+            build_train_op(tf.constant(1.0), params)
+    assert str(error.value) == message
 
 
 def test_value_clipping(problem):
