@@ -103,7 +103,9 @@ def test_new_copies_a_folder_with_its_names_and_model_dir_adjusted(capsys, tmp_p
     dest = tmp_path / "my_cnn"
     code, out, _ = run(capsys, "new", "my_cnn", "--from", "pytorch/mnist", "--dest", str(dest))
     assert code == 0 and "model_dir/pytorch_my_cnn" in out
-    assert sorted(os.listdir(dest)) == sorted(os.listdir(os.path.join(ROOT, "pytorch", "mnist")))
+    # byte-code caches of runs of the original are not copied
+    assert sorted(os.listdir(dest)) == sorted(n for n in os.listdir(os.path.join(ROOT, "pytorch", "mnist"))
+                                              if n != "__pycache__")
     config = (dest / "configs" / "params.yaml").read_text()
     assert "pytorch_mnist" not in config and "model_dir/pytorch_my_cnn" in config
     readme = (dest / "README.md").read_text()
