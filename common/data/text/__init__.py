@@ -1,0 +1,25 @@
+"""Text data for the language models: corpora, tokenizers, BERT pretraining examples.
+
+- ``corpus``: the default corpus (Python's documentation prose, shipped with CPython) and
+  readers of text files and JSON lines; standard library only.
+- ``tokenizer``: WordPiece and byte-level BPE trained with Hugging Face ``tokenizers``,
+  and readers of vocab.txt, GPT-2's encoder.json + vocab.bpe and tokenizer.json.
+- ``pretraining``: Google BERT's masked-LM + next-sentence examples; HDF5 files (h5py).
+- ``prepare``: what ``datasets/prepare_bert.py`` runs (sharded, restartable).
+- ``tfrecord``: the TFRecord writer and the tf.data reader (imports TensorFlow).
+- ``torch_dataset``: the torch Dataset over the HDF5 shards (imports torch).
+
+Only ``corpus`` is imported here, so ``import common.data.text`` needs neither a
+framework nor ``tokenizers``; import the other modules by name.
+"""
+
+from common.data.text.corpus import (
+    corpus_fingerprint,
+    default_corpus,
+    read_corpus,
+    read_jsonl,
+    read_text_file,
+    split_sentences,
+)
+
+__all__ = ["corpus_fingerprint", "default_corpus", "read_corpus", "read_jsonl", "read_text_file", "split_sentences"]
