@@ -29,7 +29,7 @@ from common.errors import UserError
 
 # A sentence ends at . ! or ? (optionally closed by a quote or bracket) followed by space
 # and a capital, a quote or a bracket. "e.g. the" and "i.e. a" stay whole (lowercase next).
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[\"'(A-Z])")
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(A-Z])")
 _UNDERLINE = re.compile(r"^\s*([*=\-~^])\1{2,}\s*$")  # ****, ====, ---- under a heading
 _LIST_MARKER = re.compile(r"^(\d+\.|\*|-|•)\s+")
 # "Note:", "See also:", "Changed in version 3.1:" and their like introduce indented prose,
