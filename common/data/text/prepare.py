@@ -139,12 +139,9 @@ def prepare_bert(
         num_eval = max(1, num_eval)
     splits = {"train": (token_documents[num_eval:], num_shards), "eval": (token_documents[:num_eval], 1)}
     for split, (docs, shards) in splits.items():
-        if docs and len(docs) < shards:
-            raise UserError(f"{source}: {len(docs)} {split} documents cannot fill {shards} shards; "
-                            f"lower --num_shards or give more documents")
-    if not splits["train"][0] or len(splits["train"][0]) < num_shards:
-        raise UserError(f"{source}: {len(splits['train'][0])} training documents for {num_shards} shards; "
-                        f"give more documents, lower --num_shards or --eval_percent")
+        if (docs or split == "train") and len(docs) < shards:
+            raise UserError(f"{source}: {len(docs)} {split} documents cannot fill {shards} shard(s); "
+                            f"lower --num_shards or --eval_percent, or give more documents")
 
     settings = {
         "source": source,
