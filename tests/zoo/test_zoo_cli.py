@@ -142,7 +142,8 @@ def test_new_refuses_with_one_line(argv, message, capsys):
 
 def test_prepare_lists_the_data_sets_and_runs_one(capsys, tmp_path):
     code, out, _ = run(capsys, "prepare")
-    assert code == 0 and out.startswith("mnist ") and "datasets/prepare_mnist.py" in out
+    assert code == 0 and "\nmnist " in out and "datasets/prepare_mnist.py" in out
+    assert out.startswith("bert ") and "datasets/prepare_bert.py" in out
     source = tmp_path / "source"
     write_fake_mnist(source, n_train=20, n_test=10, seed=0)
     code, out, _ = run(capsys, "prepare", "mnist", "--source", str(source / "MNIST" / "raw"),
@@ -153,7 +154,7 @@ def test_prepare_lists_the_data_sets_and_runs_one(capsys, tmp_path):
 
 def test_prepare_bad_input_is_one_line(capsys, tmp_path):
     code, _, err = run(capsys, "prepare", "imagenet")
-    assert code == 2 and err == "error: no data set 'imagenet' to prepare: mnist (datasets/README.md)\n"
+    assert code == 2 and err == "error: no data set 'imagenet' to prepare: bert, mnist (datasets/README.md)\n"
     code, _, err = run(capsys, "prepare", "mnist", "--source", str(tmp_path), "--data_dir", str(tmp_path / "d"))
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1
 
