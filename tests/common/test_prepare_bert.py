@@ -232,3 +232,16 @@ def test_wrong_schema_tfrecord(tmp_path, prepared):
     path.write_bytes(b"\x00" * 40)
     with pytest.raises(UserError, match=r"bad\.tfrecord: not a TFRecord file of tf\.train\.Example"):
         pretraining_dataset([prepared / "eval-00000-of-00001.tfrecord", path])
+
+
+def test_progress_without_tqdm_prints_plain_lines(monkeypatch, capsys):
+    from common.data.text.prepare import _Progress
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm now raises ImportError
+    progress = _Progress(total=20, desc="train-00000-of-00001")
+    for _ in range(20):
+        progress(1)
+    progress.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "train-00000-of-00001: 2/20 documents" and lines[-1] == "train-00000-of-00001: 20/20 documents"
+    assert lines == [f"train-00000-of-00001: {k}/20 documents" for k in range(2, 21, 2)]

@@ -49,7 +49,7 @@ class _Progress:
     """tqdm where it is installed, otherwise a line at every tenth of the work."""
 
     def __init__(self, total: int, desc: str):
-        self.total, self.done, self.next_line, self.desc = total, 0, 0.1, desc
+        self.total, self.done, self.tenths, self.desc = total, 0, 0, desc
         try:
             from tqdm import tqdm
 
@@ -61,9 +61,9 @@ class _Progress:
         self.done += n
         if self.bar is not None:
             self.bar.update(n)
-        elif self.total and self.done / self.total >= self.next_line:
+        elif self.done * 10 >= (self.tenths + 1) * self.total:
             print(f"{self.desc}: {self.done:,}/{self.total:,} documents", file=sys.stderr, flush=True)
-            self.next_line += 0.1
+            self.tenths = self.done * 10 // self.total
 
     def close(self):
         if self.bar is not None:

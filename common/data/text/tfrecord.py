@@ -31,7 +31,7 @@ def _first_example(path) -> tf.train.Example:
     try:
         for record in tf.data.TFRecordDataset(str(path)).take(1):
             return tf.train.Example.FromString(record.numpy())
-    except (tf.errors.OpError, Exception) as e:  # DataLossError, or a protobuf DecodeError
+    except Exception as e:  # tf.errors.DataLossError for a bad record, protobuf's DecodeError for a bad Example
         raise UserError(f"{path}: not a TFRecord file of tf.train.Example ({type(e).__name__})") from None
     raise UserError(f"{path}: empty TFRecord file (no example in it)")
 
