@@ -162,6 +162,7 @@ def test_bad_input_one_line_each(tmp_path, capsys, text_file):
     assert "max_seq_length 1024: must be in 8..512" in _error_line(capsys, [*out, "--max_seq_length", "1024"])
     line = _error_line(capsys, [*out, "--input", str(text_file), "--num_shards", "50", "--vocab_size", "300"])
     assert "18 train documents cannot fill 50 shard(s)" in line
+    assert "vocab_size 10: must be at least 64" in _error_line(capsys, [*out, "--vocab_size", "10"])
     assert "unknown format 'parquet'" in _error_line(capsys, [*out, "--formats", "parquet"])
     assert not (tmp_path / "out").exists()  # nothing written on bad input
 

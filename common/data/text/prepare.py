@@ -26,9 +26,11 @@ from pathlib import Path
 
 from common.data.text.corpus import corpus_fingerprint, default_corpus, read_corpus
 from common.data.text.pretraining import MaskingConfig, SpecialIds, count_hdf5, make_shard, shard_seed, to_arrays, write_hdf5
+from common.data.text.tokenizer import CLS, MASK, SEP, read_bert_tokenizer, train_wordpiece, vocab_in_id_order, write_vocab_txt
 from common.errors import UserError
 
 FORMATS = ("tfrecord", "hdf5")
+MIN_VOCAB_SIZE = 64  # the five special tokens and room for an alphabet
 
 
 def _writer_and_counter(fmt: str):
@@ -108,6 +110,8 @@ def prepare_bert(
         raise UserError("--formats: give at least one format")
     if num_shards < 1:
         raise UserError(f"num_shards {num_shards}: must be at least 1")
+    if not vocab_file and vocab_size < MIN_VOCAB_SIZE:
+        raise UserError(f"vocab_size {vocab_size}: must be at least {MIN_VOCAB_SIZE}")
     if not 0.0 <= eval_percent < 100.0:
         raise UserError(f"eval_percent {eval_percent}: must be in [0, 100)")
     io = {fmt: _writer_and_counter(fmt) for fmt in formats}  # fail on a missing library before any work
@@ -115,8 +119,6 @@ def prepare_bert(
     output_dir = Path(output_dir)
     documents = read_corpus(inputs, field) if inputs else default_corpus()
     source = ", ".join(map(str, inputs)) if inputs else "the default corpus (pydoc_data topics)"
-
-    from common.data.text.tokenizer import CLS, MASK, SEP, read_bert_tokenizer, train_wordpiece, vocab_in_id_order, write_vocab_txt
 
     if vocab_file:
         tokenizer = read_bert_tokenizer(vocab_file, do_lower_case)
