@@ -62,7 +62,8 @@ def test_default_corpus_prepares_train_and_eval_shards(prepared, capsys):
     manifest = json.loads((prepared / "manifest.json").read_text())
     names = ["train-00000-of-00002", "train-00001-of-00002", "eval-00000-of-00001"]
     assert sorted(manifest["shards"]) == sorted(names)
-    assert manifest["settings"]["max_seq_length"] == 32 and manifest["settings"]["source"].startswith("the default corpus")
+    assert manifest["settings"]["max_seq_length"] == 32
+    assert manifest["settings"]["source"].startswith("the default corpus")
     vocab = (prepared / "vocab.txt").read_text().splitlines()
     assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and len(vocab) == 600
     total = 0

@@ -7,7 +7,9 @@ import random
 import numpy as np
 import pytest
 
-from common.data.text import corpus_fingerprint, default_corpus, read_corpus, read_jsonl, read_text_file, split_sentences
+from common.data.text import (
+    corpus_fingerprint, default_corpus, read_corpus, read_jsonl, read_text_file, split_sentences,
+)
 from common.data.text.corpus import topic_sentences
 from common.data.text.pretraining import MaskingConfig, SpecialIds, instances_from_document, make_shard, to_arrays
 from common.errors import UserError
@@ -112,7 +114,8 @@ def test_wordpiece_special_tokens_and_determinism(small_docs):
     assert len(vocab) == 300 and any(t.startswith("##") for t in vocab)
     enc = a.encode("The suite is executed.", "Another one.")
     assert enc.tokens[0] == "[CLS]" and enc.tokens.count("[SEP]") == 2
-    assert enc.type_ids == [0] * (enc.tokens.index("[SEP]") + 1) + [1] * (len(enc.tokens) - enc.tokens.index("[SEP]") - 1)
+    first_sep = enc.tokens.index("[SEP]")
+    assert enc.type_ids == [0] * (first_sep + 1) + [1] * (len(enc.tokens) - first_sep - 1)
     # WordPiece pieces spell the word back
     words = a.encode("attributes executed", add_special_tokens=False).tokens
     assert "".join(w.removeprefix("##") if i and w.startswith("##") else (" " + w if i else w)
@@ -209,8 +212,10 @@ def test_instances_follow_google_semantics():
     docs = numbered_documents()
     cfg = MaskingConfig(max_seq_length=24, max_predictions_per_seq=5, dupe_factor=1, short_seq_prob=0.2)
     rng = random.Random(7)
-    instances = [i for _ in range(4) for d in range(len(docs)) for i in instances_from_document(docs, d, cfg, IDS, rng)]
-    assert len(instances) > 100 and any(i.is_random_next for i in instances) and not all(i.is_random_next for i in instances)
+    instances = [i for _ in range(4) for d in range(len(docs))
+                 for i in instances_from_document(docs, d, cfg, IDS, rng)]
+    assert len(instances) > 100
+    assert any(i.is_random_next for i in instances) and not all(i.is_random_next for i in instances)
     for inst in instances:
         t = unmasked(inst)
         n = len(t)

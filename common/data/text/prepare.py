@@ -25,8 +25,12 @@ import time
 from pathlib import Path
 
 from common.data.text.corpus import corpus_fingerprint, default_corpus, read_corpus
-from common.data.text.pretraining import MaskingConfig, SpecialIds, count_hdf5, make_shard, shard_seed, to_arrays, write_hdf5
-from common.data.text.tokenizer import CLS, MASK, SEP, read_bert_tokenizer, train_wordpiece, vocab_in_id_order, write_vocab_txt
+from common.data.text.pretraining import (
+    MaskingConfig, SpecialIds, count_hdf5, make_shard, shard_seed, to_arrays, write_hdf5,
+)
+from common.data.text.tokenizer import (
+    CLS, MASK, SEP, read_bert_tokenizer, train_wordpiece, vocab_in_id_order, write_vocab_txt,
+)
 from common.errors import UserError
 
 FORMATS = ("tfrecord", "hdf5")

@@ -160,7 +160,9 @@ def instances_from_document(all_documents, document_index, cfg: MaskingConfig, i
                     is_random_next = False
                     tokens_b = [t for s in current_chunk[a_end:] for t in s]
                 _truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
-                if tokens_a and tokens_b:  # Google asserts this; an empty sentence would break it
+                # Google asserts both are non-empty, which holds when no sentence is empty (the
+                # callers drop empty ones); an instance that would break it is left out
+                if tokens_a and tokens_b:
                     tokens = [ids.cls] + tokens_a + [ids.sep] + tokens_b + [ids.sep]
                     segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
                     tokens, positions, labels = _masked_lm_predictions(tokens, cfg, ids, rng)
