@@ -36,6 +36,8 @@ def main(argv=None) -> int:
     parser.add_argument("--masked_lm_prob", type=float, default=d.masked_lm_prob)
     parser.add_argument("--short_seq_prob", type=float, default=d.short_seq_prob)
     parser.add_argument("--dupe_factor", type=int, default=d.dupe_factor)
+    parser.add_argument("--do_whole_word_mask", type=int, choices=(0, 1), default=0,
+                        help="1: mask all WordPiece pieces of a word together")
     parser.add_argument("--random_seed", type=int, default=12345)
     parser.add_argument("--num_shards", type=int, default=4, help="training shards (eval has one)")
     parser.add_argument("--eval_percent", type=float, default=10.0, help="documents held out for eval")
@@ -49,7 +51,7 @@ def main(argv=None) -> int:
             vocab_size=args.vocab_size,
             do_lower_case=bool(args.do_lower_case),
             masking=MaskingConfig(args.max_seq_length, args.max_predictions_per_seq, args.masked_lm_prob,
-                                  args.short_seq_prob, args.dupe_factor),
+                                  args.short_seq_prob, args.dupe_factor, bool(args.do_whole_word_mask)),
             seed=args.random_seed,
             num_shards=args.num_shards,
             eval_percent=args.eval_percent,

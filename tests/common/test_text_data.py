@@ -273,6 +273,31 @@ def test_make_shard_is_deterministic_per_seed():
     assert not np.array_equal(a["input_ids"], c["input_ids"])
 
 
+def test_whole_word_masking_masks_every_piece_of_a_word():
+    docs = numbered_documents(20, seed=2)
+    # a "word" here is a sentence: its first token, then "##" pieces (positions 1..)
+    ids = SpecialIds(cls=CLS, sep=SEP, mask=MASK, vocab_size=5000,
+                     continuation=frozenset(t for d in docs for s in d for t in s[1:]))
+    cfg = MaskingConfig(max_seq_length=48, max_predictions_per_seq=8, dupe_factor=3, whole_word_mask=True)
+    instances = make_shard(docs, range(len(docs)), cfg, ids, "wwm")
+    assert len(instances) > 50
+    for inst in instances:
+        t = unmasked(inst)
+        words = []  # positions of each word, grouped as Google groups them
+        for i, token in enumerate(t):
+            if token not in (CLS, SEP):
+                if words and token in ids.continuation:
+                    words[-1].append(i)
+                else:
+                    words.append([i])
+        masked = set(inst.masked_lm_positions)
+        assert all(set(w) <= masked or not (set(w) & masked) for w in words)
+        assert len(masked) <= min(8, max(1, int(round(len(t) * 0.15))))
+    # a word longer than the predictions left is skipped, so an example can have none (these
+    # "words" have up to 6 pieces, and 15% of a short example is 2 or 3 predictions)
+    assert sum(bool(i.masked_lm_positions) for i in instances) > 0.7 * len(instances)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"max_seq_length": 7}, "max_seq_length 7: must be in 8..512"),
     ({"max_seq_length": 1024}, "max_seq_length 1024: must be in 8..512"),

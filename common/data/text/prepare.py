@@ -130,7 +130,8 @@ def prepare_bert(
         tokenizer = train_wordpiece(documents, vocab_size, do_lower_case)
     vocab = vocab_in_id_order(tokenizer)
     ids = SpecialIds(cls=tokenizer.token_to_id(CLS), sep=tokenizer.token_to_id(SEP),
-                     mask=tokenizer.token_to_id(MASK), vocab_size=len(vocab))
+                     mask=tokenizer.token_to_id(MASK), vocab_size=len(vocab),
+                     continuation=frozenset(i for i, t in enumerate(vocab) if t.startswith("##")))
 
     sentences = [s for d in documents for s in d]
     encoded = iter(e.ids for e in tokenizer.encode_batch(sentences, add_special_tokens=False))

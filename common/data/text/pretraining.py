@@ -14,7 +14,9 @@ ported to token ids, with the same random draws in the same order from Python's
   longer segment, and laid out as ``[CLS] A [SEP] B [SEP]``;
 - ``min(max_predictions_per_seq, max(1, round(len * masked_lm_prob)))`` positions other
   than [CLS]/[SEP] are masked: each is replaced by [MASK] 80% of the time, by a random
-  vocabulary token 10%, kept 10%.
+  vocabulary token 10%, kept 10%. With ``whole_word_mask`` (the option Google added
+  later, ``--do_whole_word_mask``) a word's "##" pieces are masked together with it, each
+  piece still drawing its own 80/10/10.
 
 One difference, for restartable shards: Google's script builds every instance, shuffles
 them all and writes them round-robin. Here the documents (shuffled once) are dealt to the
@@ -57,6 +59,7 @@ class MaskingConfig:
     masked_lm_prob: float = 0.15
     short_seq_prob: float = 0.1
     dupe_factor: int = 10
+    whole_word_mask: bool = False  # mask all pieces of a word together (Google's later option)
 
     def validate(self) -> "MaskingConfig":
         if not MIN_SEQ_LENGTH <= self.max_seq_length <= MAX_SEQ_LENGTH:
@@ -94,6 +97,7 @@ class SpecialIds:
     sep: int
     mask: int
     vocab_size: int  # random replacements draw from ids 0..vocab_size-1, as Google's vocab_words
+    continuation: frozenset = frozenset()  # ids of "##" pieces, for whole-word masking
 
 
 def _truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
@@ -106,20 +110,33 @@ def _truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
 
 
 def _masked_lm_predictions(tokens, cfg: MaskingConfig, ids: SpecialIds, rng):
-    cand_indexes = [i for i, t in enumerate(tokens) if t != ids.cls and t != ids.sep]
+    # candidate words: one position each, or with whole-word masking a word's pieces together
+    cand_indexes = []
+    for i, t in enumerate(tokens):
+        if t == ids.cls or t == ids.sep:
+            continue
+        if cfg.whole_word_mask and cand_indexes and t in ids.continuation:
+            cand_indexes[-1].append(i)
+        else:
+            cand_indexes.append([i])
     rng.shuffle(cand_indexes)
     output_tokens = list(tokens)
     num_to_predict = min(cfg.max_predictions_per_seq, max(1, int(round(len(tokens) * cfg.masked_lm_prob))))
     masked = []  # (position, original id)
-    for index in cand_indexes[:num_to_predict]:
-        if rng.random() < 0.8:
-            replacement = ids.mask
-        elif rng.random() < 0.5:
-            replacement = tokens[index]
-        else:
-            replacement = rng.randint(0, ids.vocab_size - 1)
-        output_tokens[index] = replacement
-        masked.append((index, tokens[index]))
+    for index_set in cand_indexes:
+        if len(masked) >= num_to_predict:
+            break
+        if len(masked) + len(index_set) > num_to_predict:
+            continue  # a word that does not fit whole is skipped, as in Google's script
+        for index in index_set:
+            if rng.random() < 0.8:
+                replacement = ids.mask
+            elif rng.random() < 0.5:
+                replacement = tokens[index]
+            else:
+                replacement = rng.randint(0, ids.vocab_size - 1)
+            output_tokens[index] = replacement
+            masked.append((index, tokens[index]))
     masked.sort()
     return output_tokens, [p for p, _ in masked], [t for _, t in masked]
 
