@@ -106,6 +106,34 @@ def _slice_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
     return [tuple(out)]
 
 
+# ---- tile (vision and losses) ----
+
+
+def _tile_forward(inputs, attrs, ctx):
+    x = inputs[0]
+    multiples = list(attrs["multiples"])
+    x = x.reshape((1,) * (len(multiples) - x.ndim) + x.shape)  # torch's repeat: more multiples than axes
+    return [np.tile(x, multiples)], (inputs[0].shape, x.shape)
+
+
+def _tile_backward(saved, grads, attrs, needs):
+    shape, lifted = saved
+    multiples = list(attrs["multiples"])
+    # (m0 * d0, m1 * d1, ...) -> (m0, d0, m1, d1, ...): each copy's gradient adds up
+    split = [n for m, d in zip(multiples, lifted) for n in (m, d)]
+    g = grads[0].reshape(split).sum(axis=tuple(range(0, 2 * len(multiples), 2)))
+    return [g.reshape(shape)]
+
+
+def _tile_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
+    multiples = list(attrs["multiples"])
+    shape = tuple(shapes[0])
+    if len(multiples) < len(shape) or any(int(m) < 1 for m in multiples):
+        raise ValueError(f"multiples {multiples} must be positive, one per axis of {shape}")
+    shape = (1,) * (len(multiples) - len(shape)) + shape
+    return [tuple(None if d is None else d * int(m) for d, m in zip(shape, multiples))]
+
+
 def _layout(name: str, summary: str, attrs: tuple, shape, forward, backward, inputs=("x",), **kw) -> OpRecord:
     return OpRecord(name, summary, inputs, attrs, "layout", (ANY,), shape, forward, backward,
                     cost=free, backward_reads=reads_nothing, **kw)
@@ -131,4 +159,7 @@ RECORDS = (
     # the 16-bit formats are float32 rounded to the format; the gradient of a 16-bit value is 16-bit
     _layout("cast", "x as dtype (a 16-bit format: rounded)", ("dtype",), same_shape, _cast_forward, _cast_backward,
             dtype=lambda dtypes, attrs: [attrs["dtype"]]),
+    # vision and losses: tf.tile, torch's repeat (and the nearest upsampling Keras writes with it)
+    _layout("tile", "numpy.tile(x, multiples) (more multiples than axes: leading axes of 1 first)", ("multiples",),
+            _tile_shape, _tile_forward, _tile_backward),
 )

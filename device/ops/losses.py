@@ -1,11 +1,12 @@
-"""Losses: per-example loss from logits and integer labels. A loss and what follows it run in fp32."""
+"""Losses: from logits and labels, each one fused record so that findings name the user's loss.
+A loss and what follows it run in fp32."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from device.ops.arrays import check_ids
-from device.ops.record import FLOAT, INTEGER, OpRecord, Shape, per_input_element
+from device.ops.record import FLOAT, INTEGER, OpRecord, Shape, per_element, per_input_element, same_shape
 
 
 def _cross_entropy_forward(inputs, attrs, ctx):
@@ -32,9 +33,103 @@ def _per_example_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
     return [tuple(shapes[0][:-1])]  # logits (..., C) -> (...)
 
 
+# ---- vision and losses ----
+
+
+def _sigmoid_cross_entropy_forward(inputs, attrs, ctx):
+    x, z = inputs  # logits and targets in [0, 1], the same shape
+    # max(x, 0) - x z + log(1 + e^-|x|): no overflow for any x (TF's and torch's stable form)
+    loss = np.maximum(x, 0) - x * z + np.log1p(np.exp(-np.abs(x)))
+    return [loss], (x, z)
+
+
+def _sigmoid_cross_entropy_backward(saved, grads, attrs, needs):
+    x, z = saved
+    g = grads[0]
+    sigmoid = np.exp(-np.logaddexp(0, -x)).astype(x.dtype, copy=False)  # 1 / (1 + e^-x), no overflow
+    return [(sigmoid - z) * g if needs[0] else None, -x * g if needs[1] else None]
+
+
+REDUCTIONS = ("none", "mean", "sum")
+
+
+def _class_last(logits: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
+    axis = attrs.get("axis", -1) % logits.ndim
+    return np.moveaxis(logits, axis, -1), axis
+
+
+def _cross_entropy_loss_forward(inputs, attrs, ctx):
+    logits, labels = inputs
+    z, axis = _class_last(logits, attrs)  # (..., C)
+    classes = z.shape[-1]
+    ignore = attrs.get("ignore_index")
+    keep = labels != ignore if ignore is not None else np.ones(labels.shape, dtype=bool)  # (...)
+    picked_labels = np.where(keep, labels, 0)
+    check_ids(picked_labels, classes, "labels")
+    shifted = z - z.max(axis=-1, keepdims=True)
+    e = np.exp(shifted)
+    total = e.sum(axis=-1, keepdims=True)
+    log_p = shifted - np.log(total)
+    nll = -np.take_along_axis(log_p, picked_labels[..., None], axis=-1)[..., 0]
+    eps = float(attrs.get("label_smoothing") or 0.0)
+    # label smoothing as torch: (1 - eps) * nll + eps / C * (-sum over the classes of log p)
+    per_example = nll if eps == 0 else (1 - eps) * nll - (eps / classes) * log_p.sum(axis=-1)
+    per_example = np.where(keep, per_example, 0).astype(z.dtype, copy=False)
+    reduction = attrs.get("reduction", "mean")
+    count = int(keep.sum())
+    if reduction == "none":
+        loss = per_example
+    elif reduction == "sum":
+        loss = np.asarray(per_example.sum(), dtype=z.dtype)
+    else:  # the mean over the labels not ignored (0 / 0 is NaN, as in torch)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            loss = np.asarray(per_example.sum() / np.float32(count), dtype=z.dtype)
+    return [loss], (e / total, picked_labels, keep, axis, count)
+
+
+def _cross_entropy_loss_backward(saved, grads, attrs, needs):
+    probs, labels, keep, axis, count = saved
+    classes = probs.shape[-1]
+    eps = float(attrs.get("label_smoothing") or 0.0)
+    reduction = attrs.get("reduction", "mean")
+    g = grads[0] if reduction == "none" else np.broadcast_to(grads[0], keep.shape)
+    if reduction == "mean":
+        g = g / np.float32(count) if count else np.zeros_like(g)
+    g = np.where(keep, g, 0).astype(probs.dtype, copy=False)[..., None]  # (..., 1)
+    # d/dz of each example: softmax - (1 - eps) one_hot(label) - eps / C
+    dz = probs - (eps / classes) if eps else probs.copy()
+    index = labels[..., None]
+    np.put_along_axis(dz, index, np.take_along_axis(dz, index, axis=-1) - (1 - eps), axis=-1)
+    return [np.moveaxis(dz * g, -1, axis), None]
+
+
+def _cross_entropy_loss_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
+    logits, labels = tuple(shapes[0]), tuple(shapes[1])
+    axis = attrs.get("axis", -1) % len(logits)
+    if attrs.get("reduction", "mean") not in REDUCTIONS:
+        raise ValueError(f"reduction {attrs.get('reduction')!r} is not one of {', '.join(REDUCTIONS)}")
+    if not 0.0 <= float(attrs.get("label_smoothing") or 0.0) <= 1.0:
+        raise ValueError(f"label_smoothing {attrs.get('label_smoothing')} is not in [0, 1]")
+    per_example = logits[:axis] + logits[axis + 1:]
+    if len(per_example) != len(labels) or any(a is not None and b is not None and a != b
+                                              for a, b in zip(per_example, labels)):
+        raise ValueError(f"labels of shape {labels} do not fit logits of shape {logits} with classes on axis {axis}")
+    return [per_example if attrs.get("reduction", "mean") == "none" else ()]
+
+
 RECORDS = (
     # flops per logit: the softmax, then one log per row
     OpRecord("sparse_softmax_cross_entropy", "-log softmax(logits)[label], per example", ("logits", "labels"), (),
              "loss", (FLOAT, INTEGER), _per_example_shape, _cross_entropy_forward, _cross_entropy_backward,
              cost=per_input_element(5), loss=True),
+    # vision and losses: torch's BCEWithLogitsLoss and TF's sigmoid_cross_entropy_with_logits
+    OpRecord("sigmoid_cross_entropy", "max(x, 0) - x * z + log(1 + e ** -|x|): binary cross-entropy of logits x "
+             "and targets z, elementwise", ("logits", "targets"), (), "loss", (FLOAT, FLOAT), same_shape,
+             _sigmoid_cross_entropy_forward, _sigmoid_cross_entropy_backward, cost=per_element(7), loss=True),
+    # torch's cross_entropy whole: classes on any axis, ignore_index, label_smoothing, its reductions
+    OpRecord("cross_entropy_loss", "-log softmax(logits)[label] along axis, label-smoothed; labels equal to "
+             "ignore_index count nothing; reduction none, sum, or mean over the labels not ignored",
+             ("logits", "labels"), ("axis", "reduction", "ignore_index?", "label_smoothing?"), "loss",
+             (FLOAT, INTEGER), _cross_entropy_loss_shape, _cross_entropy_loss_forward, _cross_entropy_loss_backward,
+             cost=per_input_element(6), loss=True),
 )
