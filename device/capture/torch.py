@@ -1085,7 +1085,9 @@ def _upsample(method: str):
         if scales and any(float(s) * n != o for s, n, o in zip(_pair(list(scales)), (h, w), (out_h, out_w))):
             return self.decline(f"scale_factor={list(scales)} that does not give a whole output size")
         if method == "nearest" and (out_h % h or out_w % w):
-            return self.decline(f"nearest resizing from {h}x{w} to {out_h}x{out_w} (only by whole-number factors)")
+            given = f"scale_factor={list(scales)}" if scales else f"size={[out_h, out_w]}"
+            return self.decline(f"{given}: nearest resizing from {h}x{w} to {out_h}x{out_w} "
+                                "(only by whole-number factors)")
         return self.emit("resize2d", [x], shape, dtype, size=[out_h, out_w], method=method, layout="NCHW")
     return lower
 
