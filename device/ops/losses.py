@@ -123,7 +123,7 @@ RECORDS = (
              "loss", (FLOAT, INTEGER), _per_example_shape, _cross_entropy_forward, _cross_entropy_backward,
              cost=per_input_element(5), loss=True),
     # vision and losses: torch's BCEWithLogitsLoss and TF's sigmoid_cross_entropy_with_logits
-    OpRecord("sigmoid_cross_entropy", "max(x, 0) - x * z + log(1 + e ** -|x|): binary cross-entropy of logits x "
+    OpRecord("sigmoid_cross_entropy", "max(x, 0) - x * z + log(1 + e ** -abs(x)): binary cross-entropy of logits x "
              "and targets z, elementwise", ("logits", "targets"), (), "loss", (FLOAT, FLOAT), same_shape,
              _sigmoid_cross_entropy_forward, _sigmoid_cross_entropy_backward, cost=per_element(7), loss=True),
     # torch's cross_entropy whole: classes on any axis, ignore_index, label_smoothing, its reductions

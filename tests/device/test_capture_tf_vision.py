@@ -112,3 +112,25 @@ def test_unimplemented_attribute_values_are_refused_at_the_users_line(tag, frame
     assert len(found) == 1, report.to_text()
     assert found[0].framework_op == framework_op and attribute in found[0].message
     assert found[0].file == __file__
+
+
+def smoothed_fn(x, labels, onehot):  # x: (2, 4, 4, 2), labels: (2, 4, 4), onehot: (2, 4, 4, 3)
+    logits = layers.Conv2D(3, 1)(x)  # (N, H, W, C): classes last
+    smoothed = tf.keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=0.1)(onehot, logits)
+    return smoothed + tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)(labels, logits)
+
+
+def test_keras_label_smoothing_and_cross_entropy_over_nhwc_logits_match_tf():
+    graph_tf, inputs, loss, variables, grads, session = build(
+        smoothed_fn, [((2, 4, 4, 2), tf.float32), ((2, 4, 4), tf.int32), ((2, 4, 4, 3), tf.float32)])
+    graph = capture_tf.capture(graph_tf, inputs=inputs, loss=loss)
+    assert {n.op for n in graph.nodes} <= set(OPS) and validate(graph, mode="train", profile=None).ok
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 3, (2, 4, 4)).astype(np.int32)
+    batch = [rng.standard_normal((2, 4, 4, 2)).astype(np.float32), labels, np.eye(3, dtype=np.float32)[labels]]
+    got_loss, got_grads = Program(graph, capture_tf.read_weights(session, graph)).gradients(batch)
+    tf_loss, tf_grads = session.run([loss, grads], dict(zip(inputs, batch)))
+    session.close()
+    np.testing.assert_allclose(got_loss, tf_loss, rtol=1e-5)
+    for variable, expected in zip(variables, tf_grads):
+        np.testing.assert_allclose(got_grads[variable.name.split(":")[0]], expected, rtol=1e-5, atol=1e-7)

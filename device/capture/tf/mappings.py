@@ -399,10 +399,11 @@ def _map_conv2d_backprop_input(low: Lowering, tensor):
         pairs = [pads[i:i + 2] for i in range(0, 8, 2)]
         padding = [[int(v) for v in p] for p in (pairs[1:3] if layout == "NHWC" else pairs[2:4])]
     shape = static_shape(tensor)
-    if None in shape:
-        raise CannotMap("the output size is not static")
+    output_size = list(shape[1:3] if layout == "NHWC" else shape[2:4])
+    if None in output_size:
+        raise CannotMap("the output's height and width are not static")
     _, w, x = op.inputs  # input_sizes, filter (kh, kw, C_out, C_in), the gradient it maps back
-    attrs = {"output_size": list(shape[1:3] if layout == "NHWC" else shape[2:4]),
+    attrs = {"output_size": output_size,
              "strides": _spatial(op.get_attr("strides"), layout), "padding": padding,
              "dilations": _spatial(op.get_attr("dilations"), layout), "layout": layout, "weight_layout": "HWOI"}
     return Plan([x, w], lambda: low.emit("conv_transpose2d", [low.value(x), low.value(w)], op, [tensor], attrs))
