@@ -910,7 +910,7 @@ def _convolution(self: _Lowering, node, input, weight, bias, stride, padding, di
     if len(stride) != 2:
         return self.decline(f"{len(stride)}-d convolution (only 2-d)")
     if transposed:
-        return _conv_transpose(self, node, input, weight, bias, stride, padding, dilation, groups)
+        return _conv_transpose(self, node, input, weight, bias, stride, padding, dilation, output_padding, groups)
     if groups != 1:
         return self.decline(f"groups={groups} (only 1)")
     shape, dtype = self.out(node)
@@ -1056,10 +1056,12 @@ def _bce_with_logits(self: _Lowering, node, self_, target, weight=None, pos_weig
     return self.reduce(op, per_element, list(range(len(self.shape(x)))), False)
 
 
-def _conv_transpose(self: _Lowering, node, input, weight, bias, stride, padding, dilation, groups):
+def _conv_transpose(self: _Lowering, node, input, weight, bias, stride, padding, dilation, output_padding, groups):
     """ConvTranspose2d: the output size (from the export metadata) fixes output_padding."""
     if groups != 1:
         return self.decline(f"groups={groups} (only 1)")
+    if any(p >= s for p, s in zip(_pair(output_padding), _pair(stride))):
+        return self.decline(f"output_padding={list(output_padding)} not below the stride {list(stride)}")
     shape, dtype = self.out(node)
     pad = _pair(padding)
     y = self.emit("conv_transpose2d", [self.tensor(input), self.tensor(weight)], shape, dtype,
