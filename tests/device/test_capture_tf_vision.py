@@ -134,3 +134,48 @@ def test_keras_label_smoothing_and_cross_entropy_over_nhwc_logits_match_tf():
     np.testing.assert_allclose(got_loss, tf_loss, rtol=1e-5)
     for variable, expected in zip(variables, tf_grads):
         np.testing.assert_allclose(got_grads[variable.name.split(":")[0]], expected, rtol=1e-5, atol=1e-7)
+
+
+# TF op type -> {attribute: how the mapping treats it}; every attribute of the op's OpDef is listed
+# ("dtype": checked by validation against the record; "no effect": placement only, not numbers)
+TF_ATTRIBUTES = {
+    "Conv2DBackpropInput": {"T": "dtype", "strides": "implemented", "padding": "implemented",
+                            "explicit_paddings": "implemented", "data_format": "implemented",
+                            "dilations": "implemented", "use_cudnn_on_gpu": "no effect"},
+    "ResizeBilinear": {"T": "dtype", "align_corners": "refused unless False",
+                       "half_pixel_centers": "refused unless True"},
+    "ResizeNearestNeighbor": {"T": "dtype", "align_corners": "refused unless False",
+                              "half_pixel_centers": "refused unless True"},
+    "Tile": {"T": "dtype", "Tmultiples": "dtype"},
+    "Unpack": {"T": "dtype", "num": "implemented", "axis": "implemented"},
+    "Split": {"T": "dtype", "num_split": "implemented"},
+    "SplitV": {"T": "dtype", "num_split": "implemented", "Tlen": "dtype"},
+}
+
+
+@pytest.mark.parametrize("op_type", list(TF_ATTRIBUTES))
+def test_every_attribute_of_the_tf_ops_is_accounted_for(op_type):
+    from tensorflow.python.framework import op_def_registry
+
+    assert {a.name for a in op_def_registry.get(op_type).attr} == set(TF_ATTRIBUTES[op_type])
+
+
+def explicit_fn(x, labels):  # x: (2, 3, 3, 2)
+    w = v1.get_variable("w", initializer=np.linspace(-1, 1, 3 * 3 * 4 * 2, dtype=np.float32).reshape(3, 3, 4, 2))
+    y = tf.nn.conv2d_transpose(x, w, [2, 5, 5, 4], strides=2, padding=[[0, 0], [1, 1], [1, 1], [0, 0]])  # <tf-explicit>
+    logits = tf.reshape(y, [2, -1])[:, :3]
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+
+
+def test_conv2d_transpose_with_explicit_padding_matches_tf():
+    graph_tf, inputs, loss, variables, grads, session = build(explicit_fn, [((2, 3, 3, 2), tf.float32),
+                                                                             ((2,), tf.int32)])
+    graph = capture_tf.capture(graph_tf, inputs=inputs, loss=loss)
+    (node,) = [n for n in graph.nodes if n.op == "conv_transpose2d"]
+    assert node.attrs["padding"] == [[1, 1], [1, 1]] and node.loc.line == _line("tf-explicit")
+    batch = [np.random.default_rng(2).standard_normal((2, 3, 3, 2)).astype(np.float32), np.array([0, 2], np.int32)]
+    got_loss, got_grads = Program(graph, capture_tf.read_weights(session, graph)).gradients(batch)
+    tf_loss, tf_grads = session.run([loss, grads], dict(zip(inputs, batch)))
+    session.close()
+    np.testing.assert_allclose(got_loss, tf_loss, rtol=1e-5)
+    np.testing.assert_allclose(got_grads["w"], tf_grads[0], rtol=1e-5, atol=1e-7)
