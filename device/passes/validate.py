@@ -65,6 +65,27 @@ SUGGESTIONS: dict[str, str] = {
 }
 
 
+# vision and losses: the forms of these ops the device lacks, and the nearest form it has
+_RESIZE = "nn.Upsample / F.interpolate with mode 'nearest' (whole-number factors) or 'bilinear', align_corners=False"
+SUGGESTIONS.update({
+    "aten.upsample_bilinear2d.vec": _RESIZE,
+    "aten.upsample_nearest2d.vec": _RESIZE,
+    "aten._upsample_bilinear2d_aa.vec": f"antialias=False: {_RESIZE}",
+    "aten._upsample_nearest_exact2d.vec": f"{_RESIZE} (nearest-exact equals nearest for whole-number factors)",
+    "aten.upsample_bicubic2d.vec": f"{_RESIZE}, or resize in the input pipeline",
+    "aten.convolution.default": ("2-d convolutions with groups=1: write a grouped convolution as one conv per group "
+                                 "joined by torch.cat"),
+    "aten._adaptive_avg_pool2d.default": "an output size that divides the input size (then it is avg_pool2d)",
+    "aten.binary_cross_entropy_with_logits.default": ("BCEWithLogitsLoss without weight / pos_weight: multiply "
+                                                      "the per-element loss (reduction='none') by the weights"),
+    "aten.cross_entropy_loss.default": ("class ids as targets, no class weights: ignore_index and "
+                                        "label_smoothing are supported"),
+    "ResizeBilinear": "tf.image.resize(method='bilinear') or Keras UpSampling2D (half-pixel centres)",
+    "ResizeNearestNeighbor": "Keras UpSampling2D, or tf.image.resize(method='nearest') by whole-number factors",
+    "ResizeBicubic": "tf.image.resize(method='bilinear'), or resize in the input pipeline",
+})
+
+
 def suggestion_for(framework_op: str, op: str = "") -> str:
     """What to use instead of a framework op the device lacks (the default if unknown)."""
     for key in (framework_op, f"{framework_op.rsplit('.', 1)[0]}.default", op):

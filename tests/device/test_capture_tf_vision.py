@@ -20,7 +20,7 @@ tf = pytest.importorskip("tensorflow")
 
 from device.capture import tf as capture_tf  # noqa: E402
 from device.ops import OPS  # noqa: E402
-from device.passes.validate import validate  # noqa: E402
+from device.passes.validate import DEFAULT_SUGGESTION, validate  # noqa: E402
 from device.runtime.program import Program  # noqa: E402
 
 v1 = tf.compat.v1
@@ -112,6 +112,7 @@ def test_unimplemented_attribute_values_are_refused_at_the_users_line(tag, frame
     assert len(found) == 1, report.to_text()
     assert found[0].framework_op == framework_op and attribute in found[0].message
     assert found[0].file == __file__
+    assert found[0].suggestion not in ("", DEFAULT_SUGGESTION)  # a suggestion for that op
 
 
 def smoothed_fn(x, labels, onehot):  # x: (2, 4, 4, 2), labels: (2, 4, 4), onehot: (2, 4, 4, 3)

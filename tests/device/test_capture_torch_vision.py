@@ -20,7 +20,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from device.capture.torch import capture, state_of, weights_of  # noqa: E402
 from device.ops import OPS  # noqa: E402
-from device.passes.validate import validate  # noqa: E402
+from device.passes.validate import DEFAULT_SUGGESTION, validate  # noqa: E402
 from device.runtime.program import Program  # noqa: E402
 
 
@@ -161,3 +161,4 @@ def test_unimplemented_attribute_values_are_refused_at_the_users_line(tag, frame
     assert len(found) == 1, report.to_text()
     assert found[0].framework_op == framework_op and attribute in found[0].message
     assert found[0].file == inspect.getsourcefile(Refused)
+    assert found[0].suggestion not in ("", DEFAULT_SUGGESTION)  # a suggestion for that op
