@@ -71,6 +71,9 @@ _KEPT_WHOLE = (
     _aten.binary_cross_entropy_with_logits.default,
     _aten.cross_entropy_loss.default,
     _aten.nll_loss2d_forward.default,
+    # no kernel: kept whole so that validation names the user's op, not the indexing it decomposes to
+    _aten.reflection_pad2d.default,
+    _aten.replication_pad2d.default,
 )
 
 _DTYPES = {
@@ -1105,6 +1108,18 @@ def _adaptive_avg_pool(self: _Lowering, node, self_, output_size):
                      layout="NCHW")
 
 
+def _constant_pad(self: _Lowering, node, self_, pad, value=0):
+    """F.pad(x, pad, value=...): pad pairs run from the last axis backwards."""
+    if any(p < 0 for p in pad):
+        return self.decline(f"pad={list(pad)} with negative entries (cropping): slice instead")
+    shape, dtype = self.out(node)
+    x = self.tensor(self_)
+    pairs = [[0, 0] for _ in shape]
+    for i in range(len(pad) // 2):
+        pairs[len(shape) - 1 - i] = [int(pad[2 * i]), int(pad[2 * i + 1])]
+    return self.emit("pad", [x], shape, dtype, pads=pairs, value=float(value))
+
+
 def _repeat(self: _Lowering, node, self_, repeats):
     shape, dtype = self.out(node)
     return self.emit("tile", [self.tensor(self_)], shape, dtype, multiples=[int(r) for r in repeats])
@@ -1224,6 +1239,7 @@ _LOWERINGS: dict[str, Callable] = {
     "aten._adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten.repeat.default": _repeat,
+    "aten.constant_pad_nd.default": _constant_pad,
 }
 
 

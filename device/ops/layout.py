@@ -134,6 +134,25 @@ def _tile_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
     return [tuple(None if d is None else d * int(m) for d, m in zip(shape, multiples))]
 
 
+# ---- constant padding (vision and losses) ----
+
+
+def _pad_forward(inputs, attrs, ctx):
+    x = inputs[0]
+    pads = [tuple(p) for p in attrs["pads"]]
+    value = attrs.get("value") or 0
+    index = tuple(slice(before, before + n) for (before, _), n in zip(pads, x.shape))
+    return [np.pad(x, pads, constant_values=x.dtype.type(value))], index
+
+
+def _pad_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
+    pads = [list(p) for p in attrs["pads"]]
+    shape = tuple(shapes[0])
+    if len(pads) != len(shape) or any(len(p) != 2 or min(p) < 0 for p in pads):
+        raise ValueError(f"pads {pads} must be one non-negative [before, after] per axis of {shape}")
+    return [tuple(None if d is None else d + p[0] + p[1] for d, p in zip(shape, pads))]
+
+
 def _layout(name: str, summary: str, attrs: tuple, shape, forward, backward, inputs=("x",), **kw) -> OpRecord:
     return OpRecord(name, summary, inputs, attrs, "layout", (ANY,), shape, forward, backward,
                     cost=free, backward_reads=reads_nothing, **kw)
@@ -162,4 +181,7 @@ RECORDS = (
     # vision and losses: tf.tile, torch's repeat (and the nearest upsampling Keras writes with it)
     _layout("tile", "numpy.tile(x, multiples) (more multiples than axes: leading axes of 1 first)", ("multiples",),
             _tile_shape, _tile_forward, _tile_backward),
+    # torch's F.pad (constant), tf.pad and Keras ZeroPadding2D: the gradient is the unpadded part
+    _layout("pad", "x padded with value (default 0): pads is one [before, after] per axis", ("pads", "value?"),
+            _pad_shape, _pad_forward, lambda index, grads, attrs, needs: [grads[0][index]]),
 )

@@ -80,6 +80,10 @@ SUGGESTIONS.update({
                                                       "the per-element loss (reduction='none') by the weights"),
     "aten.cross_entropy_loss.default": ("class ids as targets, no class weights: ignore_index and "
                                         "label_smoothing are supported"),
+    "aten.reflection_pad2d.default": "F.pad with mode='constant', or pad in the input pipeline",
+    "aten.replication_pad2d.default": "F.pad with mode='constant', or pad in the input pipeline",
+    "aten.constant_pad_nd.default": "non-negative padding; crop by slicing",
+    "MirrorPad": "tf.pad with mode='CONSTANT', or pad in the input pipeline",
     "ResizeBilinear": "tf.image.resize(method='bilinear') or Keras UpSampling2D (half-pixel centres)",
     "ResizeNearestNeighbor": "Keras UpSampling2D, or tf.image.resize(method='nearest') by whole-number factors",
     "ResizeBicubic": "tf.image.resize(method='bilinear'), or resize in the input pipeline",

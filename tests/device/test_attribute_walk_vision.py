@@ -64,6 +64,10 @@ WALK = {
         lambda: [_images(2, 4, 3, 3)],
         lambda x, w, **kw: aten.repeat(x, kw.get("repeats", [1, 1, 2, 2])),
         {"self": None, "repeats": ([2, 1, 1, 2, 3], IMPLEMENTED)}),
+    "aten.constant_pad_nd.default": (
+        lambda: [_images(2, 4, 3, 3)],
+        lambda x, w, **kw: aten.constant_pad_nd(x, kw.get("pad", [1, 1]), kw.get("value", 0)),
+        {"self": None, "pad": ([1, 0, 2, 1, 0, 1], IMPLEMENTED), "value": (0.5, IMPLEMENTED)}),
     "aten.binary_cross_entropy_with_logits.default": (
         lambda: [_images(2, 4, 3, 3), torch.rand(2, 4, 3, 3, generator=torch.Generator().manual_seed(5))],
         lambda x, w, z, **kw: aten.binary_cross_entropy_with_logits(x, z, kw.get("weight"), kw.get("pos_weight"),

@@ -56,6 +56,8 @@ def vision_fn(x, labels, targets):  # x: (2, 4, 4, 3), labels: (2, 8, 8), target
     logits = layers.Conv2D(3, 1)(up)  # (2, 8, 8, 3)
     ce = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)(labels, logits)
     pooled = layers.AveragePooling2D(2)(x) * layers.GlobalAveragePooling2D(keepdims=True)(x)  # (2, 2, 2, 3)
+    pooled = layers.MaxPooling2D(2)(layers.ZeroPadding2D(1)(pooled))  # (2, 2, 2, 3)
+    pooled += tf.pad(pooled, [[0, 0], [1, 0], [0, 1], [0, 0]], constant_values=0.5)[:, 1:, :2]
     tiled = tf.tile(pooled, [1, 2, 2, 1])  # (2, 4, 4, 3)
     channels = tf.unstack(x, axis=3)
     halves = tf.split(x, 2, axis=1)
@@ -72,6 +74,7 @@ def test_vision_ops_lower_to_their_records_and_match_tf():
     ops = [n.op for n in graph.nodes]
     assert set(ops) <= set(OPS) and validate(graph, mode="train", profile=None).ok
     assert ops.count("conv_transpose2d") == 2 and ops.count("resize2d") == 1 and ops.count("tile") == 3
+    assert [n.attrs["value"] for n in graph.nodes if n.op == "pad"] == [0.0, 0.5]
     (bce,) = [n for n in graph.nodes if n.op == "sigmoid_cross_entropy"]  # one node, not seven
     assert bce.loc.framework_op == "sigmoid_cross_entropy_with_logits" and bce.loc.line == _line("tf-bce")
     (transposed,) = [n for n in graph.nodes if n.op == "conv_transpose2d" and n.attrs["padding"] == "SAME"]
@@ -148,6 +151,8 @@ TF_ATTRIBUTES = {
     "ResizeNearestNeighbor": {"T": "dtype", "align_corners": "refused unless False",
                               "half_pixel_centers": "refused unless True"},
     "Tile": {"T": "dtype", "Tmultiples": "dtype"},
+    "Pad": {"T": "dtype", "Tpaddings": "dtype"},
+    "PadV2": {"T": "dtype", "Tpaddings": "dtype"},
     "Unpack": {"T": "dtype", "num": "implemented", "axis": "implemented"},
     "Split": {"T": "dtype", "num_split": "implemented"},
     "SplitV": {"T": "dtype", "num_split": "implemented", "Tlen": "dtype"},

@@ -44,7 +44,7 @@ class VisionMix(nn.Module):
         ce = F.cross_entropy(logits, labels, label_smoothing=0.1)
         parts = x.chunk(3, dim=1)  # 3 x (N, 1, 4, 4)
         channels = x.unbind(1)  # 3 x (N, 4, 4)
-        tiled = self.pool2(x).repeat(1, 1, 2, 2)  # (N, 3, 4, 4)
+        tiled = F.pad(self.pool2(x), (1, 1, 0, 2), value=0.5)[:, :, :2, 1:3].repeat(1, 1, 2, 2)  # (N, 3, 4, 4)
         extra = (tiled * x).mean() + (parts[1] * channels[2].unsqueeze(1)).mean() + self.pool1(x).square().mean()
         return bce + ce + extra
 
@@ -81,7 +81,7 @@ def test_vision_ops_lower_to_their_records_and_match_torch():
     ops = [n.op for n in graph.nodes]
     assert set(ops) <= set(OPS) and validate(graph, mode="train", profile=None).ok
     assert ops.count("conv_transpose2d") == 2 and ops.count("resize2d") == 2 and ops.count("tile") == 1
-    assert ops.count("sigmoid_cross_entropy") == 1 and ops.count("cross_entropy_loss") == 1
+    assert ops.count("sigmoid_cross_entropy") == 1 and ops.count("cross_entropy_loss") == 1 and ops.count("pad") == 1
     # findings and kernels name the user's loss, not the ops torch decomposes it into
     (bce,) = [n for n in graph.nodes if n.op == "sigmoid_cross_entropy"]
     assert bce.loc.framework_op == "aten.binary_cross_entropy_with_logits.default"
@@ -136,7 +136,8 @@ class Refused(nn.Module):
         d = F.adaptive_avg_pool2d(x, 4)  # <refused-adaptive>
         e = F.binary_cross_entropy_with_logits(x, targets, pos_weight=torch.ones(6))  # <refused-pos-weight>
         f = F.cross_entropy(x, labels, weight=torch.ones(4))  # <refused-class-weight>
-        return a.mean() + b.mean() + c.mean() + d.mean() + e + f
+        g = F.pad(x, (1, 1, 1, 1), mode="reflect")  # <refused-reflect>
+        return a.mean() + b.mean() + c.mean() + d.mean() + e + f + g.mean()
 
 
 def _line(tag: str) -> int:
@@ -151,6 +152,7 @@ def _line(tag: str) -> int:
     ("refused-adaptive", "aten._adaptive_avg_pool2d.default", "output_size=[4, 4]"),
     ("refused-pos-weight", "aten.binary_cross_entropy_with_logits.default", "pos_weight"),
     ("refused-class-weight", "aten.cross_entropy_loss.default", "weight"),
+    ("refused-reflect", "aten.reflection_pad2d.default", "not supported"),
 ])
 def test_unimplemented_attribute_values_are_refused_at_the_users_line(tag, framework_op, attribute):
     model = Refused()

@@ -243,6 +243,8 @@ CASES += [
          lambda x: nhwc(F.interpolate(nchw(x), size=(6, 5), mode="bilinear", align_corners=False)),
          "bilinear-nhwc-uneven"),
     Case("tile", [randn(2, 3)], {"multiples": [2, 1, 3]}, lambda x: x.repeat(2, 1, 3)),
+    Case("pad", [randn(2, 3, 4)], {"pads": [[0, 0], [1, 2], [0, 3]], "value": 0.5},
+         lambda x: F.pad(x, (0, 3, 1, 2), value=0.5)),
     Case("sigmoid_cross_entropy", [randn(3, 4) * 5, RNG.uniform(size=(3, 4))], {},
          lambda x, z: F.binary_cross_entropy_with_logits(x, z, reduction="none")),
     Case("cross_entropy_loss", [randn(2, 4, 3, 3) * 3, _labels_with(-100, 4, 2, 3, 3)],

@@ -24,6 +24,7 @@
     Conv2DBackpropInput (Keras Conv2DTranspose)                   conv_transpose2d (weight HWOI)
     ResizeBilinear ResizeNearestNeighbor (half-pixel centres)     resize2d (bilinear, nearest)
     Tile / Unpack / Split SplitV                                  tile / slice + reshape / slice
+    Pad PadV2 (tf.pad constant, Keras ZeroPadding2D)              pad
 
 Keras BatchNormalization at inference (fixed statistics) stays elementwise on purpose:
 the IR's batch_norm takes its statistics from the runtime's training flag. Patterns of
@@ -482,6 +483,17 @@ def _map_split(low: Lowering, tensor):
     return _part(low, tensor, x, axis, sum(sizes[:index]), sizes[index], drop_axis=False)
 
 
+def _map_pad(low: Lowering, tensor):
+    """Pad / PadV2 (tf.pad mode CONSTANT, Keras ZeroPadding2D)."""
+    op = tensor.op
+    x = op.inputs[0]
+    pads = [[int(a), int(b)] for a, b in low.attr(op.inputs[1], "the paddings")]
+    value = low.scalar(op.inputs[2]) if op.type == "PadV2" else 0.0
+    if value is None:
+        raise CannotMap("constant_values is not a constant")
+    return Plan([x], lambda: low.emit("pad", [low.value(x)], op, [tensor], {"pads": pads, "value": float(value)}))
+
+
 # TF op types that are one IR op on the same inputs
 _ONE_TO_ONE = {
     "AddV2": "add", "Add": "add", "Sub": "sub", "Mul": "mul", "RealDiv": "div", "Maximum": "maximum",
@@ -511,5 +523,5 @@ MAPPINGS: dict[str, OpMapping] = {
     # vision and losses
     "Conv2DBackpropInput": _map_conv2d_backprop_input, "ResizeBilinear": _map_resize,
     "ResizeNearestNeighbor": _map_resize, "Tile": _map_tile, "Unpack": _map_unpack, "Split": _map_split,
-    "SplitV": _map_split,
+    "SplitV": _map_split, "Pad": _map_pad, "PadV2": _map_pad,
 }
