@@ -1043,16 +1043,21 @@ def _cross_entropy_loss(self: _Lowering, node, self_, target, weight=None, reduc
 
 
 def _bce_with_logits(self: _Lowering, node, self_, target, weight=None, pos_weight=None, reduction=1):
-    if weight is not None:
-        return self.decline("weight is not supported")
+    """One sigmoid_cross_entropy node; pos_weight (known at capture time) is its attribute, weight a
+    multiply of the per-element loss, as torch applies them."""
+    attrs = {}
     if pos_weight is not None:
-        return self.decline("pos_weight is not supported")
+        if pos_weight not in self.known or self.known[pos_weight].dim() > 1:
+            return self.decline("pos_weight computed in the step (only a constant vector)")
+        attrs["pos_weight"] = self.known[pos_weight].double().flatten().tolist()
     shape, dtype = self.out(node)
     x = self.tensor(self_)
     z = self.tensor(target, self.dtype(x))
     if self.shape(z) != self.shape(x):
         return self.decline(f"a target of shape {self.shape(z)} for logits of shape {self.shape(x)}")
-    per_element = self.emit("sigmoid_cross_entropy", [x, z], self.shape(x), dtype)
+    per_element = self.emit("sigmoid_cross_entropy", [x, z], self.shape(x), dtype, **attrs)
+    if weight is not None:
+        per_element = self.binary("mul", per_element, self.tensor(weight, dtype))
     if _REDUCTIONS[reduction] == "none":
         return per_element
     op = "reduce_mean" if _REDUCTIONS[reduction] == "mean" else "reduce_sum"

@@ -38,16 +38,27 @@ def _per_example_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
 
 def _sigmoid_cross_entropy_forward(inputs, attrs, ctx):
     x, z = inputs  # logits and targets in [0, 1], the same shape
-    # max(x, 0) - x z + log(1 + e^-|x|): no overflow for any x (TF's and torch's stable form)
-    loss = np.maximum(x, 0) - x * z + np.log1p(np.exp(-np.abs(x)))
-    return [loss], (x, z)
+    pos_weight = attrs.get("pos_weight")
+    if pos_weight is None:
+        # max(x, 0) - x z + log(1 + e^-|x|): no overflow for any x (TF's and torch's stable form)
+        return [np.maximum(x, 0) - x * z + np.log1p(np.exp(-np.abs(x)))], (x, z, None)
+    # torch's pos_weight p (broadcast along the last axis): (1 - z) x + (1 + (p - 1) z) softplus(-x)
+    p = np.asarray(pos_weight, dtype=x.dtype)
+    softplus_neg = np.maximum(-x, 0) + np.log1p(np.exp(-np.abs(x)))  # log(1 + e^-x), no overflow
+    return [(1 - z) * x + (1 + (p - 1) * z) * softplus_neg], (x, z, (p, softplus_neg))
 
 
 def _sigmoid_cross_entropy_backward(saved, grads, attrs, needs):
-    x, z = saved
+    x, z, weighted = saved
     g = grads[0]
     sigmoid = np.exp(-np.logaddexp(0, -x)).astype(x.dtype, copy=False)  # 1 / (1 + e^-x), no overflow
-    return [(sigmoid - z) * g if needs[0] else None, -x * g if needs[1] else None]
+    if weighted is None:
+        return [(sigmoid - z) * g if needs[0] else None, -x * g if needs[1] else None]
+    p, softplus_neg = weighted
+    # d/dx softplus(-x) = -(1 - sigmoid(x))
+    dx = ((1 - z) - (1 + (p - 1) * z) * (1 - sigmoid)) * g if needs[0] else None
+    dz = (-x + (p - 1) * softplus_neg) * g if needs[1] else None
+    return [dx, dz]
 
 
 REDUCTIONS = ("none", "mean", "sum")
@@ -124,7 +135,8 @@ RECORDS = (
              cost=per_input_element(5), loss=True),
     # vision and losses: torch's BCEWithLogitsLoss and TF's sigmoid_cross_entropy_with_logits
     OpRecord("sigmoid_cross_entropy", "max(x, 0) - x * z + log(1 + e ** -abs(x)): binary cross-entropy of logits x "
-             "and targets z, elementwise", ("logits", "targets"), (), "loss", (FLOAT, FLOAT), same_shape,
+             "and targets z, elementwise; pos_weight (along the last axis) weighs the positive term as torch's",
+             ("logits", "targets"), ("pos_weight?",), "loss", (FLOAT, FLOAT), same_shape,
              _sigmoid_cross_entropy_forward, _sigmoid_cross_entropy_backward, cost=per_element(7), loss=True),
     # torch's cross_entropy whole: classes on any axis, ignore_index, label_smoothing, its reductions
     OpRecord("cross_entropy_loss", "-log softmax(logits)[label] along axis, label-smoothed; labels equal to "

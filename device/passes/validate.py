@@ -76,8 +76,8 @@ SUGGESTIONS.update({
     "aten.convolution.default": ("2-d convolutions with groups=1: write a grouped convolution as one conv per group "
                                  "joined by torch.cat"),
     "aten._adaptive_avg_pool2d.default": "an output size that divides the input size (then it is avg_pool2d)",
-    "aten.binary_cross_entropy_with_logits.default": ("BCEWithLogitsLoss without weight / pos_weight: multiply "
-                                                      "the per-element loss (reduction='none') by the weights"),
+    "aten.binary_cross_entropy_with_logits.default": ("a pos_weight fixed when the step is captured: a constant "
+                                                      "tensor or a buffer, not computed from the batch"),
     "aten.cross_entropy_loss.default": ("class ids as targets, no class weights: ignore_index and "
                                         "label_smoothing are supported"),
     "aten.reflection_pad2d.default": "F.pad with mode='constant', or pad in the input pipeline",

@@ -72,7 +72,7 @@ WALK = {
         lambda: [_images(2, 4, 3, 3), torch.rand(2, 4, 3, 3, generator=torch.Generator().manual_seed(5))],
         lambda x, w, z, **kw: aten.binary_cross_entropy_with_logits(x, z, kw.get("weight"), kw.get("pos_weight"),
                                                                     kw.get("reduction", 1)),
-        {"self": None, "target": None, "weight": ("ones", REFUSED), "pos_weight": ("ones", REFUSED),
+        {"self": None, "target": None, "weight": ("ones", IMPLEMENTED), "pos_weight": ("ones", IMPLEMENTED),
          "reduction": (2, IMPLEMENTED)}),
     "aten.cross_entropy_loss.default": (
         lambda: [_images(2, 4, 3, 3), _labels(4, 2, 3, 3)],
@@ -108,7 +108,7 @@ class Call(nn.Module):
         overrides = dict(self.overrides)
         for key, value in overrides.items():
             if value == "ones":  # broadcasts over (N, C, H, W)
-                overrides[key] = torch.ones(x.shape[-1])
+                overrides[key] = torch.linspace(0.5, 2.0, x.shape[-1])
             elif value == "class_ones":
                 overrides[key] = torch.ones(x.shape[1])
             elif value == "bias":

@@ -134,7 +134,7 @@ class Refused(nn.Module):
         b = self.corners(x)  # <refused-align-corners>
         c = F.interpolate(x, scale_factor=1.5, mode="nearest")  # <refused-nearest-factor>
         d = F.adaptive_avg_pool2d(x, 4)  # <refused-adaptive>
-        e = F.binary_cross_entropy_with_logits(x, targets, pos_weight=torch.ones(6))  # <refused-pos-weight>
+        e = F.binary_cross_entropy_with_logits(x, targets, pos_weight=targets.mean((0, 1, 2)))  # <refused-pos-weight>
         f = F.cross_entropy(x, labels, weight=torch.ones(4))  # <refused-class-weight>
         g = F.pad(x, (1, 1, 1, 1), mode="reflect")  # <refused-reflect>
         return a.mean() + b.mean() + c.mean() + d.mean() + e + f + g.mean()
