@@ -1024,8 +1024,8 @@ _REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
 
 def _cross_entropy(self: _Lowering, node, logits, target, weight, reduction, ignore_index, label_smoothing):
     """cross_entropy_loss over the classes at axis 1 ((N, C), (N, C, H, W), ...; (C,) unbatched)."""
-    if weight is not None:
-        return self.decline("weight (class weights) is not supported")
+    if weight is not None and weight not in self.known:
+        return self.decline("weight (class weights) computed in the step (only a constant vector)")
     if not isinstance(target, torch.fx.Node) or target.meta["val"].dtype.is_floating_point:
         return self.decline("class probabilities as the target (only class ids)")
     shape, dtype = self.out(node) if not isinstance(node.meta["val"], (tuple, list)) else self.out(node, 0)
@@ -1034,6 +1034,8 @@ def _cross_entropy(self: _Lowering, node, logits, target, weight, reduction, ign
     attrs = {"axis": axis, "reduction": _REDUCTIONS[reduction], "ignore_index": int(ignore_index)}
     if label_smoothing:
         attrs["label_smoothing"] = float(label_smoothing)
+    if weight is not None:
+        attrs["weight"] = self.known[weight].double().flatten().tolist()
     return self.emit("cross_entropy_loss", [z, self.tensor(target)], shape, dtype, **attrs)
 
 

@@ -83,34 +83,42 @@ def _cross_entropy_loss_forward(inputs, attrs, ctx):
     log_p = shifted - np.log(total)
     nll = -np.take_along_axis(log_p, picked_labels[..., None], axis=-1)[..., 0]
     eps = float(attrs.get("label_smoothing") or 0.0)
-    # label smoothing as torch: (1 - eps) * nll + eps / C * (-sum over the classes of log p)
-    per_example = nll if eps == 0 else (1 - eps) * nll - (eps / classes) * log_p.sum(axis=-1)
-    per_example = np.where(keep, per_example, 0).astype(z.dtype, copy=False)
+    weight = attrs.get("weight")  # class weights, as torch's: w[label] scales an example, sum(w[label]) divides
+    w = np.ones(classes, dtype=z.dtype) if weight is None else np.asarray(weight, dtype=z.dtype)
+    picked_weight = np.where(keep, w[picked_labels], 0).astype(z.dtype, copy=False)  # (...)
+    # label smoothing as torch: (1 - eps) w[label] nll + eps / C * (-sum over the classes of w log p)
+    per_example = picked_weight * nll
+    if eps:
+        per_example = (1 - eps) * per_example - (eps / classes) * np.where(keep, (log_p * w).sum(axis=-1), 0)
+    per_example = per_example.astype(z.dtype, copy=False)
     reduction = attrs.get("reduction", "mean")
-    count = int(keep.sum())
+    divisor = picked_weight.sum(dtype=z.dtype)  # the number of labels not ignored, unweighted
     if reduction == "none":
         loss = per_example
     elif reduction == "sum":
         loss = np.asarray(per_example.sum(), dtype=z.dtype)
-    else:  # the mean over the labels not ignored (0 / 0 is NaN, as in torch)
+    else:  # the (weighted) mean over the labels not ignored (0 / 0 is NaN, as in torch)
         with np.errstate(invalid="ignore", divide="ignore"):
-            loss = np.asarray(per_example.sum() / np.float32(count), dtype=z.dtype)
-    return [loss], (e / total, picked_labels, keep, axis, count)
+            loss = np.asarray(per_example.sum() / divisor, dtype=z.dtype)
+    return [loss], (e / total, picked_labels, keep, picked_weight, w, axis, divisor)
 
 
 def _cross_entropy_loss_backward(saved, grads, attrs, needs):
-    probs, labels, keep, axis, count = saved
+    probs, labels, keep, picked_weight, w, axis, divisor = saved
     classes = probs.shape[-1]
     eps = float(attrs.get("label_smoothing") or 0.0)
     reduction = attrs.get("reduction", "mean")
     g = grads[0] if reduction == "none" else np.broadcast_to(grads[0], keep.shape)
     if reduction == "mean":
-        g = g / np.float32(count) if count else np.zeros_like(g)
+        g = g / divisor if divisor else np.zeros_like(g)
     g = np.where(keep, g, 0).astype(probs.dtype, copy=False)[..., None]  # (..., 1)
-    # d/dz of each example: softmax - (1 - eps) one_hot(label) - eps / C
-    dz = probs - (eps / classes) if eps else probs.copy()
+    # d/dz of each example: (1 - eps) w[label] (softmax - one_hot(label)) + eps / C (sum(w) softmax - w)
+    dz = (1 - eps) * picked_weight[..., None] * probs
     index = labels[..., None]
-    np.put_along_axis(dz, index, np.take_along_axis(dz, index, axis=-1) - (1 - eps), axis=-1)
+    np.put_along_axis(dz, index, np.take_along_axis(dz, index, axis=-1) - (1 - eps) * picked_weight[..., None],
+                      axis=-1)
+    if eps:
+        dz += (eps / classes) * (w.sum() * probs - w)
     return [np.moveaxis(dz * g, -1, axis), None]
 
 
@@ -122,6 +130,9 @@ def _cross_entropy_loss_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
     if not 0.0 <= float(attrs.get("label_smoothing") or 0.0) <= 1.0:
         raise ValueError(f"label_smoothing {attrs.get('label_smoothing')} is not in [0, 1]")
     per_example = logits[:axis] + logits[axis + 1:]
+    weight = attrs.get("weight")
+    if weight is not None and logits[axis] is not None and len(weight) != logits[axis]:
+        raise ValueError(f"weight has {len(weight)} entries for {logits[axis]} classes")
     if len(per_example) != len(labels) or any(a is not None and b is not None and a != b
                                               for a, b in zip(per_example, labels)):
         raise ValueError(f"labels of shape {labels} do not fit logits of shape {logits} with classes on axis {axis}")
@@ -139,9 +150,10 @@ RECORDS = (
              ("logits", "targets"), ("pos_weight?",), "loss", (FLOAT, FLOAT), same_shape,
              _sigmoid_cross_entropy_forward, _sigmoid_cross_entropy_backward, cost=per_element(7), loss=True),
     # torch's cross_entropy whole: classes on any axis, ignore_index, label_smoothing, its reductions
-    OpRecord("cross_entropy_loss", "-log softmax(logits)[label] along axis, label-smoothed; labels equal to "
-             "ignore_index count nothing; reduction none, sum, or mean over the labels not ignored",
-             ("logits", "labels"), ("axis", "reduction", "ignore_index?", "label_smoothing?"), "loss",
+    OpRecord("cross_entropy_loss", "-log softmax(logits)[label] along axis, label-smoothed and class-weighted as "
+             "torch; labels equal to ignore_index count nothing; reduction none, sum, or mean over the labels not "
+             "ignored", ("logits", "labels"), ("axis", "reduction", "ignore_index?", "label_smoothing?", "weight?"),
+             "loss",
              (FLOAT, INTEGER), _cross_entropy_loss_shape, _cross_entropy_loss_forward, _cross_entropy_loss_backward,
              cost=per_input_element(6), loss=True),
 )

@@ -78,8 +78,8 @@ SUGGESTIONS.update({
     "aten._adaptive_avg_pool2d.default": "an output size that divides the input size (then it is avg_pool2d)",
     "aten.binary_cross_entropy_with_logits.default": ("a pos_weight fixed when the step is captured: a constant "
                                                       "tensor or a buffer, not computed from the batch"),
-    "aten.cross_entropy_loss.default": ("class ids as targets, no class weights: ignore_index and "
-                                        "label_smoothing are supported"),
+    "aten.cross_entropy_loss.default": ("class ids as targets, and class weights fixed when the step is "
+                                        "captured; ignore_index and label_smoothing are supported"),
     "aten.reflection_pad2d.default": "F.pad with mode='constant', or pad in the input pipeline",
     "aten.replication_pad2d.default": "F.pad with mode='constant', or pad in the input pipeline",
     "aten.constant_pad_nd.default": "non-negative padding; crop by slicing",

@@ -78,7 +78,7 @@ WALK = {
         lambda: [_images(2, 4, 3, 3), _labels(4, 2, 3, 3)],
         lambda x, w, y, **kw: aten.cross_entropy_loss(x, y, kw.get("weight"), kw.get("reduction", 1),
                                                       kw.get("ignore_index", -100), kw.get("label_smoothing", 0.0)),
-        {"self": None, "target": None, "weight": ("class_ones", REFUSED), "reduction": (0, IMPLEMENTED),
+        {"self": None, "target": None, "weight": ("class_ones", IMPLEMENTED), "reduction": (0, IMPLEMENTED),
          "ignore_index": (1, IMPLEMENTED), "label_smoothing": (0.3, IMPLEMENTED)}),
 }
 
@@ -110,7 +110,7 @@ class Call(nn.Module):
             if value == "ones":  # broadcasts over (N, C, H, W)
                 overrides[key] = torch.linspace(0.5, 2.0, x.shape[-1])
             elif value == "class_ones":
-                overrides[key] = torch.ones(x.shape[1])
+                overrides[key] = torch.linspace(0.5, 2.0, x.shape[1])
             elif value == "bias":
                 overrides[key] = self.bias
         w = self.w[:, :2] if overrides.get("groups", 1) != 1 else self.w

@@ -91,13 +91,17 @@ def test_vision_ops_lower_to_their_records_and_match_torch():
     assert_matches(loss, grads, expected_loss, expected_grads)
 
 
-@pytest.mark.parametrize("ignore_index, label_smoothing, reduction", [
-    (-100, 0.0, "mean"), (0, 0.0, "mean"), (2, 0.2, "mean"), (0, 0.1, "sum"), (-100, 0.0, "sum")])
-def test_cross_entropy_ignore_index_and_label_smoothing_are_torchs_numbers(ignore_index, label_smoothing, reduction):
+@pytest.mark.parametrize("ignore_index, label_smoothing, reduction, weighted", [
+    (-100, 0.0, "mean", False), (0, 0.0, "mean", False), (2, 0.2, "mean", False), (0, 0.1, "sum", False),
+    (-100, 0.0, "sum", False), (1, 0.1, "mean", True), (-100, 0.0, "mean", True)])
+def test_cross_entropy_ignore_index_label_smoothing_and_weight_are_torchs_numbers(ignore_index, label_smoothing,
+                                                                                   reduction, weighted):
     """(N, C, H, W) logits; the ignored labels count nothing, the mean is over the rest."""
     torch.manual_seed(1)
     model = nn.Conv2d(2, 4, 1)
-    loss_fn = nn.CrossEntropyLoss(ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction)
+    weight = torch.tensor([0.5, 1.0, 2.0, 3.0]) if weighted else None
+    loss_fn = nn.CrossEntropyLoss(weight=weight, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                                  reduction=reduction)
     labels = torch.randint(0, 4, (3, 5, 5))
     labels[:, 0] = ignore_index
     batch = [torch.randn(3, 2, 5, 5), labels]
@@ -135,7 +139,7 @@ class Refused(nn.Module):
         c = F.interpolate(x, scale_factor=1.5, mode="nearest")  # <refused-nearest-factor>
         d = F.adaptive_avg_pool2d(x, 4)  # <refused-adaptive>
         e = F.binary_cross_entropy_with_logits(x, targets, pos_weight=targets.mean((0, 1, 2)))  # <refused-pos-weight>
-        f = F.cross_entropy(x, labels, weight=torch.ones(4))  # <refused-class-weight>
+        f = F.cross_entropy(x, labels, weight=targets.mean((0, 2, 3)))  # <refused-class-weight>
         g = F.pad(x, (1, 1, 1, 1), mode="reflect")  # <refused-reflect>
         return a.mean() + b.mean() + c.mean() + d.mean() + e + f + g.mean()
 

@@ -260,6 +260,13 @@ CASES += [
     Case("cross_entropy_loss", [randn(2, 3, 4) * 3, _labels_with(2, 3, 2, 4)],
          {"axis": 1, "reduction": "none", "ignore_index": 2, "label_smoothing": 0.2},
          lambda z, y: F.cross_entropy(z, y, ignore_index=2, label_smoothing=0.2, reduction="none"), "none"),
+    Case("cross_entropy_loss", [randn(2, 3, 3, 2) * 3, _labels_with(1, 3, 2, 3, 2)],
+         {"axis": 1, "reduction": "mean", "ignore_index": 1, "label_smoothing": 0.2, "weight": [0.5, 2.0, 1.5]},
+         lambda z, y: F.cross_entropy(z, y, ignore_index=1, label_smoothing=0.2,
+                                      weight=torch.tensor([0.5, 2.0, 1.5], dtype=z.dtype)), "weighted-smoothed"),
+    Case("cross_entropy_loss", [randn(5, 3) * 3, ints(3, 5)], {"axis": 1, "reduction": "none", "weight": [0.5, 2.0, 1.5]},
+         lambda z, y: F.cross_entropy(z, y, reduction="none", weight=torch.tensor([0.5, 2.0, 1.5], dtype=z.dtype)),
+         "weighted-none"),
     Case("cross_entropy_loss", [randn(2, 3, 4) * 3, ints(4, 2, 3)], {"axis": -1, "reduction": "sum"},
          lambda z, y: F.cross_entropy(z.permute(0, 2, 1), y, reduction="sum"), "sum-last-axis"),
 ]
