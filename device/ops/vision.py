@@ -1,8 +1,11 @@
-"""Vision: 2-D convolution and pooling, in NCHW (torch) or NHWC (TF) with OIHW or HWIO weights.
+"""Vision: 2-D convolution and pooling, in NCHW (torch) or NHWC (TF) with OIHW or HWIO weights;
+the transposed convolution (IOHW or HWOI weights) and resizing (nearest, bilinear).
 
 Padding is explicit pairs [[top, bottom], [left, right]], "SAME" (TensorFlow's rule) or
 "VALID". Every kernel works on NHWC windows of the padded input (a strided view), so
-forward and backward are one GEMM or one reduction, never a loop over pixels.
+forward and backward are one GEMM or one reduction, never a loop over pixels; a
+transposed convolution is a convolution's input gradient (one GEMM, then the windows'
+adjoint), and a resize one interpolation matrix per axis.
 """
 
 from __future__ import annotations
