@@ -52,7 +52,7 @@ def vision_fn(x, labels, targets):  # x: (2, 4, 4, 3), labels: (2, 8, 8), target
     masks = layers.Conv2DTranspose(1, 3, strides=2, padding="same")(x)  # (2, 8, 8, 1)  # <tf-conv-transpose>
     bce = tf.keras.losses.BinaryCrossentropy(from_logits=True)(targets, masks)  # <tf-bce>
     up = layers.UpSampling2D(2)(x) + layers.UpSampling2D(2, interpolation="bilinear")(x)  # (2, 8, 8, 3)
-    up = up + layers.Conv2DTranspose(3, 2, strides=2, padding="valid")(x)
+    up = up + layers.Conv2DTranspose(3, 2, strides=2, padding="valid")(x) + tf.image.resize(x, [8, 8], "nearest")
     logits = layers.Conv2D(3, 1)(up)  # (2, 8, 8, 3)
     ce = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)(labels, logits)
     pooled = layers.AveragePooling2D(2)(x) * layers.GlobalAveragePooling2D(keepdims=True)(x)  # (2, 2, 2, 3)
@@ -73,7 +73,7 @@ def test_vision_ops_lower_to_their_records_and_match_tf():
     graph = capture_tf.capture(graph_tf, inputs=inputs, loss=loss)
     ops = [n.op for n in graph.nodes]
     assert set(ops) <= set(OPS) and validate(graph, mode="train", profile=None).ok
-    assert ops.count("conv_transpose2d") == 2 and ops.count("resize2d") == 1 and ops.count("tile") == 3
+    assert ops.count("conv_transpose2d") == 2 and ops.count("resize2d") == 2 and ops.count("tile") == 3
     assert [n.attrs["value"] for n in graph.nodes if n.op == "pad"] == [0.0, 0.5]
     (bce,) = [n for n in graph.nodes if n.op == "sigmoid_cross_entropy"]  # one node, not seven
     assert bce.loc.framework_op == "sigmoid_cross_entropy_with_logits" and bce.loc.line == _line("tf-bce")

@@ -419,6 +419,8 @@ def _map_resize(low: Lowering, tensor):
         raise CannotMap("half_pixel_centers=False (only True, tf.image.resize's)")
     x = op.inputs[0]
     (_, h, w, _), (_, out_h, out_w, _) = static_shape(x), static_shape(tensor)
+    if None in (h, w, out_h, out_w):
+        raise CannotMap("the image sizes are not static")
     method = "bilinear" if op.type == "ResizeBilinear" else "nearest"
     if method == "nearest" and (out_h % h or out_w % w):
         raise CannotMap(f"nearest resizing from {h}x{w} to {out_h}x{out_w} (only by whole-number factors)")
@@ -469,16 +471,17 @@ def _map_unpack(low: Lowering, tensor):
 def _map_split(low: Lowering, tensor):
     """Split(axis, x) into equal parts; SplitV(x, sizes, axis)."""
     op = tensor.op
-    if op.type == "Split":
-        axis_t, x = op.inputs
-        sizes = [static_shape(x)[int(low.attr(axis_t, "the split axis")) % x.shape.rank] // op.get_attr("num_split")]
-        sizes *= op.get_attr("num_split")
-    else:
-        x, sizes_t, axis_t = op.inputs
-        sizes = [int(v) for v in low.attr(sizes_t, "the split sizes")]
+    axis_t, x = op.inputs if op.type == "Split" else (op.inputs[2], op.inputs[0])
     axis = int(low.attr(axis_t, "the split axis")) % x.shape.rank
+    size = static_shape(x)[axis]
+    if size is None:
+        raise CannotMap("splitting a dimension of unknown size")
+    if op.type == "Split":
+        sizes = [size // op.get_attr("num_split")] * op.get_attr("num_split")
+    else:
+        sizes = [int(v) for v in low.attr(op.inputs[1], "the split sizes")]
     if -1 in sizes:  # SplitV: one size is what the others leave
-        sizes[sizes.index(-1)] = static_shape(x)[axis] - (sum(sizes) + 1)
+        sizes[sizes.index(-1)] = size - (sum(sizes) + 1)
     index = tensor.value_index
     return _part(low, tensor, x, axis, sum(sizes[:index]), sizes[index], drop_axis=False)
 
