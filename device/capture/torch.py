@@ -8,7 +8,7 @@ Pipeline:
 2. ``run_decompositions`` reaches the core aten op set, except for the ops in
    ``_KEPT_WHOLE`` that lower to fewer, clearer IR nodes when kept whole (``linear`` is
    transpose + matmul + add instead of views around ``addmm``; ``log_softmax`` followed
-   by ``nll_loss_forward`` is the IR's ``sparse_softmax_cross_entropy``).
+   by ``nll_loss_forward``, and ``cross_entropy_loss``, are the IR's ``cross_entropy_loss``).
 3. Each FX node is lowered by the table ``_LOWERINGS`` (aten op -> handler). A node whose
    inputs are all known at capture time (``arange``, ``full``, a causal mask built from
    a buffer that is never written) is evaluated here with torch and becomes a constant.
@@ -28,7 +28,6 @@ the step only reads (a registered causal mask) become constants with their value
 capture time.
 
 Known differences from torch, by design of the IR:
-- ``nll_loss``'s ``ignore_index`` is not honoured: labels are assumed to be class ids.
 - ``detach`` is lowered to identity (the IR has no stop-gradient op; torch's own
   decomposition already turns it into ``alias``).
 - ``scaled_dot_product_attention`` is lowered as softmax(q k^T * scale + mask) v; a fully
@@ -68,6 +67,13 @@ _KEPT_WHOLE = (
     _aten.nll_loss_forward.default,
     _aten.scaled_dot_product_attention.default,
     _aten.softplus.default,
+    # vision and losses: a loss is one fused record, so findings name the user's loss
+    _aten.binary_cross_entropy_with_logits.default,
+    _aten.cross_entropy_loss.default,
+    _aten.nll_loss2d_forward.default,
+    # no kernel: kept whole so that validation names the user's op, not the indexing it decomposes to
+    _aten.reflection_pad2d.default,
+    _aten.replication_pad2d.default,
 )
 
 _DTYPES = {
@@ -907,7 +913,7 @@ def _convolution(self: _Lowering, node, input, weight, bias, stride, padding, di
     if len(stride) != 2:
         return self.decline(f"{len(stride)}-d convolution (only 2-d)")
     if transposed:
-        return self.decline("transposed convolution")
+        return _conv_transpose(self, node, input, weight, bias, stride, padding, dilation, output_padding, groups)
     if groups != 1:
         return self.decline(f"groups={groups} (only 1)")
     shape, dtype = self.out(node)
@@ -961,22 +967,16 @@ def _embedding(self: _Lowering, node, weight, indices, padding_idx=-1, scale_gra
 
 
 def _nll_loss(self: _Lowering, node, self_, target, weight, reduction, ignore_index):
-    """log_softmax(logits) followed by nll_loss is the IR's sparse_softmax_cross_entropy."""
+    """log_softmax(logits) followed by nll_loss (or nll_loss2d) is the IR's cross_entropy_loss."""
     source = self_
     if not (isinstance(source, torch.fx.Node) and str(source.target) in ("aten._log_softmax.default",
                                                                           "aten.log_softmax.int")):
         return self.decline("nll_loss on something other than log_softmax")
-    if weight is not None:
-        return self.decline("class weights")
-    logits = self.tensor(source.args[0])
-    if len(self.shape(logits)) != 2 or _axis(source.args[1], 2) != 1:
-        return self.decline("only (N, C) logits with log_softmax over the classes")
-    shape, dtype = self.out(node, 0)
-    labels = self.tensor(target)
-    per_example = self.emit("sparse_softmax_cross_entropy", [logits, labels], self.shape(labels), dtype)
-    reductions = {0: None, 1: "reduce_mean", 2: "reduce_sum"}
-    loss = per_example if reductions[reduction] is None else self.reduce(reductions[reduction], per_example, [0], False)
-    return loss, None
+    rank = len(source.meta["val"].shape)
+    if _axis(source.args[1], rank) != min(1, rank - 1):
+        return self.decline("log_softmax over an axis other than the classes (axis 1)")
+    loss = _cross_entropy(self, node, source.args[0], target, weight, reduction, ignore_index, 0.0)
+    return loss if loss is None else (loss, None)
 
 
 def _sdpa(self: _Lowering, node, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -1015,6 +1015,121 @@ def _dropout(self: _Lowering, node, input, p, train):
     else:
         y = self.emit("dropout", [x], self.shape(x), self.dtype(x), rate=float(p))
     return (y, None) if str(node.target) == "aten.native_dropout.default" else y
+
+
+# ---- vision and losses ----
+
+_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
+
+
+def _cross_entropy(self: _Lowering, node, logits, target, weight, reduction, ignore_index, label_smoothing):
+    """cross_entropy_loss over the classes at axis 1 ((N, C), (N, C, H, W), ...; (C,) unbatched)."""
+    if weight is not None and weight not in self.known:
+        return self.decline("weight (class weights) computed in the step (only a constant vector)")
+    if not isinstance(target, torch.fx.Node) or target.meta["val"].dtype.is_floating_point:
+        return self.decline("class probabilities as the target (only class ids)")
+    shape, dtype = self.out(node) if not isinstance(node.meta["val"], (tuple, list)) else self.out(node, 0)
+    z = self.tensor(logits)
+    axis = min(1, len(self.shape(z)) - 1)
+    attrs = {"axis": axis, "reduction": _REDUCTIONS[reduction], "ignore_index": int(ignore_index)}
+    if label_smoothing:
+        attrs["label_smoothing"] = float(label_smoothing)
+    if weight is not None:
+        attrs["weight"] = self.known[weight].double().flatten().tolist()
+    return self.emit("cross_entropy_loss", [z, self.tensor(target)], shape, dtype, **attrs)
+
+
+def _cross_entropy_loss(self: _Lowering, node, self_, target, weight=None, reduction=1, ignore_index=-100,
+                        label_smoothing=0.0):
+    return _cross_entropy(self, node, self_, target, weight, reduction, ignore_index, label_smoothing)
+
+
+def _bce_with_logits(self: _Lowering, node, self_, target, weight=None, pos_weight=None, reduction=1):
+    """One sigmoid_cross_entropy node; pos_weight (known at capture time) is its attribute, weight a
+    multiply of the per-element loss, as torch applies them."""
+    attrs = {}
+    if pos_weight is not None:
+        if pos_weight not in self.known or self.known[pos_weight].dim() > 1:
+            return self.decline("pos_weight computed in the step (only a constant vector)")
+        attrs["pos_weight"] = self.known[pos_weight].double().flatten().tolist()
+    shape, dtype = self.out(node)
+    x = self.tensor(self_)
+    z = self.tensor(target, self.dtype(x))
+    if self.shape(z) != self.shape(x):
+        return self.decline(f"a target of shape {self.shape(z)} for logits of shape {self.shape(x)}")
+    per_element = self.emit("sigmoid_cross_entropy", [x, z], self.shape(x), dtype, **attrs)
+    if weight is not None:
+        per_element = self.binary("mul", per_element, self.tensor(weight, dtype))
+    if _REDUCTIONS[reduction] == "none":
+        return per_element
+    op = "reduce_mean" if _REDUCTIONS[reduction] == "mean" else "reduce_sum"
+    return self.reduce(op, per_element, list(range(len(self.shape(x)))), False)
+
+
+def _conv_transpose(self: _Lowering, node, input, weight, bias, stride, padding, dilation, output_padding, groups):
+    """ConvTranspose2d: the output size (from the export metadata) fixes output_padding."""
+    if groups != 1:
+        return self.decline(f"groups={groups} (only 1)")
+    if any(p >= s for p, s in zip(_pair(output_padding), _pair(stride))):
+        return self.decline(f"output_padding={list(output_padding)} not below the stride {list(stride)}")
+    shape, dtype = self.out(node)
+    pad = _pair(padding)
+    y = self.emit("conv_transpose2d", [self.tensor(input), self.tensor(weight)], shape, dtype,
+                  output_size=list(shape[2:]), strides=_pair(stride), padding=[[pad[0], pad[0]], [pad[1], pad[1]]],
+                  dilations=_pair(dilation), layout="NCHW", weight_layout="IOHW")
+    if bias is None:
+        return y
+    b = self.tensor(bias)
+    return self.emit("add", [y, self.reshape(b, self.shape(b) + (1, 1))], shape, dtype)
+
+
+def _upsample(method: str):
+    """upsample_nearest2d / upsample_bilinear2d (nn.Upsample, F.interpolate), .vec and .default."""
+    def lower(self: _Lowering, node, input, output_size=None, align_corners=False, scale_factors=None,
+              scales_h=None, scales_w=None):
+        if align_corners:
+            return self.decline("align_corners=True (only False)")
+        shape, dtype = self.out(node)
+        x = self.tensor(input)
+        (h, w), (out_h, out_w) = self.shape(x)[2:], shape[2:]
+        scales = scale_factors if scale_factors is not None else [s for s in (scales_h, scales_w) if s is not None]
+        # torch maps an output pixel back by 1 / scale_factor when one is given, by in / out otherwise
+        if scales and any(float(s) * n != o for s, n, o in zip(_pair(list(scales)), (h, w), (out_h, out_w))):
+            return self.decline(f"scale_factor={list(scales)} that does not give a whole output size")
+        if method == "nearest" and (out_h % h or out_w % w):
+            given = f"scale_factor={list(scales)}" if scales else f"size={[out_h, out_w]}"
+            return self.decline(f"{given}: nearest resizing from {h}x{w} to {out_h}x{out_w} "
+                                "(only by whole-number factors)")
+        return self.emit("resize2d", [x], shape, dtype, size=[out_h, out_w], method=method, layout="NCHW")
+    return lower
+
+
+def _adaptive_avg_pool(self: _Lowering, node, self_, output_size):
+    shape, dtype = self.out(node)
+    x = self.tensor(self_)
+    (h, w), (out_h, out_w) = self.shape(x)[2:], shape[2:]
+    if h % out_h or w % out_w:
+        return self.decline(f"output_size={list(output_size)} that does not divide the input's {h}x{w}")
+    kernel = [h // out_h, w // out_w]
+    return self.emit("avg_pool2d", [x], shape, dtype, kernel=kernel, strides=kernel, padding=[[0, 0], [0, 0]],
+                     layout="NCHW")
+
+
+def _constant_pad(self: _Lowering, node, self_, pad, value=0):
+    """F.pad(x, pad, value=...): pad pairs run from the last axis backwards."""
+    if any(p < 0 for p in pad):
+        return self.decline(f"pad={list(pad)} with negative entries (cropping): slice instead")
+    shape, dtype = self.out(node)
+    x = self.tensor(self_)
+    pairs = [[0, 0] for _ in shape]
+    for i in range(len(pad) // 2):
+        pairs[len(shape) - 1 - i] = [int(pad[2 * i]), int(pad[2 * i + 1])]
+    return self.emit("pad", [x], shape, dtype, pads=pairs, value=float(value))
+
+
+def _repeat(self: _Lowering, node, self_, repeats):
+    shape, dtype = self.out(node)
+    return self.emit("tile", [self.tensor(self_)], shape, dtype, multiples=[int(r) for r in repeats])
 
 
 _LOWERINGS: dict[str, Callable] = {
@@ -1120,6 +1235,18 @@ _LOWERINGS: dict[str, Callable] = {
     "aten.scaled_dot_product_attention.default": _sdpa,
     # losses
     "aten.nll_loss_forward.default": _nll_loss,
+    # vision and losses
+    "aten.nll_loss2d_forward.default": _nll_loss,
+    "aten.cross_entropy_loss.default": _cross_entropy_loss,
+    "aten.binary_cross_entropy_with_logits.default": _bce_with_logits,
+    "aten.upsample_nearest2d.vec": _upsample("nearest"),
+    "aten.upsample_nearest2d.default": _upsample("nearest"),
+    "aten.upsample_bilinear2d.vec": _upsample("bilinear"),
+    "aten.upsample_bilinear2d.default": _upsample("bilinear"),
+    "aten._adaptive_avg_pool2d.default": _adaptive_avg_pool,
+    "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
+    "aten.repeat.default": _repeat,
+    "aten.constant_pad_nd.default": _constant_pad,
 }
 
 

@@ -106,6 +106,53 @@ def _slice_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
     return [tuple(out)]
 
 
+# ---- tile (vision and losses) ----
+
+
+def _tile_forward(inputs, attrs, ctx):
+    x = inputs[0]
+    multiples = list(attrs["multiples"])
+    x = x.reshape((1,) * (len(multiples) - x.ndim) + x.shape)  # torch's repeat: more multiples than axes
+    return [np.tile(x, multiples)], (inputs[0].shape, x.shape)
+
+
+def _tile_backward(saved, grads, attrs, needs):
+    shape, lifted = saved
+    multiples = list(attrs["multiples"])
+    # (m0 * d0, m1 * d1, ...) -> (m0, d0, m1, d1, ...): each copy's gradient adds up
+    split = [n for m, d in zip(multiples, lifted) for n in (m, d)]
+    g = grads[0].reshape(split).sum(axis=tuple(range(0, 2 * len(multiples), 2)))
+    return [g.reshape(shape)]
+
+
+def _tile_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
+    multiples = list(attrs["multiples"])
+    shape = tuple(shapes[0])
+    if len(multiples) < len(shape) or any(int(m) < 1 for m in multiples):
+        raise ValueError(f"multiples {multiples} must be positive, one per axis of {shape}")
+    shape = (1,) * (len(multiples) - len(shape)) + shape
+    return [tuple(None if d is None else d * int(m) for d, m in zip(shape, multiples))]
+
+
+# ---- constant padding (vision and losses) ----
+
+
+def _pad_forward(inputs, attrs, ctx):
+    x = inputs[0]
+    pads = [tuple(p) for p in attrs["pads"]]
+    value = attrs.get("value") or 0
+    index = tuple(slice(before, before + n) for (before, _), n in zip(pads, x.shape))
+    return [np.pad(x, pads, constant_values=x.dtype.type(value))], index
+
+
+def _pad_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
+    pads = [list(p) for p in attrs["pads"]]
+    shape = tuple(shapes[0])
+    if len(pads) != len(shape) or any(len(p) != 2 or min(p) < 0 for p in pads):
+        raise ValueError(f"pads {pads} must be one non-negative [before, after] per axis of {shape}")
+    return [tuple(None if d is None else d + p[0] + p[1] for d, p in zip(shape, pads))]
+
+
 def _layout(name: str, summary: str, attrs: tuple, shape, forward, backward, inputs=("x",), **kw) -> OpRecord:
     return OpRecord(name, summary, inputs, attrs, "layout", (ANY,), shape, forward, backward,
                     cost=free, backward_reads=reads_nothing, **kw)
@@ -131,4 +178,10 @@ RECORDS = (
     # the 16-bit formats are float32 rounded to the format; the gradient of a 16-bit value is 16-bit
     _layout("cast", "x as dtype (a 16-bit format: rounded)", ("dtype",), same_shape, _cast_forward, _cast_backward,
             dtype=lambda dtypes, attrs: [attrs["dtype"]]),
+    # vision and losses: tf.tile, torch's repeat (and the nearest upsampling Keras writes with it)
+    _layout("tile", "numpy.tile(x, multiples) (more multiples than axes: leading axes of 1 first)", ("multiples",),
+            _tile_shape, _tile_forward, _tile_backward),
+    # torch's F.pad (constant), tf.pad and Keras ZeroPadding2D: the gradient is the unpadded part
+    _layout("pad", "x padded with value (default 0): pads is one [before, after] per axis", ("pads", "value?"),
+            _pad_shape, _pad_forward, lambda index, grads, attrs, needs: [grads[0][index]]),
 )

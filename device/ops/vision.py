@@ -1,8 +1,11 @@
-"""Vision: 2-D convolution and pooling, in NCHW (torch) or NHWC (TF) with OIHW or HWIO weights.
+"""Vision: 2-D convolution and pooling, in NCHW (torch) or NHWC (TF) with OIHW or HWIO weights;
+the transposed convolution (IOHW or HWOI weights) and resizing (nearest, bilinear).
 
 Padding is explicit pairs [[top, bottom], [left, right]], "SAME" (TensorFlow's rule) or
 "VALID". Every kernel works on NHWC windows of the padded input (a strided view), so
-forward and backward are one GEMM or one reduction, never a loop over pixels.
+forward and backward are one GEMM or one reduction, never a loop over pixels; a
+transposed convolution is a convolution's input gradient (one GEMM, then the windows'
+adjoint), and a resize one interpolation matrix per axis.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import math
 import numpy as np
 
 from device.ops.arrays import col2im, crop, from_nhwc, padding_pairs, pair, to_nhwc, windowed_size, windows
-from device.ops.record import FLOAT, OpRecord, Shape, Work, contraction
+from device.ops.record import FLOAT, OpRecord, Shape, Work, contraction, reads_nothing
 
 
 def _conv2d_forward(inputs, attrs, ctx):
@@ -159,6 +162,143 @@ def _pool_cost(work: Work) -> tuple[float, float]:
 
 _POOL_ATTRS = ("kernel", "strides?", "padding?", "layout?")
 
+
+# ---- transposed convolution, resizing (vision and losses) ----
+
+
+def _conv_transpose_weight(w: Shape, attrs: dict) -> tuple:
+    """(kh, kw, C_out, C_in) of a transposed convolution's weight: torch's IOHW (C_in, C_out, kh, kw)
+    or TF's HWOI (kh, kw, C_out, C_in), TF naming the filter by the convolution it transposes."""
+    return tuple(w) if attrs.get("weight_layout", "IOHW") == "HWOI" else (w[2], w[3], w[1], w[0])
+
+
+def _conv_transpose_geometry(x_hw, attrs: dict, kernel) -> tuple:
+    """(pads, strides, dilations) of the convolution whose input gradient this op is.
+
+    The output (size ``output_size``) is that convolution's input: padded by ``pads`` it has
+    windows exactly at the input's pixels. Raises ValueError when the sizes do not fit.
+    """
+    strides, dilations = pair(attrs.get("strides", 1)), pair(attrs.get("dilations", 1))
+    out_hw = pair(list(attrs["output_size"]))
+    pads = padding_pairs(attrs.get("padding", "VALID"), out_hw, kernel, strides, dilations)
+    for n, o, pad, k, s, d in zip(x_hw, out_hw, pads, kernel, strides, dilations):
+        if n is not None and windowed_size(o, pad, k, s, d) != n:
+            raise ValueError(f"output_size {out_hw} with padding {attrs.get('padding', 'VALID')!r} is not the input "
+                             f"of a convolution whose output has {tuple(x_hw)} pixels")
+        if pad[0] < 0 or pad[1] < 0:
+            raise ValueError(f"negative padding {pads}")
+    return pads, strides, dilations
+
+
+def _conv_transpose2d_forward(inputs, attrs, ctx):
+    layout = attrs.get("layout", "NCHW")
+    x = to_nhwc(inputs[0], layout)  # (N, H, W, C_in)
+    w = inputs[1] if attrs.get("weight_layout", "IOHW") == "HWOI" else inputs[1].transpose(2, 3, 1, 0)
+    kh, kw, o, c = w.shape  # (kh, kw, C_out, C_in)
+    pads, strides, dilations = _conv_transpose_geometry(x.shape[1:3], attrs, (kh, kw))
+    n, h, wd, _ = x.shape
+    out_h, out_w = pair(list(attrs["output_size"]))
+    padded_shape = (n, out_h + sum(pads[0]), out_w + sum(pads[1]), o)
+    x2 = x.reshape(n * h * wd, c)
+    w2 = w.reshape(kh * kw * o, c)
+    # the input gradient of a convolution: each input pixel scatters its kernel-sized patch
+    patches = (x2 @ w2.T).reshape(n, h, wd, kh, kw, o)
+    y = crop(col2im(patches, padded_shape, strides, dilations, x.dtype), pads)
+    return [from_nhwc(np.ascontiguousarray(y), layout)], (x2, w2, w.shape, x.shape, pads, strides, dilations)
+
+
+def _conv_transpose2d_backward(saved, grads, attrs, needs):
+    x2, w2, w_shape, x_shape, pads, strides, dilations = saved
+    layout = attrs.get("layout", "NCHW")
+    kh, kw, o, c = w_shape
+    g = to_nhwc(grads[0], layout)  # (N, Ho, Wo, C_out)
+    gp = np.pad(g, ((0, 0), pads[0], pads[1], (0, 0)))
+    n, h, wd, _ = x_shape
+    # the forward convolution: one window per input pixel
+    win = windows(gp, (kh, kw), strides, dilations)  # (N, H, W, kh, kw, C_out)
+    cols = win.reshape(n * h * wd, kh * kw * o)
+    dx = dw = None
+    if needs[0]:
+        dx = from_nhwc((cols @ w2).reshape(x_shape), layout)
+    if needs[1]:
+        dw = (cols.T @ x2).reshape(w_shape)  # (kh, kw, C_out, C_in)
+        if attrs.get("weight_layout", "IOHW") != "HWOI":
+            dw = dw.transpose(3, 2, 0, 1)  # (C_in, C_out, kh, kw)
+    return [dx, dw]
+
+
+def _conv_transpose2d_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
+    layout = attrs.get("layout", "NCHW")
+    kh, kw, out_channels, _ = _conv_transpose_weight(shapes[1], attrs)
+    n, h, w, _ = _spatial(shapes[0], layout)
+    _conv_transpose_geometry((h, w), attrs, (kh, kw))
+    out_h, out_w = pair(list(attrs["output_size"]))
+    return [(n, out_channels, out_h, out_w) if layout == "NCHW" else (n, out_h, out_w, out_channels)]
+
+
+def _conv_transpose2d_macs(work: Work) -> float:
+    # per input element: kh x kw x C_out
+    kh, kw, cout, _ = _conv_transpose_weight(work.inputs[1], work.attrs)
+    return float(math.prod(work.inputs[0]) * cout * kh * kw)
+
+
+RESIZE_METHODS = ("nearest", "bilinear")
+
+
+def _interpolation(n_in: int, n_out: int, method: str, dtype) -> np.ndarray:
+    """(n_out, n_in) matrix of one axis: torch's align_corners=False, TF's half_pixel_centers.
+
+    nearest: source floor(dst * n_in / n_out) (whole-number factors only, where torch's and
+    TF's rules agree); bilinear: source (dst + 0.5) * n_in / n_out - 0.5, clamped to the edges.
+    """
+    a = np.zeros((n_out, n_in), dtype=np.float64)
+    dst = np.arange(n_out)
+    if method == "nearest":
+        a[dst, dst * n_in // n_out] = 1.0
+        return a.astype(dtype)
+    src = np.maximum((dst + 0.5) * n_in / n_out - 0.5, 0.0)
+    low = np.minimum(np.floor(src).astype(int), n_in - 1)
+    high = np.minimum(low + 1, n_in - 1)
+    frac = src - low
+    np.add.at(a, (dst, low), 1.0 - frac)
+    np.add.at(a, (dst, high), frac)
+    return a.astype(dtype)
+
+
+def _resize2d_forward(inputs, attrs, ctx):
+    layout = attrs.get("layout", "NCHW")
+    x = to_nhwc(inputs[0], layout)  # (N, H, W, C)
+    out_h, out_w = pair(list(attrs["size"]))
+    a_h = _interpolation(x.shape[1], out_h, attrs["method"], x.dtype)  # (Ho, H)
+    a_w = _interpolation(x.shape[2], out_w, attrs["method"], x.dtype)  # (Wo, W)
+    y = np.matmul(a_w, np.matmul(a_h, x.transpose(0, 3, 1, 2)).transpose(0, 1, 3, 2))  # (N, C, Wo, Ho)
+    return [from_nhwc(np.ascontiguousarray(y.transpose(0, 3, 2, 1)), layout)], (a_h, a_w)
+
+
+def _resize2d_backward(saved, grads, attrs, needs):
+    a_h, a_w = saved
+    layout = attrs.get("layout", "NCHW")
+    g = to_nhwc(grads[0], layout).transpose(0, 3, 2, 1)  # (N, C, Wo, Ho)
+    dx = np.matmul(a_h.T, np.matmul(a_w.T, g).transpose(0, 1, 3, 2))  # (N, C, H, W)
+    return [from_nhwc(np.ascontiguousarray(dx.transpose(0, 2, 3, 1)), layout)]
+
+
+def _resize2d_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
+    layout = attrs.get("layout", "NCHW")
+    if attrs["method"] not in RESIZE_METHODS:
+        raise ValueError(f"method {attrs['method']!r} is not one of {', '.join(RESIZE_METHODS)}")
+    n, h, w, c = _spatial(shapes[0], layout)
+    out_h, out_w = pair(list(attrs["size"]))
+    if attrs["method"] == "nearest" and any(i is not None and o % i for i, o in ((h, out_h), (w, out_w))):
+        raise ValueError(f"nearest resizing from {(h, w)} to {(out_h, out_w)} is not by whole-number factors")
+    return [(n, c, out_h, out_w) if layout == "NCHW" else (n, out_h, out_w, c)]
+
+
+def _resize2d_cost(work: Work) -> tuple[float, float]:
+    # bilinear: 4 taps of a multiply-add per output element; nearest: a copy
+    taps = 8 if work.attrs.get("method") == "bilinear" else 0
+    return float(taps * work.out), work.moved
+
 RECORDS = (
     # a contraction: backward computes two products, d(input) and d(weight)
     OpRecord("conv2d", "2-D convolution (cross-correlation) of x with w; strides, dilations, padding",
@@ -172,4 +312,15 @@ RECORDS = (
     OpRecord("avg_pool2d", "mean over each window (SAME: of the input pixels only, as TF)", ("x",),
              _POOL_ATTRS + ("count_include_pad?",), "pool", (FLOAT,), _pool_shape, _avg_pool2d_forward,
              _avg_pool2d_backward, cost=_pool_cost),
+    # vision and losses: the input gradient of a convolution, as a layer (UNet up blocks)
+    OpRecord("conv_transpose2d", "transposed 2-D convolution of x with w to output_size; strides, dilations, padding "
+             "(of the convolution it transposes)", ("x", "w"),
+             ("output_size", "strides?", "padding?", "dilations?", "layout?", "weight_layout?"), "conv",
+             (FLOAT, FLOAT), _conv_transpose2d_shape, _conv_transpose2d_forward, _conv_transpose2d_backward,
+             cost=contraction(_conv_transpose2d_macs), backward_ratio=2.0),
+    # upsampling: a linear map per axis, so the backward is its transpose and reads nothing
+    OpRecord("resize2d", "x resized to size by method: nearest (whole-number factors) or bilinear (half-pixel "
+             "centres: torch's align_corners=False, TF's half_pixel_centers=True)", ("x",),
+             ("size", "method", "layout?"), "pool", (FLOAT,), _resize2d_shape, _resize2d_forward,
+             _resize2d_backward, cost=_resize2d_cost, backward_reads=reads_nothing),
 )

@@ -65,6 +65,31 @@ SUGGESTIONS: dict[str, str] = {
 }
 
 
+# vision and losses: the forms of these ops the device lacks, and the nearest form it has
+_RESIZE = "nn.Upsample / F.interpolate with mode 'nearest' (whole-number factors) or 'bilinear', align_corners=False"
+SUGGESTIONS.update({
+    "aten.upsample_bilinear2d.vec": _RESIZE,
+    "aten.upsample_nearest2d.vec": _RESIZE,
+    "aten._upsample_bilinear2d_aa.vec": f"antialias=False: {_RESIZE}",
+    "aten._upsample_nearest_exact2d.vec": f"{_RESIZE} (nearest-exact equals nearest for whole-number factors)",
+    "aten.upsample_bicubic2d.vec": f"{_RESIZE}, or resize in the input pipeline",
+    "aten.convolution.default": ("2-d convolutions with groups=1: write a grouped convolution as one conv per group "
+                                 "joined by torch.cat"),
+    "aten._adaptive_avg_pool2d.default": "an output size that divides the input size (then it is avg_pool2d)",
+    "aten.binary_cross_entropy_with_logits.default": ("a pos_weight fixed when the step is captured: a constant "
+                                                      "tensor or a buffer, not computed from the batch"),
+    "aten.cross_entropy_loss.default": ("class ids as targets, and class weights fixed when the step is "
+                                        "captured; ignore_index and label_smoothing are supported"),
+    "aten.reflection_pad2d.default": "F.pad with mode='constant', or pad in the input pipeline",
+    "aten.replication_pad2d.default": "F.pad with mode='constant', or pad in the input pipeline",
+    "aten.constant_pad_nd.default": "non-negative padding; crop by slicing",
+    "MirrorPad": "tf.pad with mode='CONSTANT', or pad in the input pipeline",
+    "ResizeBilinear": "tf.image.resize(method='bilinear') or Keras UpSampling2D (half-pixel centres)",
+    "ResizeNearestNeighbor": "Keras UpSampling2D, or tf.image.resize(method='nearest') by whole-number factors",
+    "ResizeBicubic": "tf.image.resize(method='bilinear'), or resize in the input pipeline",
+})
+
+
 def suggestion_for(framework_op: str, op: str = "") -> str:
     """What to use instead of a framework op the device lacks (the default if unknown)."""
     for key in (framework_op, f"{framework_op.rsplit('.', 1)[0]}.default", op):

@@ -211,6 +211,66 @@ CASES = [
     Case("equal", [ints(3, 3, 4), ints(3, 3, 4)], {}, T("eq")),
 ]
 
+# ---- vision and losses ----
+
+
+def _labels_with(ignore, high, *shape):
+    """Class ids in [0, high) with about a quarter of them ``ignore``."""
+    labels = ints(high, *shape)
+    labels[RNG.uniform(size=shape) < 0.25] = ignore
+    return labels
+
+
+CASES += [
+    Case("conv_transpose2d", [randn(2, 3, 4, 5), randn(3, 2, 2, 2)],
+         {"output_size": [8, 10], "strides": [2, 2], "padding": [[0, 0], [0, 0]], "layout": "NCHW",
+          "weight_layout": "IOHW"},
+         lambda x, w: F.conv_transpose2d(x, w, stride=2), "unet-up"),
+    Case("conv_transpose2d", [randn(2, 3, 4, 4), randn(3, 2, 3, 3)],
+         {"output_size": [8, 8], "strides": [2, 2], "padding": [[1, 1], [1, 1]], "dilations": [1, 1],
+          "layout": "NCHW", "weight_layout": "IOHW"},
+         lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1), "output-padding"),
+    Case("conv_transpose2d", [randn(2, 3, 3, 2), randn(3, 3, 4, 2)],
+         {"output_size": [6, 6], "strides": [2, 2], "padding": "SAME", "layout": "NHWC", "weight_layout": "HWOI"},
+         # TF's SAME for 6 pixels, kernel 3, stride 2: pad 0 before, 1 after, cropped from the full output
+         lambda x, w: nhwc(F.conv_transpose2d(nchw(x), w.permute(3, 2, 0, 1), stride=2)[:, :, :6, :6]),
+         "nhwc-same"),
+    Case("resize2d", [randn(2, 3, 3, 4)], {"size": [6, 8], "method": "nearest", "layout": "NCHW"},
+         lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), "nearest"),
+    Case("resize2d", [randn(2, 3, 3, 4)], {"size": [6, 12], "method": "bilinear", "layout": "NCHW"},
+         lambda x: F.interpolate(x, size=(6, 12), mode="bilinear", align_corners=False), "bilinear"),
+    Case("resize2d", [randn(2, 4, 3, 3)], {"size": [6, 5], "method": "bilinear", "layout": "NHWC"},
+         lambda x: nhwc(F.interpolate(nchw(x), size=(6, 5), mode="bilinear", align_corners=False)),
+         "bilinear-nhwc-uneven"),
+    Case("tile", [randn(2, 3)], {"multiples": [2, 1, 3]}, lambda x: x.repeat(2, 1, 3)),
+    Case("pad", [randn(2, 3, 4)], {"pads": [[0, 0], [1, 2], [0, 3]], "value": 0.5},
+         lambda x: F.pad(x, (0, 3, 1, 2), value=0.5)),
+    Case("sigmoid_cross_entropy", [randn(3, 4) * 5, RNG.uniform(size=(3, 4))], {},
+         lambda x, z: F.binary_cross_entropy_with_logits(x, z, reduction="none")),
+    Case("sigmoid_cross_entropy", [randn(3, 4) * 5, RNG.uniform(size=(3, 4))], {"pos_weight": [0.5, 1.0, 2.0, 3.0]},
+         lambda x, z: F.binary_cross_entropy_with_logits(x, z, pos_weight=torch.tensor([0.5, 1.0, 2.0, 3.0],
+                                                                                      dtype=x.dtype),
+                                                         reduction="none"), "pos-weight"),
+    Case("cross_entropy_loss", [randn(2, 4, 3, 3) * 3, _labels_with(-100, 4, 2, 3, 3)],
+         {"axis": 1, "reduction": "mean", "ignore_index": -100},
+         lambda z, y: F.cross_entropy(z, y), "nchw-default-ignore"),
+    Case("cross_entropy_loss", [randn(6, 5) * 3, _labels_with(0, 5, 6)],
+         {"axis": 1, "reduction": "mean", "ignore_index": 0, "label_smoothing": 0.1},
+         lambda z, y: F.cross_entropy(z, y, ignore_index=0, label_smoothing=0.1), "ignore0-smoothing"),
+    Case("cross_entropy_loss", [randn(2, 3, 4) * 3, _labels_with(2, 3, 2, 4)],
+         {"axis": 1, "reduction": "none", "ignore_index": 2, "label_smoothing": 0.2},
+         lambda z, y: F.cross_entropy(z, y, ignore_index=2, label_smoothing=0.2, reduction="none"), "none"),
+    Case("cross_entropy_loss", [randn(2, 3, 3, 2) * 3, _labels_with(1, 3, 2, 3, 2)],
+         {"axis": 1, "reduction": "mean", "ignore_index": 1, "label_smoothing": 0.2, "weight": [0.5, 2.0, 1.5]},
+         lambda z, y: F.cross_entropy(z, y, ignore_index=1, label_smoothing=0.2,
+                                      weight=torch.tensor([0.5, 2.0, 1.5], dtype=z.dtype)), "weighted-smoothed"),
+    Case("cross_entropy_loss", [randn(5, 3) * 3, ints(3, 5)], {"axis": 1, "reduction": "none", "weight": [0.5, 2.0, 1.5]},
+         lambda z, y: F.cross_entropy(z, y, reduction="none", weight=torch.tensor([0.5, 2.0, 1.5], dtype=z.dtype)),
+         "weighted-none"),
+    Case("cross_entropy_loss", [randn(2, 3, 4) * 3, ints(4, 2, 3)], {"axis": -1, "reduction": "sum"},
+         lambda z, y: F.cross_entropy(z.permute(0, 2, 1), y, reduction="sum"), "sum-last-axis"),
+]
+
 
 def _is_float(x):
     return np.issubdtype(np.asarray(x).dtype, np.floating)

@@ -21,6 +21,10 @@
     Conv2D                                                        conv2d (layout NHWC or NCHW, weight HWIO)
     MaxPool AvgPool                                               max_pool2d avg_pool2d
     FusedBatchNorm{,V2,V3} training / inference                  batch_norm / its elementwise formula
+    Conv2DBackpropInput (Keras Conv2DTranspose)                   conv_transpose2d (weight HWOI)
+    ResizeBilinear ResizeNearestNeighbor (half-pixel centres)     resize2d (bilinear, nearest)
+    Tile / Unpack / Split SplitV                                  tile / slice + reshape / slice
+    Pad PadV2 (tf.pad constant, Keras ZeroPadding2D)              pad
 
 Keras BatchNormalization at inference (fixed statistics) stays elementwise on purpose:
 the IR's batch_norm takes its statistics from the runtime's training flag. Patterns of
@@ -383,6 +387,116 @@ def _normalize_inference(low: Lowering, op, tensor, x, gamma, beta, mean, varian
     low.emit("add", [scaled, per_channel(shift)], op, [tensor])
 
 
+# ---- vision and losses ----
+
+
+def _map_conv2d_backprop_input(low: Lowering, tensor):
+    """Keras Conv2DTranspose, tf.nn.conv2d_transpose: the input gradient of a Conv2D, as a layer."""
+    op = tensor.op
+    layout = op.get_attr("data_format").decode()
+    padding = op.get_attr("padding").decode()
+    if padding == "EXPLICIT":
+        pads = list(op.get_attr("explicit_paddings"))
+        pairs = [pads[i:i + 2] for i in range(0, 8, 2)]
+        padding = [[int(v) for v in p] for p in (pairs[1:3] if layout == "NHWC" else pairs[2:4])]
+    shape = static_shape(tensor)
+    output_size = list(shape[1:3] if layout == "NHWC" else shape[2:4])
+    if None in output_size:
+        raise CannotMap("the output's height and width are not static")
+    _, w, x = op.inputs  # input_sizes, filter (kh, kw, C_out, C_in), the gradient it maps back
+    attrs = {"output_size": output_size,
+             "strides": _spatial(op.get_attr("strides"), layout), "padding": padding,
+             "dilations": _spatial(op.get_attr("dilations"), layout), "layout": layout, "weight_layout": "HWOI"}
+    return Plan([x, w], lambda: low.emit("conv_transpose2d", [low.value(x), low.value(w)], op, [tensor], attrs))
+
+
+def _map_resize(low: Lowering, tensor):
+    """ResizeBilinear / ResizeNearestNeighbor with half-pixel centres (tf.image.resize, Keras UpSampling2D)."""
+    op = tensor.op
+    if op.get_attr("align_corners"):
+        raise CannotMap("align_corners=True (only False)")
+    if not op.get_attr("half_pixel_centers"):
+        raise CannotMap("half_pixel_centers=False (only True, tf.image.resize's)")
+    x = op.inputs[0]
+    (_, h, w, _), (_, out_h, out_w, _) = static_shape(x), static_shape(tensor)
+    if None in (h, w, out_h, out_w):
+        raise CannotMap("the image sizes are not static")
+    method = "bilinear" if op.type == "ResizeBilinear" else "nearest"
+    if method == "nearest" and (out_h % h or out_w % w):
+        raise CannotMap(f"nearest resizing from {h}x{w} to {out_h}x{out_w} (only by whole-number factors)")
+    attrs = {"size": [out_h, out_w], "method": method, "layout": "NHWC"}
+    return Plan([x], lambda: low.emit("resize2d", [low.value(x)], op, [tensor], attrs))
+
+
+def _map_tile(low: Lowering, tensor):
+    op = tensor.op
+    multiples = [int(m) for m in low.attr(op.inputs[1], "the multiples")]
+    x = op.inputs[0]
+    return Plan([x], lambda: low.emit("tile", [low.value(x)], op, [tensor], {"multiples": multiples}))
+
+
+def _emit_part(low: Lowering, ir_op: str, inputs: list[str], op, tensor, attrs) -> None:
+    """emit for one output of a multi-output TF op (Unpack, Split): a node of its own per output."""
+    low.graph.add_value(tensor.name, static_shape(tensor), ir_dtype(tensor.dtype))
+    low.value_of[tensor.name] = tensor.name
+    low.graph.add_node(ir_op, inputs, [tensor.name], attrs, low.loc(op), name=f"{op.name}/{tensor.value_index}")
+
+
+def _part(low: Lowering, tensor, x, axis: int, start: int, size: int, drop_axis: bool) -> Plan:
+    """Output ``tensor`` is x[start:start + size] along ``axis`` (the axis dropped: Unpack)."""
+    op = tensor.op
+    shape = list(static_shape(x))
+    if shape[axis] is None:
+        raise CannotMap("splitting a dimension of unknown size")
+    attrs = {"begin": [0] * len(shape), "end": list(shape), "step": [1] * len(shape)}  # None: to the end
+    attrs["begin"][axis], attrs["end"][axis] = start, start + size
+
+    def build():
+        if not drop_axis:
+            _emit_part(low, "slice", [low.value(x)], op, tensor, attrs)
+            return
+        sliced = shape[:axis] + [size] + shape[axis + 1:]
+        part = low.aux("slice", [low.value(x)], op, sliced, ir_dtype(x.dtype), attrs)
+        _emit_part(low, "reshape", [part], op, tensor, {"shape": [-1 if d is None else d for d in static_shape(tensor)]})
+    return Plan([x], build)
+
+
+def _map_unpack(low: Lowering, tensor):
+    op = tensor.op
+    x = op.inputs[0]
+    axis = op.get_attr("axis") % x.shape.rank
+    return _part(low, tensor, x, axis, tensor.value_index, 1, drop_axis=True)
+
+
+def _map_split(low: Lowering, tensor):
+    """Split(axis, x) into equal parts; SplitV(x, sizes, axis)."""
+    op = tensor.op
+    axis_t, x = op.inputs if op.type == "Split" else (op.inputs[2], op.inputs[0])
+    axis = int(low.attr(axis_t, "the split axis")) % x.shape.rank
+    size = static_shape(x)[axis]
+    if size is None:
+        raise CannotMap("splitting a dimension of unknown size")
+    if op.type == "Split":
+        sizes = [size // op.get_attr("num_split")] * op.get_attr("num_split")
+    else:
+        sizes = [int(v) for v in low.attr(op.inputs[1], "the split sizes")]
+    if -1 in sizes:  # SplitV: one size is what the others leave
+        sizes[sizes.index(-1)] = size - (sum(sizes) + 1)
+    index = tensor.value_index
+    return _part(low, tensor, x, axis, sum(sizes[:index]), sizes[index], drop_axis=False)
+
+
+def _map_pad(low: Lowering, tensor):
+    """Pad / PadV2 (tf.pad mode CONSTANT, Keras ZeroPadding2D)."""
+    op = tensor.op
+    x = op.inputs[0]
+    pads = [[int(a), int(b)] for a, b in low.attr(op.inputs[1], "the paddings")]
+    value = low.scalar(op.inputs[2]) if op.type == "PadV2" else 0.0
+    if value is None:
+        raise CannotMap("constant_values is not a constant")
+    return Plan([x], lambda: low.emit("pad", [low.value(x)], op, [tensor], {"pads": pads, "value": float(value)}))
+
+
 # TF op types that are one IR op on the same inputs
 _ONE_TO_ONE = {
     "AddV2": "add", "Add": "add", "Sub": "sub", "Mul": "mul", "RealDiv": "div", "Maximum": "maximum",
@@ -409,4 +523,8 @@ MAPPINGS: dict[str, OpMapping] = {
     "ArgMax": _map_argmax, "Conv2D": _map_conv2d, "MaxPool": _map_pool,
     "AvgPool": _map_pool, "FusedBatchNorm": _map_fused_batch_norm,
     "FusedBatchNormV2": _map_fused_batch_norm, "FusedBatchNormV3": _map_fused_batch_norm,
+    # vision and losses
+    "Conv2DBackpropInput": _map_conv2d_backprop_input, "ResizeBilinear": _map_resize,
+    "ResizeNearestNeighbor": _map_resize, "Tile": _map_tile, "Unpack": _map_unpack, "Split": _map_split,
+    "SplitV": _map_split, "Pad": _map_pad, "PadV2": _map_pad,
 }

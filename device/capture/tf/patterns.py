@@ -7,6 +7,9 @@
                                         assignments of its running stats in the graph -> batch_norm
     gelu (exact: erfc or erf form)      0.5 * x * erfc(-x / sqrt 2), 0.5 * x * (1 + erf(x / sqrt 2)) -> gelu("none")
     gelu (tanh form)                    0.5 * x * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) -> gelu("tanh")
+    tf.nn.sigmoid_cross_entropy_with_logits (Keras BinaryCrossentropy(from_logits=True))
+                                        select(x >= 0, x, 0) - x * z + log1p(exp(select(x >= 0, -x, x)))
+                                        -> sigmoid_cross_entropy
 
 A pattern is tried at the TF op that ends it (``PATTERNS``, by op type) before that op's
 own mapping (device/capture/tf/mappings.py); it answers a Plan, or None when the tensor
@@ -371,3 +374,44 @@ PATTERNS: dict[str, list[Pattern]] = {
     "AddV2": [_match_norm], "Add": [_match_norm],
     "Mul": [_match_gelu],
 }
+
+
+# ---- vision and losses ----
+
+
+def _match_sigmoid_cross_entropy(low: Lowering, tensor) -> Plan | None:
+    """tf.nn.sigmoid_cross_entropy_with_logits(labels=z, logits=x), the stable form TF writes out:
+    select(x >= 0, x, 0) - x * z + log1p(exp(select(x >= 0, -x, x)))."""
+    op = tensor.op
+    for difference, softplus in (op.inputs, op.inputs[::-1]):
+        if not (is_type(difference, "Sub") and is_type(softplus, "Log1p")):
+            continue
+        relu, product = difference.op.inputs
+        if not (is_type(relu, "Select", "SelectV2") and is_type(product, "Mul")):
+            continue
+        cond, x, zero = relu.op.inputs
+        if not (is_type(cond, "GreaterEqual") and same(cond.op.inputs[0], x) and _is_zeros(low, zero)):
+            continue
+        exp = softplus.op.inputs[0]
+        if not is_type(exp, "Exp") or not is_type(exp.op.inputs[0], "Select", "SelectV2"):
+            continue
+        cond2, negated, kept = exp.op.inputs[0].op.inputs
+        if not (same(cond2, cond) and is_type(negated, "Neg") and same(negated.op.inputs[0], x) and same(kept, x)):
+            continue
+        for a, z in operand_pairs(product.op):
+            if same(a, x):
+                return Plan([x, z], lambda z=z: low.emit("sigmoid_cross_entropy", [low.value(x), low.value(z)], op,
+                                                          [tensor], label="sigmoid_cross_entropy_with_logits"))
+    return None
+
+
+def _is_zeros(low: Lowering, tensor) -> bool:
+    """zeros_like(x), or a constant of zeros."""
+    if is_type(tensor, "ZerosLike"):
+        return True
+    value = low.const(tensor)
+    return value is not None and value.size > 0 and not np.any(value)
+
+
+for _op_type in ("AddV2", "Add"):
+    PATTERNS[_op_type].append(_match_sigmoid_cross_entropy)

@@ -1,0 +1,170 @@
+"""The PyTorch frontend on the vision and loss ops: ConvTranspose2d, Upsample, adaptive
+pooling, repeat / unbind / chunk, BCEWithLogitsLoss and CrossEntropyLoss (classes on axis 1
+of any rank, ignore_index, label_smoothing).
+
+Each construct lowers to its record (one node, named as the user wrote it), and the
+emulator's loss and gradients agree with torch's; an attribute value the kernels do not
+implement is a validation error naming the op, the attribute and the user's line.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from device.capture.torch import capture, state_of, weights_of  # noqa: E402
+from device.ops import OPS  # noqa: E402
+from device.passes.validate import DEFAULT_SUGGESTION, validate  # noqa: E402
+from device.runtime.program import Program  # noqa: E402
+
+
+class VisionMix(nn.Module):
+    """Every vision op of this file once, on (N, 3, 4, 4) images; a BCE and a cross entropy."""
+
+    def __init__(self):
+        super().__init__()
+        self.up_conv = nn.ConvTranspose2d(3, 2, 3, stride=2, padding=1, output_padding=1)  # (N, 2, 8, 8)
+        self.up_conv2 = nn.ConvTranspose2d(3, 3, 2, stride=2)  # (N, 3, 8, 8)
+        self.bilinear = nn.Upsample(scale_factor=2, mode="bilinear")
+        self.nearest = nn.Upsample(size=(8, 8), mode="nearest")
+        self.pool2 = nn.AdaptiveAvgPool2d(2)
+        self.pool1 = nn.AdaptiveAvgPool2d(1)
+        self.head = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x, labels, targets):
+        masks = self.up_conv(x)[:, 0]  # (N, 8, 8)
+        bce = F.binary_cross_entropy_with_logits(masks, targets)
+        logits = self.head(self.bilinear(x) + self.nearest(x) + self.up_conv2(x))  # (N, 3, 8, 8)
+        ce = F.cross_entropy(logits, labels, label_smoothing=0.1)
+        parts = x.chunk(3, dim=1)  # 3 x (N, 1, 4, 4)
+        channels = x.unbind(1)  # 3 x (N, 4, 4)
+        tiled = F.pad(self.pool2(x), (1, 1, 0, 2), value=0.5)[:, :, :2, 1:3].repeat(1, 1, 2, 2)  # (N, 3, 4, 4)
+        extra = (tiled * x).mean() + (parts[1] * channels[2].unsqueeze(1)).mean() + self.pool1(x).square().mean()
+        return bce + ce + extra
+
+
+def vision_batch(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, 3, (2, 8, 8), generator=g)
+    labels[0, :2] = -100  # CrossEntropyLoss's default ignore_index
+    return [torch.randn(2, 3, 4, 4, generator=g), labels, torch.rand(2, 8, 8, generator=g)]
+
+
+def emulator_and_torch(model, step, batch):
+    graph = capture(step, model, batch)
+    program = Program(graph, weights_of(model, graph), state_of(model, graph), seed=0)
+    loss, grads = program.gradients([t.numpy() for t in batch])
+    model.zero_grad()
+    expected = step(batch)
+    expected.backward()
+    return graph, loss, grads, expected.item(), {n: p.grad.numpy() for n, p in model.named_parameters()}
+
+
+def assert_matches(loss, grads, expected_loss, expected_grads):
+    np.testing.assert_allclose(loss, expected_loss, rtol=1e-5)
+    assert set(grads) == set(expected_grads)
+    atol = 1e-6 * max(np.abs(g).max() for g in expected_grads.values())
+    for name, grad in grads.items():
+        np.testing.assert_allclose(grad, expected_grads[name], rtol=1e-5, atol=atol, err_msg=name)
+
+
+def test_vision_ops_lower_to_their_records_and_match_torch():
+    torch.manual_seed(0)
+    model = VisionMix()
+    graph, loss, grads, expected_loss, expected_grads = emulator_and_torch(model, lambda b: model(*b), vision_batch())
+    ops = [n.op for n in graph.nodes]
+    assert set(ops) <= set(OPS) and validate(graph, mode="train", profile=None).ok
+    assert ops.count("conv_transpose2d") == 2 and ops.count("resize2d") == 2 and ops.count("tile") == 1
+    assert ops.count("sigmoid_cross_entropy") == 1 and ops.count("cross_entropy_loss") == 1 and ops.count("pad") == 1
+    # findings and kernels name the user's loss, not the ops torch decomposes it into
+    (bce,) = [n for n in graph.nodes if n.op == "sigmoid_cross_entropy"]
+    assert bce.loc.framework_op == "aten.binary_cross_entropy_with_logits.default"
+    (ce,) = [n for n in graph.nodes if n.op == "cross_entropy_loss"]
+    assert ce.attrs == {"axis": 1, "reduction": "mean", "ignore_index": -100, "label_smoothing": 0.1}
+    assert {n.attrs["method"] for n in graph.nodes if n.op == "resize2d"} == {"nearest", "bilinear"}
+    assert_matches(loss, grads, expected_loss, expected_grads)
+
+
+@pytest.mark.parametrize("ignore_index, label_smoothing, reduction, weighted", [
+    (-100, 0.0, "mean", False), (0, 0.0, "mean", False), (2, 0.2, "mean", False), (0, 0.1, "sum", False),
+    (-100, 0.0, "sum", False), (1, 0.1, "mean", True), (-100, 0.0, "mean", True)])
+def test_cross_entropy_ignore_index_label_smoothing_and_weight_are_torchs_numbers(ignore_index, label_smoothing,
+                                                                                   reduction, weighted):
+    """(N, C, H, W) logits; the ignored labels count nothing, the mean is over the rest."""
+    torch.manual_seed(1)
+    model = nn.Conv2d(2, 4, 1)
+    weight = torch.tensor([0.5, 1.0, 2.0, 3.0]) if weighted else None
+    loss_fn = nn.CrossEntropyLoss(weight=weight, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                                  reduction=reduction)
+    labels = torch.randint(0, 4, (3, 5, 5))
+    labels[:, 0] = ignore_index
+    batch = [torch.randn(3, 2, 5, 5), labels]
+    graph, loss, grads, expected_loss, expected_grads = emulator_and_torch(
+        model, lambda b: loss_fn(model(b[0]), b[1]), batch)
+    (node,) = [n for n in graph.nodes if n.op == "cross_entropy_loss"]
+    assert node.attrs["ignore_index"] == ignore_index and node.attrs["reduction"] == reduction
+    assert_matches(loss, grads, expected_loss, expected_grads)
+
+
+def test_nll_loss_after_log_softmax_honours_ignore_index():
+    torch.manual_seed(2)
+    model = nn.Linear(4, 3)
+    batch = [torch.randn(6, 4), torch.tensor([0, 2, 1, 0, 2, 1])]
+
+    def step(b):
+        return F.nll_loss(F.log_softmax(model(b[0]), dim=1), b[1], ignore_index=0)
+
+    graph, loss, grads, expected_loss, expected_grads = emulator_and_torch(model, step, batch)
+    assert [n.op for n in graph.nodes if n.op in OPS and OPS[n.op].category == "loss"] == ["cross_entropy_loss"]
+    assert_matches(loss, grads, expected_loss, expected_grads)
+
+
+class Refused(nn.Module):
+    """Attribute values the kernels do not implement, one per line."""
+
+    def __init__(self):
+        super().__init__()
+        self.grouped_up = nn.ConvTranspose2d(4, 4, 2, stride=2, groups=2)
+        self.corners = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True)
+
+    def forward(self, x, labels, targets):  # x: (N, 4, 6, 6)
+        a = self.grouped_up(x)  # <refused-groups>
+        b = self.corners(x)  # <refused-align-corners>
+        c = F.interpolate(x, scale_factor=1.5, mode="nearest")  # <refused-nearest-factor>
+        d = F.adaptive_avg_pool2d(x, 4)  # <refused-adaptive>
+        e = F.binary_cross_entropy_with_logits(x, targets, pos_weight=targets.mean((0, 1, 2)))  # <refused-pos-weight>
+        f = F.cross_entropy(x, labels, weight=targets.mean((0, 2, 3)))  # <refused-class-weight>
+        g = F.pad(x, (1, 1, 1, 1), mode="reflect")  # <refused-reflect>
+        return a.mean() + b.mean() + c.mean() + d.mean() + e + f + g.mean()
+
+
+def _line(tag: str) -> int:
+    lines, start = inspect.getsourcelines(Refused.forward)
+    return start + next(i for i, text in enumerate(lines) if text.rstrip().endswith(f"# <{tag}>"))
+
+
+@pytest.mark.parametrize("tag, framework_op, attribute", [
+    ("refused-groups", "aten.convolution.default", "groups=2"),
+    ("refused-align-corners", "aten.upsample_bilinear2d.vec", "align_corners=True"),
+    ("refused-nearest-factor", "aten.upsample_nearest2d.vec", "scale_factor=[1.5, 1.5]"),
+    ("refused-adaptive", "aten._adaptive_avg_pool2d.default", "output_size=[4, 4]"),
+    ("refused-pos-weight", "aten.binary_cross_entropy_with_logits.default", "pos_weight"),
+    ("refused-class-weight", "aten.cross_entropy_loss.default", "weight"),
+    ("refused-reflect", "aten.reflection_pad2d.default", "not supported"),
+])
+def test_unimplemented_attribute_values_are_refused_at_the_users_line(tag, framework_op, attribute):
+    model = Refused()
+    batch = [torch.randn(2, 4, 6, 6), torch.randint(0, 4, (2, 6, 6)), torch.rand(2, 4, 6, 6)]
+    graph = capture(lambda b: model(*b), model, batch)
+    report = validate(graph, mode="train", profile=None)
+    found = [f for f in report.errors if f.line == _line(tag)]
+    assert len(found) == 1, report.to_text()
+    assert found[0].framework_op == framework_op and attribute in found[0].message
+    assert found[0].file == inspect.getsourcefile(Refused)
+    assert found[0].suggestion not in ("", DEFAULT_SUGGESTION)  # a suggestion for that op
