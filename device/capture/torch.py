@@ -134,6 +134,7 @@ def capture(step_fn: Callable, module: torch.nn.Module, batch, *, optimizer: tor
     output_keys = list(exported.call_spec.out_spec.child(1).context)
     _Lowering(graph, exported, wrapper).run(output_keys)
     _prune(graph)
+    _check_names(graph, module)
     if optimizer is not None:
         graph.optimizer = optimizer_spec(
             optimizer, module, max_gradient_norm=max_gradient_norm, max_gradient_value=max_gradient_value,
@@ -296,10 +297,17 @@ class _Lowering:
             key = spec.target.removeprefix(_Step._PREFIX)
             if spec.kind == InputKind.PARAMETER:
                 param = self.wrapper.get_parameter(spec.target)
+                # a tied parameter (head.weight = tok_emb.weight) is one weight: export names
+                # it by one of its keys, the IR by the first, as named_parameters() lists it
+                key = _first_names(self.wrapper.module).get(id(param), key)
+                if key in self.g.values:  # export may give each key of a tied parameter its own input
+                    self.env[node] = key
+                    continue
                 self.env[node] = self.g.add_value(key, _ir_shape(param.shape), _ir_dtype(param.dtype))
                 (self.g.params if param.requires_grad else self.g.state)[key] = key
             elif spec.kind == InputKind.BUFFER and spec.target in mutated:
                 buffer = self.wrapper.get_buffer(spec.target)
+                key = _first_names(self.wrapper.module).get(id(buffer), key)
                 self.env[node] = self.g.add_value(key, _ir_shape(buffer.shape), _ir_dtype(buffer.dtype))
                 self.g.state[key] = key
             elif spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
@@ -543,8 +551,10 @@ def _elementwise(op: str, swap: bool = False):
 
 
 def _div(self: _Lowering, node, self_, other, rounding_mode=None, **_):
+    if rounding_mode == "floor":
+        return _floor_divide(self, node, self_, other)
     if rounding_mode is not None:
-        return self.decline(f"rounding_mode={rounding_mode!r}")
+        return self.decline(f"rounding_mode={rounding_mode!r} (only None and 'floor')")
     return _elementwise("div")(self, node, self_, other)
 
 
@@ -664,7 +674,7 @@ def _where(self: _Lowering, node, condition, self_, other):
     that kernel matching recognises in attention.
     """
     if condition not in self.known:
-        return self.decline("condition depends on the batch or the weights")
+        return _select(self, node, condition, self_, other)
     shape, dtype = self.out(node)
     cond = self.known[condition].to(torch.bool)
     computed, parts, infinite = [], [], False
@@ -984,8 +994,6 @@ def _sdpa(self: _Lowering, node, query, key, value, attn_mask=None, dropout_p=0.
     """softmax(q @ k^T * scale + mask) @ v, the math form of scaled_dot_product_attention."""
     if enable_gqa:
         return self.decline("enable_gqa=True")
-    if attn_mask is not None and attn_mask not in self.known and attn_mask.meta["val"].dtype == torch.bool:
-        return self.decline("a boolean attn_mask that depends on the batch")
     shape, dtype = self.out(node)
     q, k, v = self.tensor(query), self.tensor(key), self.tensor(value)
     (*_, length, depth), source_length = self.shape(q), self.shape(k)[-2]
@@ -1000,6 +1008,9 @@ def _sdpa(self: _Lowering, node, query, key, value, attn_mask=None, dropout_p=0.
         if attn_mask in self.known and self.known[attn_mask].dtype == torch.bool:
             additive = np.where(self.known[attn_mask].numpy(), 0.0, -np.inf)
             scores = self.binary("add", scores, self.constant(additive, dtype, f"{node.name}.mask"))
+        elif attn_mask.meta["val"].dtype == torch.bool:  # a padding mask from the batch: True attends
+            fill = self.scalar(float("-inf"), dtype)
+            scores = self.emit("where", [self.tensor(attn_mask), scores, fill], self.shape(scores), dtype)
         else:
             scores = self.binary("add", scores, self.tensor(attn_mask, dtype))
     probs = self.emit("softmax", [scores], self.shape(scores), dtype, axis=len(self.shape(scores)) - 1)
@@ -1120,7 +1131,163 @@ _LOWERINGS: dict[str, Callable] = {
     "aten.scaled_dot_product_attention.default": _sdpa,
     # losses
     "aten.nll_loss_forward.default": _nll_loss,
+    # language ops: masks, position buckets, gathers (handlers after this table)
+    "aten.ne.Tensor": lambda self, node, **a: _compare(self, node, "not_equal", **a),
+    "aten.ne.Scalar": lambda self, node, **a: _compare(self, node, "not_equal", **a),
+    "aten.lt.Tensor": lambda self, node, **a: _compare(self, node, "less", **a),
+    "aten.lt.Scalar": lambda self, node, **a: _compare(self, node, "less", **a),
+    "aten.le.Tensor": lambda self, node, **a: _compare(self, node, "less_equal", **a),
+    "aten.le.Scalar": lambda self, node, **a: _compare(self, node, "less_equal", **a),
+    "aten.gt.Tensor": lambda self, node, **a: _compare(self, node, "greater", **a),
+    "aten.gt.Scalar": lambda self, node, **a: _compare(self, node, "greater", **a),
+    "aten.ge.Tensor": lambda self, node, **a: _compare(self, node, "greater_equal", **a),
+    "aten.ge.Scalar": lambda self, node, **a: _compare(self, node, "greater_equal", **a),
+    "aten.logical_not.default": lambda self, node, **a: _logical(self, node, "logical_not", **a),
+    "aten.logical_and.default": lambda self, node, **a: _logical(self, node, "logical_and", **a),
+    "aten.logical_or.default": lambda self, node, **a: _logical(self, node, "logical_or", **a),
+    "aten.bitwise_not.default": lambda self, node, **a: _bitwise(self, node, "logical_not", **a),
+    "aten.bitwise_and.Tensor": lambda self, node, **a: _bitwise(self, node, "logical_and", **a),
+    "aten.bitwise_or.Tensor": lambda self, node, **a: _bitwise(self, node, "logical_or", **a),
+    "aten.abs.default": _unary("abs"),
+    "aten.log1p.default": _unary("log1p"),
+    "aten.floor.default": lambda self, node, self_: _floor(self, node, self_),
+    "aten.floor_divide.default": lambda self, node, self_, other: _floor_divide(self, node, self_, other),
+    "aten.cumsum.default": lambda self, node, self_, dim, dtype=None: _cumsum(self, node, self_, dim),
+    "aten.gather.default": lambda self, node, self_, dim, index, sparse_grad=False: _gather(self, node, self_, dim,
+                                                                                           index),
+    "aten.index_select.default": lambda self, node, self_, dim, index: _index_select(self, node, self_, dim, index),
+    "aten.index.Tensor": lambda self, node, self_, indices: _index(self, node, self_, indices),
 }
+
+
+# ---- language ops: masks, position buckets, gathers ----
+
+def _select(self: _Lowering, node, condition, self_, other):
+    """where(c, a, b) with c computed from the batch (a padding mask): the IR's where."""
+    shape, dtype = self.out(node)
+    cond = self.tensor(condition)
+    if self.dtype(cond) != "bool":
+        return self.decline(f"a {self.dtype(cond)} condition (only bool)")
+    return self.emit("where", [cond, self.tensor(self_, dtype), self.tensor(other, dtype)], shape, dtype)
+
+
+def _compare(self: _Lowering, node, op: str, self_, other):
+    """A comparison in the promoted dtype, as torch compares (the result is bool)."""
+    left = self_.meta["val"].dtype
+    if isinstance(other, torch.fx.Node):
+        compare = torch.promote_types(left, other.meta["val"].dtype)
+    elif isinstance(other, float) and not left.is_floating_point:
+        compare = torch.get_default_dtype()
+    else:
+        compare = left
+    shape, dtype = self.out(node)
+    compare = _ir_dtype(compare)
+    return self.emit(op, [self.tensor(self_, compare), self.tensor(other, compare)], shape, dtype)
+
+
+def _logical(self: _Lowering, node, op: str, self_, other=None):
+    """logical_and/or/not: any dtype, nonzero is true (cast to bool first)."""
+    shape, dtype = self.out(node)
+    operands = [self.tensor(self_, "bool")] + ([] if other is None else [self.tensor(other, "bool")])
+    return self.emit(op, operands, shape, dtype)
+
+
+def _bitwise(self: _Lowering, node, op: str, self_, other=None):
+    """~mask, mask & mask, mask | mask: logical ops on bool; on integers they are bit operations."""
+    operands = [self_] + ([] if other is None else [other])
+    kinds = {a.meta["val"].dtype for a in operands if isinstance(a, torch.fx.Node)}
+    if kinds != {torch.bool}:
+        return self.decline(f"bitwise operation on {', '.join(sorted(_ir_dtype(k) for k in kinds))} (only bool)")
+    return _logical(self, node, op, self_, other)
+
+
+def _floor(self: _Lowering, node, self_):
+    shape, dtype = self.out(node)
+    x = self.tensor(self_, dtype)
+    return x if dtype not in ("float32", "float16", "bfloat16") else self.emit("floor", [x], shape, dtype)
+
+
+def _floor_divide(self: _Lowering, node, self_, other):
+    shape, dtype = self.out(node)
+    a, b = self.tensor(self_, dtype), self.tensor(other, dtype)
+    if dtype in ("int32", "int64"):
+        return self.emit("floor_div", [a, b], shape, dtype)
+    return self.emit("floor", [self.binary("div", a, b)], shape, dtype)
+
+
+def _cumsum(self: _Lowering, node, self_, dim):
+    shape, dtype = self.out(node)
+    return self.emit("cumsum", [self.tensor(self_, dtype)], shape, dtype, axis=_axis(dim, len(shape)))
+
+
+def _gather(self: _Lowering, node, self_, dim, index):
+    shape, dtype = self.out(node)
+    return self.emit("take_along_axis", [self.tensor(self_), self.tensor(index)], shape, dtype,
+                     axis=_axis(dim, len(self_.meta["val"].shape)))
+
+
+def _index_select(self: _Lowering, node, self_, dim, index):
+    shape, dtype = self.out(node)
+    return self.emit("gather", [self.tensor(self_), self.tensor(index)], shape, dtype,
+                     axis=_axis(dim, len(self_.meta["val"].shape)))
+
+
+def _index(self: _Lowering, node, self_, indices):
+    """x[i0, i1, ...] (advanced indexing), index tensors on consecutive axes from ``first``.
+
+    The indexed axes are flattened into one, the index tensors combined into flat row
+    numbers (i0 * n1 + i1 ...), and one gather picks the rows: x[arange(B)[:, None], positions]
+    (BERT's masked-position gather) is one gather of (B * T, D) rows.
+    """
+    shape, dtype = self.out(node)
+    used = [i for i, t in enumerate(indices) if t is not None]
+    if not used or used != list(range(used[0], used[-1] + 1)):
+        return self.decline("index tensors on axes that are not next to each other")
+    if any(t.meta["val"].dtype not in (torch.int64, torch.int32) for t in indices if t is not None):
+        return self.decline("boolean (mask) indexing: its shape depends on the data")
+    x = self.tensor(self_)
+    first, count = used[0], len(used)
+    dims = self.shape(x)
+    index_shape = tuple(shape[first:first + len(shape) - (len(dims) - count)])
+    flat = None
+    for k, i in enumerate(used):
+        ids = self.tensor(indices[i], "int64")
+        # python's negative indices count from the end: i + n where i < 0
+        stride = int(np.prod(dims[i + 1:first + count], dtype=np.int64))
+        term = ids if stride == 1 else self.binary("mul", ids, self.scalar(stride, "int64"))
+        flat = term if flat is None else self.emit("add", [flat, term], _broadcast(self.shape(flat), self.shape(term)),
+                                                   "int64")
+    if self.shape(flat) != index_shape:
+        flat = self.emit("broadcast_to", [flat], index_shape, "int64", shape=list(index_shape))
+    rows = self.reshape(x, dims[:first] + (int(np.prod(dims[first:first + count], dtype=np.int64)),)
+                        + dims[first + count:])
+    return self.emit("gather", [rows, flat], shape, dtype, axis=first)
+
+
+def _first_names(module: torch.nn.Module) -> dict[int, str]:
+    """id(tensor) -> its first state_dict key: a tied parameter or buffer is one tensor with many keys."""
+    names: dict[int, str] = {}
+    for name, t in (*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)):
+        names.setdefault(id(t), name)
+    return names
+
+
+def _check_names(graph: Graph, module: torch.nn.Module) -> None:
+    """Every weight and state name of the graph is one the module has: a validation finding if not."""
+    tensors = dict(_named_tensors(module))
+    for what, names in (("parameter", graph.params.values()), ("state", graph.state.values())):
+        for name in names:
+            if name not in tensors:
+                graph.issues.append({"kind": "weights", "loc": SourceLoc(name),
+                                     "message": f"{what} {name!r} is not a parameter or buffer of "
+                                                f"{type(module).__name__}: its value cannot be read or saved"})
+
+
+def _named_tensors(module: torch.nn.Module):
+    """Every parameter and buffer by state_dict key, tied ones under each of their keys, non-persistent
+    buffers included."""
+    yield from module.named_parameters(remove_duplicate=False)
+    yield from module.named_buffers(remove_duplicate=False)
 
 
 def _prune(graph: Graph) -> None:
@@ -1215,23 +1382,29 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def weights_of(module: torch.nn.Module, graph: Graph | None = None) -> dict[str, np.ndarray]:
-    """The trainable parameters by state_dict key (only those of ``graph.params`` when given)."""
+    """The trainable parameters by state_dict key (only those of ``graph.params`` when given).
+
+    A tied parameter (one tensor under two keys) is one weight, under its first key.
+    """
     wanted = set(graph.params.values()) if graph is not None else None
     return {name: _to_numpy(p) for name, p in module.named_parameters()
             if p.requires_grad and (wanted is None or name in wanted)}
 
 
 def state_of(module: torch.nn.Module, graph: Graph | None = None) -> dict[str, np.ndarray]:
-    """Buffers and frozen parameters by state_dict key (only those of ``graph.state`` when given)."""
-    trainable = {name for name, p in module.named_parameters() if p.requires_grad}
-    wanted = set(graph.state.values()) if graph is not None else None
-    return {name: _to_numpy(t) for name, t in module.state_dict(keep_vars=True).items()
-            if name not in trainable and (wanted is None or name in wanted)}
+    """Buffers and frozen parameters by state_dict key (only those of ``graph.state`` when given,
+    non-persistent buffers the step writes included)."""
+    trainable = {id(p) for p in module.parameters() if p.requires_grad}
+    if graph is None:
+        return {name: _to_numpy(t) for name, t in module.state_dict(keep_vars=True).items() if id(t) not in trainable}
+    tensors = dict(_named_tensors(module))
+    return {name: _to_numpy(tensors[name]) for name in graph.state.values() if name in tensors}
 
 
 def load_weights(module: torch.nn.Module, weights: dict[str, np.ndarray]) -> None:
-    """Copy arrays into the module's parameters or buffers, by state_dict key."""
-    targets = module.state_dict(keep_vars=True)
+    """Copy arrays into the module's parameters or buffers, by state_dict key (a tied parameter
+    under any of its keys: it is one tensor)."""
+    targets = {**dict(_named_tensors(module)), **module.state_dict(keep_vars=True)}
     with torch.no_grad():
         for name, array in weights.items():
             if name not in targets:
