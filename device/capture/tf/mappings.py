@@ -28,6 +28,7 @@
     Minimum Abs Log1p Floor                                       minimum abs log1p floor
     FloorDiv (ints / floats)                                      floor_div / floor(div)
     Cumsum / GatherV2 / OneHot (axis -1)                          cumsum / gather (axis, batch_dims) / one_hot
+    BroadcastTo (a static shape)                                  broadcast_to
 
 Keras BatchNormalization at inference (fixed statistics) stays elementwise on purpose:
 the IR's batch_norm takes its statistics from the runtime's training flag. Patterns of
@@ -506,6 +507,15 @@ def _map_one_hot(low: Lowering, tensor):
     return Plan([indices], lambda: low.emit("one_hot", [low.value(indices)], op, [tensor], attrs))
 
 
+def _map_broadcast_to(low: Lowering, tensor):
+    op = tensor.op
+    x = op.inputs[0]
+    if not tensor.shape.is_fully_defined():
+        raise CannotMap("the target shape is not static")
+    shape = tensor.shape.as_list()
+    return Plan([x], lambda: low.emit("broadcast_to", [low.value(x)], op, [tensor], {"shape": shape}))
+
+
 _LANGUAGE_ONE_TO_ONE = {
     "Less": "less", "LessEqual": "less_equal", "Greater": "greater", "GreaterEqual": "greater_equal",
     "NotEqual": "not_equal", "LogicalAnd": "logical_and", "LogicalOr": "logical_or", "LogicalNot": "logical_not",
@@ -515,5 +525,5 @@ _LANGUAGE_ONE_TO_ONE = {
 MAPPINGS.update({
     **{tf_op: _simple(ir_op) for tf_op, ir_op in _LANGUAGE_ONE_TO_ONE.items()},
     "Select": _map_select, "SelectV2": _map_select, "FloorDiv": _map_floor_div, "Cumsum": _map_cumsum,
-    "GatherV2": _map_gather, "OneHot": _map_one_hot,
+    "GatherV2": _map_gather, "OneHot": _map_one_hot, "BroadcastTo": _map_broadcast_to,
 })
