@@ -658,3 +658,39 @@ def test_language_forms_the_device_lacks_are_refused_with_a_reason(make_step, re
     graph = capture(make_step(), model, [torch.tensor([[1, 2]]), torch.randn(1, 1)])
     report = validate(graph, mode="train", profile=None)
     assert any(reason in f.message and f.file == __file__ for f in report.errors), report.to_text()
+
+
+@pytest.mark.parametrize("gelu", [
+    lambda h: h * 0.5 * (1.0 + torch.erf(h / math.sqrt(2.0))),  # BERT's own gelu
+    lambda h: 0.5 * h * (1 + torch.erf(h * (1 / math.sqrt(2.0)))),
+    lambda h: h * (0.5 * (1.0 + torch.erf(h / math.sqrt(2.0)))),
+    lambda h: h * (1.0 + torch.erf(h / math.sqrt(2.0))) * 0.5,
+], ids=["x-half", "half-x-mul", "half-inside", "half-last"])
+def test_a_gelu_written_with_erf_is_one_gelu_node_in_its_dense_kernel(gelu):
+    from device.passes.match import match
+    from device.runtime.program import Program
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 3))
+
+    def step(batch):
+        x, y = batch
+        return F.cross_entropy(model[1](gelu(model[0](x))), y)
+
+    batch = [torch.randn(5, 4), torch.randint(0, 3, (5,))]
+    graph = capture(step, model, batch)
+    assert op_counts(graph).get("gelu") == 1 and "erf" not in op_counts(graph)
+    assert [k.kind for k in match(graph)] == ["dense", "dense", "softmax_loss"]
+    loss, grads = Program(graph, weights_of(model, graph)).gradients([t.numpy() for t in batch])
+    model.zero_grad()
+    expected = step(batch)
+    expected.backward()
+    np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_an_erf_that_is_not_a_gelu_stays_as_written():
+    model = nn.Linear(4, 3)
+    graph = capture(lambda b: (0.5 * (1.0 + torch.erf(model(b[0]) / 2.0))).sum(), model, [torch.randn(2, 4)])
+    assert "gelu" not in op_counts(graph) and op_counts(graph)["erf"] == 1
