@@ -1253,7 +1253,13 @@ def _index(self: _Lowering, node, self_, indices):
     flat = None
     for k, i in enumerate(used):
         ids = self.tensor(indices[i], "int64")
-        # python's negative indices count from the end: i + n where i < 0
+        if ids in self.g.constants:  # python's negative indices count from the end: i + n where i < 0
+            ids = self.constant(np.where(self.g.constants[ids] < 0, self.g.constants[ids] + dims[i],
+                                         self.g.constants[ids]), "int64", f"{node.name}.index")
+        else:
+            negative = self.emit("less", [ids, self.scalar(0, "int64")], self.shape(ids), "bool")
+            wrapped = self.binary("add", ids, self.scalar(dims[i], "int64"))
+            ids = self.emit("where", [negative, wrapped, ids], self.shape(ids), "int64")
         stride = int(np.prod(dims[i + 1:first + count], dtype=np.int64))
         term = ids if stride == 1 else self.binary("mul", ids, self.scalar(stride, "int64"))
         flat = term if flat is None else self.emit("add", [flat, term], _broadcast(self.shape(flat), self.shape(term)),

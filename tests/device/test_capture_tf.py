@@ -618,7 +618,8 @@ def language_fn(ids, y):  # ids: (2, 5) int32, 0 = padding
     picked = tf.gather(c, positions, axis=1, batch_dims=1)  # (B, 2, C): BERT's masked-position gather
     column = tf.gather(c[..., 0], [4, 1], axis=1)  # (B, 2)
     total = tf.reduce_sum(picked) + tf.reduce_sum(column ** 2) + tf.reduce_sum(tf.one_hot(y, 3) * picked[:, 0, :3])
-    return total + tf.reduce_mean(tf.cumsum(c, axis=1, exclusive=True, reverse=True)), {}
+    lower = tf.linalg.band_part(tf.matmul(c, c, transpose_b=True), -1, 0)  # of a computed matrix
+    return total + tf.reduce_mean(tf.cumsum(c, axis=1, exclusive=True, reverse=True)) + tf.reduce_mean(lower), {}
 
 
 def test_language_ops_lower_to_device_ops_and_match_tf(built_graphs):

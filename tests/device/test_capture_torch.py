@@ -569,7 +569,8 @@ class LanguageOps(nn.Module):
         column = c[..., 0].index_select(1, torch.tensor([4, 1]))  # (B, 2)
         taken = torch.gather(c, 1, positions[..., None].expand(2, 2, 8))  # (B, 2, C)
         attn = F.scaled_dot_product_attention(x[:, None], x[:, None], x[:, None], attn_mask=keep[:, None, None, :])
-        return picked.sum() + column.pow(2).sum() + (taken * picked).mean() + attn.mean()
+        last = c[torch.arange(2)[:, None], positions - 5] * c[:, torch.tensor([-1, 0])]  # negative indices
+        return picked.sum() + column.pow(2).sum() + (taken * picked).mean() + attn.mean() + last.mean()
 
 
 def language_batch():

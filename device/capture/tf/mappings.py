@@ -29,6 +29,7 @@
     FloorDiv (ints / floats)                                      floor_div / floor(div)
     Cumsum / GatherV2 / OneHot (axis -1)                          cumsum / gather (axis, batch_dims) / one_hot
     BroadcastTo (a static shape)                                  broadcast_to
+    MatrixBandPart (of a computed matrix)                         where(constant band, x, 0)
 
 Keras BatchNormalization at inference (fixed statistics) stays elementwise on purpose:
 the IR's batch_norm takes its statistics from the runtime's training flag. Patterns of
@@ -516,6 +517,23 @@ def _map_broadcast_to(low: Lowering, tensor):
     return Plan([x], lambda: low.emit("broadcast_to", [low.value(x)], op, [tensor], {"shape": shape}))
 
 
+def _map_band_part(low: Lowering, tensor):
+    """tf.linalg.band_part(x, lower, upper) of a computed x: where(band, x, 0) with the band a constant."""
+    op = tensor.op
+    x = op.inputs[0]
+    lower, upper = (int(low.attr(t, "the band's width")) for t in op.inputs[1:3])
+    rows, cols = x.shape.as_list()[-2:]
+    if rows is None or cols is None:
+        raise CannotMap("the matrix size is not static")
+    i, j = np.arange(rows)[:, None], np.arange(cols)[None, :]
+    band = ((lower < 0) | (i - j <= lower)) & ((upper < 0) | (j - i <= upper))
+
+    def build():
+        zero = low.constant(op, "zero", np.zeros((), dtype=x.dtype.as_numpy_dtype))
+        low.emit("where", [low.constant(op, "band", band), low.value(x), zero], op, [tensor])
+    return Plan([x], build)
+
+
 _LANGUAGE_ONE_TO_ONE = {
     "Less": "less", "LessEqual": "less_equal", "Greater": "greater", "GreaterEqual": "greater_equal",
     "NotEqual": "not_equal", "LogicalAnd": "logical_and", "LogicalOr": "logical_or", "LogicalNot": "logical_not",
@@ -526,4 +544,5 @@ MAPPINGS.update({
     **{tf_op: _simple(ir_op) for tf_op, ir_op in _LANGUAGE_ONE_TO_ONE.items()},
     "Select": _map_select, "SelectV2": _map_select, "FloorDiv": _map_floor_div, "Cumsum": _map_cumsum,
     "GatherV2": _map_gather, "OneHot": _map_one_hot, "BroadcastTo": _map_broadcast_to,
+    "MatrixBandPart": _map_band_part,
 })
