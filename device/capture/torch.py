@@ -1183,6 +1183,8 @@ def _compare(self: _Lowering, node, op: str, self_, other):
         compare = left
     shape, dtype = self.out(node)
     compare = _ir_dtype(compare)
+    if compare == "bool" and op != "not_equal":  # an ordering of bools: False < True, as 0 < 1
+        compare = "int64"
     return self.emit(op, [self.tensor(self_, compare), self.tensor(other, compare)], shape, dtype)
 
 

@@ -560,7 +560,7 @@ class LanguageOps(nn.Module):
         scores = x @ x.transpose(1, 2)  # (B, T, T)
         scores = scores.masked_fill(pad[:, None, :], float("-inf")).softmax(-1)  # boolean padding mask
         a = torch.where(keep[..., None], scores @ x, -x)  # (B, T, C)
-        both = (ids > 2) & (ids <= 6) | ~(ids != 4)
+        both = ((ids > 2) & (ids <= 6) | ~(ids != 4)) > (ids == 8)  # an ordering of bools too
         b = a * both[..., None].float() + (x.abs() + 1).log1p() + torch.floor(x * 3) * x
         pos = torch.cumsum(keep.long(), dim=1) * keep.long()  # position ids that skip padding
         bucket = torch.minimum(pos // 2, torch.full_like(pos, 1)) + torch.div(pos, 3, rounding_mode="floor")
