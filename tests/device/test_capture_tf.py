@@ -674,3 +674,20 @@ def test_one_hot_on_an_axis_other_than_the_last_is_refused(built_graphs):
     graph = built_graphs(model_fn, (4, 6)).capture()
     report = validate(graph, mode="train", profile=None)
     assert any(f.line == _line("one-hot-axis0") and "axis=0" in f.message for f in report.errors), report.to_text()
+
+
+def test_v1_where_with_a_vector_condition_picks_rows_as_tf(built_graphs):
+    def model_fn(x, y):  # x: (4, 6)
+        h = layers.Dense(3)(x)
+        rows = v1.where(y > 0, h, -2.0 * h)  # Select: the (4,) condition picks whole rows
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=rows)), {}
+
+    b = built_graphs(model_fn, (4, 6))
+    graph = b.capture()
+    assert {n.op for n in graph.nodes} <= set(OPS) and "where" in {n.op for n in graph.nodes}
+    x, y = _batch(np.random.default_rng(5), (4, 6), 3)
+    y[:2] = 0  # both branches taken
+    loss, grads = Program(graph, capture_tf.read_weights(b.session, graph)).gradients([x, y])
+    tf_loss, tf_grads = b.run([b.loss, b.grads], x, y)
+    _close(loss, tf_loss, 1e-5)
+    _close_grads(grads, b.variables, tf_grads, 1e-5)
