@@ -963,11 +963,8 @@ def _embedding(self: _Lowering, node, weight, indices, padding_idx=-1, scale_gra
     shape, dtype = self.out(node)
     table = self.tensor(weight)
     if padding_idx is not None and padding_idx >= 0:
-        # the padding row is zero and gets no gradient: multiplying the table by a row mask
-        # keeps both (torch initialises that row to zero and never updates it)
-        rows = np.ones((self.shape(table)[0], 1))
-        rows[padding_idx] = 0.0
-        table = self.binary("mul", table, self.constant(rows, self.dtype(table), f"{node.name}.padding_mask"))
+        # the padding row is read as it is (zero unless the user set it) and gets no gradient
+        return self.emit("embedding", [table, self.tensor(indices)], shape, dtype, padding_idx=int(padding_idx))
     return self.emit("embedding", [table, self.tensor(indices)], shape, dtype)
 
 

@@ -25,6 +25,9 @@ def _embedding_backward(saved, grads, attrs, needs):
     g = grads[0]
     dtable = np.zeros(table_shape, dtype=g.dtype)
     np.add.at(dtable, ids.reshape(-1), g.reshape(-1, table_shape[1]))  # repeated ids add up
+    padding = attrs.get("padding_idx")
+    if padding is not None:  # torch's padding_idx: that row is read as it is, and never trained
+        dtable[padding] = 0
     return [dtable, None]
 
 
@@ -135,8 +138,8 @@ def _move_cost(work: Work) -> tuple[float, float]:
 
 
 RECORDS = (
-    OpRecord("embedding", "table[ids]: rows of a (V, D) table; repeated ids add up their gradients",
-             ("table", "ids"), (), "embedding", (FLOAT, INTEGER), _embedding_shape, _embedding_forward,
+    OpRecord("embedding", "table[ids]: rows of a (V, D) table; repeated ids add up their gradients; the "
+             "padding_idx row gets none", ("table", "ids"), ("padding_idx?",), "embedding", (FLOAT, INTEGER), _embedding_shape, _embedding_forward,
              _embedding_backward, cost=_lookup_cost, backward_cost=_scatter_add_cost),
     # language ops: gathers of activations (MLM masked positions), one-hot targets
     OpRecord("gather", "x[..., ids, ...] at axis, per batch_dims leading dims (TF GatherV2); picks add up in the "

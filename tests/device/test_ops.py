@@ -201,6 +201,9 @@ CASES = [
          lambda x: nhwc(F.avg_pool2d(nchw(x), 3, 2, padding=1, count_include_pad=False)), "nhwc-same"),
     # language
     Case("embedding", [randn(7, 4), np.array([[1, 3, 1], [6, 0, 1]])], {}, lambda t, ids: F.embedding(ids, t)),
+    # language ops: torch's padding_idx, on a table whose padding row is not zero
+    Case("embedding", [randn(7, 4), np.array([[1, 3, 1], [6, 0, 1]])], {"padding_idx": 1},
+         lambda t, ids: F.embedding(ids, t, padding_idx=1), "padding_idx"),
     # losses
     Case("sparse_softmax_cross_entropy", [randn(5, 4) * 3, ints(4, 5)], {},
          lambda z, y: F.cross_entropy(z, y, reduction="none"), "2d"),
