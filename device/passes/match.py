@@ -5,6 +5,8 @@ topological order. A rule starts at an anchor op and extends along a chain: each
 takes the one consumer of the chain's current value if that consumer's op is in the
 step's set (and its other inputs are of the allowed sort). What a kernel fuses never
 leaves its rectangle of PEs; what it does not fuse crosses the fabric to the next one.
+Attention chains are found before the walk and kept for their anchor, so that an
+elementwise chain building a padding mask from the batch cannot take the mask's step.
 
 Layout ops that only reshape or cast a weight (``transpose(W)``, ``cast(W, float16)``)
 are folded into the kernel that uses the weight: on the device a weight is laid out
