@@ -667,32 +667,26 @@ def _eq(self: _Lowering, node, self_, other):
 def _where(self: _Lowering, node, condition, self_, other):
     """where(c, a, b) with c known at capture time (masked_fill with a mask buffer).
 
-    A branch known at capture time (the fill) becomes a constant that is the fill where
-    chosen and 0 elsewhere; a computed branch is multiplied by its 0/1 mask; the parts are
-    added. inf is only ever added, never multiplied, so a -inf fill is exact. With one
-    computed branch and an infinite fill (a causal mask), the mask multiply is dropped:
-    x + (-inf where masked, 0 elsewhere) is exact for finite x and is the additive mask
-    that kernel matching recognises in attention.
+    With one computed branch and an infinite fill (a causal mask), it is x + (-inf where
+    masked, 0 elsewhere): exact for finite x, and the additive mask that kernel matching
+    recognises in attention. Otherwise the IR's where with the condition a constant, exact
+    whatever the unchosen values are (an inf or NaN there never leaks, as it would through
+    a multiply by a 0/1 mask).
     """
     if condition not in self.known:
         return _select(self, node, condition, self_, other)
     shape, dtype = self.out(node)
     cond = self.known[condition].to(torch.bool)
-    computed, parts, infinite = [], [], False
-    for branch, chosen in ((self_, cond), (other, ~cond)):
-        if isinstance(branch, torch.fx.Node) and branch not in self.known:
-            computed.append((self.tensor(branch, dtype), chosen))
-            continue
-        fill = torch.as_tensor(self.known[branch] if isinstance(branch, torch.fx.Node) else branch,
-                               dtype=torch.float64)
-        filled = torch.where(chosen, fill, torch.zeros((), dtype=torch.float64))
-        infinite = bool(torch.isinf(filled[chosen.expand_as(filled)]).all())
-        parts.append(self.constant(filled.numpy(), dtype, f"{node.name}.fill"))
-    if len(computed) == 1 and infinite:
-        return self.emit("add", [computed[0][0], parts[0]], shape, dtype)
-    for name, chosen in computed:
-        parts.append(self.binary("mul", name, self.constant(chosen.numpy(), dtype, f"{node.name}.mask")))
-    return self.emit("add", parts, shape, dtype)
+    computed = [isinstance(b, torch.fx.Node) and b not in self.known for b in (self_, other)]
+    if sum(computed) == 1:
+        branch, fill, chosen = (other, self_, cond) if computed[1] else (self_, other, ~cond)
+        value = torch.as_tensor(self.known[fill] if isinstance(fill, torch.fx.Node) else fill, dtype=torch.float64)
+        filled = torch.where(chosen, value, torch.zeros((), dtype=torch.float64))
+        if bool(torch.isinf(filled[chosen.expand_as(filled)]).all()):
+            return self.emit("add", [self.tensor(branch, dtype), self.constant(filled.numpy(), dtype,
+                                                                              f"{node.name}.fill")], shape, dtype)
+    mask = self.constant(cond.numpy(), "bool", f"{node.name}.mask")
+    return self.emit("where", [mask, self.tensor(self_, dtype), self.tensor(other, dtype)], shape, dtype)
 
 
 # linear algebra

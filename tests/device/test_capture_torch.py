@@ -697,3 +697,32 @@ def test_an_erf_that_is_not_a_gelu_stays_as_written():
     model = nn.Linear(4, 3)
     graph = capture(lambda b: (0.5 * (1.0 + torch.erf(model(b[0]) / 2.0))).sum(), model, [torch.randn(2, 4)])
     assert "gelu" not in op_counts(graph) and op_counts(graph)["erf"] == 1
+
+
+def test_masked_fill_with_a_mask_buffer_keeps_an_inf_in_the_unchosen_place_out():
+    from device.runtime.program import Program
+
+    class LogMasked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+            self.register_buffer("keep", torch.tensor([True, True, False]), persistent=False)
+
+        def forward(self, x):  # relu gives zeros in the masked column: log there is -inf
+            return torch.log(F.relu(self.fc(x)) + self.keep.float() * 0.5).masked_fill(~self.keep, 0.0).sum()
+
+    torch.manual_seed(0)
+    model = LogMasked()
+    with torch.no_grad():
+        model.fc.weight[2] = 0.0
+        model.fc.bias[2] = -1.0
+    batch = [torch.randn(4, 3)]
+    graph = capture(lambda b: model(b[0]), model, batch)
+    assert "where" in op_counts(graph)
+    loss, grads = Program(graph, weights_of(model, graph)).gradients([batch[0].numpy()])
+    model.zero_grad()
+    expected = model(batch[0])
+    expected.backward()
+    assert np.isfinite(loss)
+    np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
+    np.testing.assert_allclose(grads["fc.weight"], model.fc.weight.grad.numpy(), rtol=1e-5, atol=1e-6)
