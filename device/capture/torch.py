@@ -1123,32 +1123,6 @@ _LOWERINGS: dict[str, Callable] = {
     "aten.scaled_dot_product_attention.default": _sdpa,
     # losses
     "aten.nll_loss_forward.default": _nll_loss,
-    # language ops: masks, position buckets, gathers (handlers after this table)
-    "aten.ne.Tensor": lambda self, node, **a: _compare(self, node, "not_equal", **a),
-    "aten.ne.Scalar": lambda self, node, **a: _compare(self, node, "not_equal", **a),
-    "aten.lt.Tensor": lambda self, node, **a: _compare(self, node, "less", **a),
-    "aten.lt.Scalar": lambda self, node, **a: _compare(self, node, "less", **a),
-    "aten.le.Tensor": lambda self, node, **a: _compare(self, node, "less_equal", **a),
-    "aten.le.Scalar": lambda self, node, **a: _compare(self, node, "less_equal", **a),
-    "aten.gt.Tensor": lambda self, node, **a: _compare(self, node, "greater", **a),
-    "aten.gt.Scalar": lambda self, node, **a: _compare(self, node, "greater", **a),
-    "aten.ge.Tensor": lambda self, node, **a: _compare(self, node, "greater_equal", **a),
-    "aten.ge.Scalar": lambda self, node, **a: _compare(self, node, "greater_equal", **a),
-    "aten.logical_not.default": lambda self, node, **a: _logical(self, node, "logical_not", **a),
-    "aten.logical_and.default": lambda self, node, **a: _logical(self, node, "logical_and", **a),
-    "aten.logical_or.default": lambda self, node, **a: _logical(self, node, "logical_or", **a),
-    "aten.bitwise_not.default": lambda self, node, **a: _bitwise(self, node, "logical_not", **a),
-    "aten.bitwise_and.Tensor": lambda self, node, **a: _bitwise(self, node, "logical_and", **a),
-    "aten.bitwise_or.Tensor": lambda self, node, **a: _bitwise(self, node, "logical_or", **a),
-    "aten.abs.default": _unary("abs"),
-    "aten.log1p.default": _unary("log1p"),
-    "aten.floor.default": lambda self, node, self_: _floor(self, node, self_),
-    "aten.floor_divide.default": lambda self, node, self_, other: _floor_divide(self, node, self_, other),
-    "aten.cumsum.default": lambda self, node, self_, dim, dtype=None: _cumsum(self, node, self_, dim),
-    "aten.gather.default": lambda self, node, self_, dim, index, sparse_grad=False: _gather(self, node, self_, dim,
-                                                                                           index),
-    "aten.index_select.default": lambda self, node, self_, dim, index: _index_select(self, node, self_, dim, index),
-    "aten.index.Tensor": lambda self, node, self_, indices: _index(self, node, self_, indices),
 }
 
 
@@ -1161,6 +1135,18 @@ def _select(self: _Lowering, node, condition, self_, other):
     if self.dtype(cond) != "bool":
         return self.decline(f"a {self.dtype(cond)} condition (only bool)")
     return self.emit("where", [cond, self.tensor(self_, dtype), self.tensor(other, dtype)], shape, dtype)
+
+
+def _comparison(op: str):
+    def lower(self: _Lowering, node, self_, other):
+        return _compare(self, node, op, self_, other)
+    return lower
+
+
+def _logical_op(op: str, bitwise: bool = False):
+    def lower(self: _Lowering, node, self_, other=None):
+        return (_bitwise if bitwise else _logical)(self, node, op, self_, other)
+    return lower
 
 
 def _compare(self: _Lowering, node, op: str, self_, other):
@@ -1209,12 +1195,13 @@ def _floor_divide(self: _Lowering, node, self_, other):
     return self.emit("floor", [self.binary("div", a, b)], shape, dtype)
 
 
-def _cumsum(self: _Lowering, node, self_, dim):
-    shape, dtype = self.out(node)
+def _cumsum(self: _Lowering, node, self_, dim, dtype=None):
+    shape, dtype = self.out(node)  # the dtype argument is the output's (bool and ints sum as int64)
     return self.emit("cumsum", [self.tensor(self_, dtype)], shape, dtype, axis=_axis(dim, len(shape)))
 
 
-def _gather(self: _Lowering, node, self_, dim, index):
+def _gather(self: _Lowering, node, self_, dim, index, sparse_grad=False):
+    # sparse_grad only picks the layout of torch's gradient, never its values
     shape, dtype = self.out(node)
     return self.emit("take_along_axis", [self.tensor(self_), self.tensor(index)], shape, dtype,
                      axis=_axis(dim, len(self_.meta["val"].shape)))
@@ -1325,6 +1312,35 @@ def _fuse_erf_gelu(graph: Graph) -> None:
     if removed:
         graph.nodes = [n for n in graph.nodes if n.name not in removed]
         _prune(graph)
+
+
+_LOWERINGS.update({
+    # language ops: masks, position buckets, gathers
+    "aten.ne.Tensor": _comparison("not_equal"),
+    "aten.ne.Scalar": _comparison("not_equal"),
+    "aten.lt.Tensor": _comparison("less"),
+    "aten.lt.Scalar": _comparison("less"),
+    "aten.le.Tensor": _comparison("less_equal"),
+    "aten.le.Scalar": _comparison("less_equal"),
+    "aten.gt.Tensor": _comparison("greater"),
+    "aten.gt.Scalar": _comparison("greater"),
+    "aten.ge.Tensor": _comparison("greater_equal"),
+    "aten.ge.Scalar": _comparison("greater_equal"),
+    "aten.logical_not.default": _logical_op("logical_not"),
+    "aten.logical_and.default": _logical_op("logical_and"),
+    "aten.logical_or.default": _logical_op("logical_or"),
+    "aten.bitwise_not.default": _logical_op("logical_not", bitwise=True),  # ~mask
+    "aten.bitwise_and.Tensor": _logical_op("logical_and", bitwise=True),
+    "aten.bitwise_or.Tensor": _logical_op("logical_or", bitwise=True),
+    "aten.abs.default": _unary("abs"),
+    "aten.log1p.default": _unary("log1p"),
+    "aten.floor.default": _floor,
+    "aten.floor_divide.default": _floor_divide,
+    "aten.cumsum.default": _cumsum,
+    "aten.gather.default": _gather,
+    "aten.index_select.default": _index_select,
+    "aten.index.Tensor": _index,
+})
 
 
 def _first_names(module: torch.nn.Module) -> dict[int, str]:
