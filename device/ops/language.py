@@ -139,8 +139,9 @@ def _move_cost(work: Work) -> tuple[float, float]:
 
 RECORDS = (
     OpRecord("embedding", "table[ids]: rows of a (V, D) table; repeated ids add up their gradients; the "
-             "padding_idx row gets none", ("table", "ids"), ("padding_idx?",), "embedding", (FLOAT, INTEGER), _embedding_shape, _embedding_forward,
-             _embedding_backward, cost=_lookup_cost, backward_cost=_scatter_add_cost),
+             "padding_idx row gets none", ("table", "ids"), ("padding_idx?",), "embedding", (FLOAT, INTEGER),
+             _embedding_shape, _embedding_forward, _embedding_backward, cost=_lookup_cost,
+             backward_cost=_scatter_add_cost),
     # language ops: gathers of activations (MLM masked positions), one-hot targets
     OpRecord("gather", "x[..., ids, ...] at axis, per batch_dims leading dims (TF GatherV2); picks add up in the "
              "gradient", ("x", "ids"), ("axis", "batch_dims?"), "embedding", (ANY, INTEGER), _gather_shape,
