@@ -20,7 +20,9 @@ Pipeline:
 
 Naming: parameters and state are IR values named by their ``module.state_dict()`` key
 (``graph.params[key] == key``); batch inputs are ``batch_0``, ``batch_1``, ...; every other
-value is named after the FX node it came from.
+value is named after the FX node it came from. A tied parameter (one tensor under several
+keys, GPT-2's ``head.weight = tok_emb.weight``) is one value, named by its first key as
+``named_parameters()`` lists it; a name the module lacks is a validation finding.
 
 Parameters with ``requires_grad`` become ``graph.params``; buffers the step writes
 (batch norm's running statistics) and frozen parameters become ``graph.state``; buffers
