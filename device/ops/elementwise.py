@@ -101,7 +101,7 @@ RECORDS = (
     _binary_op("floor_div", "floor(a / b), as Python's // (ints: b must not be 0)",
                no_gradient(lambda inputs, attrs: np.floor_divide(inputs[0], inputs[1])),
                backward_ratio=0.0, backward_reads=reads_nothing),
-    _unary_op("abs", "|x| (gradient sign(x), 0 at 0)",
+    _unary_op("abs", "abs(x) (gradient sign(x), 0 at 0)",
               unary(lambda x, at: np.abs(x), lambda x, y, at: np.sign(x)), dtypes=NUMBERS),
     _unary_op("log1p", "log(1 + x), exact for small x", unary(lambda x, at: np.log1p(x), lambda x, y, at: 1 / (1 + x))),
     _unary_op("floor", "the largest integer not above x (gradient 0)",
