@@ -12,9 +12,8 @@ import math
 import numpy as np
 
 from device.ops.arrays import binary, erfc, no_gradient, unary, unbroadcast
-from device.ops.record import (ANY, FLOAT, NUMBERS, OpRecord, Shape, broadcast, broadcast_shapes, per_element,
-                               reads_nothing, reads_numerator_unless_weights, reads_unless_scaled_by_weights,
-                               same_shape)
+from device.ops.record import (ANY, FLOAT, NUMBERS, OpRecord, broadcast_shapes, per_element, reads_nothing,
+                               reads_numerator_unless_weights, reads_unless_scaled_by_weights, same_shape)
 
 BOOL = ("bool",)
 
@@ -44,13 +43,9 @@ def _where_backward(saved, grads, attrs, needs):
             unbroadcast(np.where(condition, zero, g), b_shape) if needs[2] else None]
 
 
-def _where_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
-    return [broadcast(*shapes)]
-
-
 def _predicate(name: str, summary: str, fn, dtypes=ANY, arity: int = 2) -> OpRecord:
     """A comparison or logical op: bool values out, no gradient, no backward work."""
-    inputs = ("a", "b")[:arity] if arity == 2 else ("x",)
+    inputs = ("a", "b") if arity == 2 else ("x",)
     return OpRecord(name, summary, inputs, (), "elementwise", (dtypes,) * arity, broadcast_shapes,
                     dtype=lambda dtypes, attrs: ["bool"], **no_gradient(lambda inputs, attrs: fn(*inputs)),
                     cost=per_element(1), backward_ratio=0.0, backward_reads=reads_nothing)
@@ -107,8 +102,9 @@ RECORDS = (
     _unary_op("floor", "the largest integer not above x (gradient 0)",
               unary(lambda x, at: np.floor(x), lambda x, y, at: np.zeros_like(x))),
     OpRecord("where", "a where condition, else b (bool condition, broadcast)", ("condition", "a", "b"), (),
-             "elementwise", (BOOL, ANY, ANY), _where_shape, _where_forward, _where_backward,
-             dtype=lambda dtypes, attrs: [dtypes[1]], cost=per_element(1), backward_reads=reads_nothing),
+             "elementwise", (BOOL, ANY, ANY), broadcast_shapes, _where_forward, _where_backward,
+             dtype=lambda dtypes, attrs: [dtypes[1]], cost=per_element(1),
+             backward_reads=lambda index, others_are_weights: index == 0),  # the condition picks the branch
     _predicate("not_equal", "a != b, elementwise (bool)", np.not_equal),
     _predicate("less", "a < b, elementwise (bool)", np.less, NUMBERS),
     _predicate("less_equal", "a <= b, elementwise (bool)", np.less_equal, NUMBERS),
