@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from device.dtypes import EMULATOR_STORAGE
 from device.ops.arrays import check_ids
 from device.ops.record import ACCUMULATOR_BYTES, ANY, FLOAT, INTEGER, OpRecord, Shape, Work
 
@@ -124,9 +125,8 @@ def _take_along_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
 def _one_hot_forward(inputs, attrs, ctx):
     ids = inputs[0]
     hot = ids[..., None] == np.arange(int(attrs["depth"]))  # an id outside [0, depth) gives a row of off
-    dtype = np.float32 if attrs["dtype"] not in ("int32", "int64", "bool") else attrs["dtype"]
     on, off = attrs.get("on_value", 1), attrs.get("off_value", 0)
-    return [np.where(hot, on, off).astype(dtype)], None
+    return [np.where(hot, on, off).astype(EMULATOR_STORAGE[attrs["dtype"]])], None
 
 
 def _one_hot_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
