@@ -20,7 +20,9 @@ Pipeline:
 
 Naming: parameters and state are IR values named by their ``module.state_dict()`` key
 (``graph.params[key] == key``); batch inputs are ``batch_0``, ``batch_1``, ...; every other
-value is named after the FX node it came from.
+value is named after the FX node it came from. A tied parameter (one tensor under several
+keys, GPT-2's ``head.weight = tok_emb.weight``) is one value, named by its first key as
+``named_parameters()`` lists it; a name the module lacks is a validation finding.
 
 Parameters with ``requires_grad`` become ``graph.params``; buffers the step writes
 (batch norm's running statistics) and frozen parameters become ``graph.state``; buffers
@@ -140,6 +142,8 @@ def capture(step_fn: Callable, module: torch.nn.Module, batch, *, optimizer: tor
     output_keys = list(exported.call_spec.out_spec.child(1).context)
     _Lowering(graph, exported, wrapper).run(output_keys)
     _prune(graph)
+    _fuse_erf_gelu(graph)
+    _check_names(graph, module)
     if optimizer is not None:
         graph.optimizer = optimizer_spec(
             optimizer, module, max_gradient_norm=max_gradient_norm, max_gradient_value=max_gradient_value,
@@ -302,10 +306,17 @@ class _Lowering:
             key = spec.target.removeprefix(_Step._PREFIX)
             if spec.kind == InputKind.PARAMETER:
                 param = self.wrapper.get_parameter(spec.target)
+                # a tied parameter (head.weight = tok_emb.weight) is one weight: export names
+                # it by one of its keys, the IR by the first, as named_parameters() lists it
+                key = _first_names(self.wrapper.module).get(id(param), key)
+                if key in self.g.values:  # export may give each key of a tied parameter its own input
+                    self.env[node] = key
+                    continue
                 self.env[node] = self.g.add_value(key, _ir_shape(param.shape), _ir_dtype(param.dtype))
                 (self.g.params if param.requires_grad else self.g.state)[key] = key
             elif spec.kind == InputKind.BUFFER and spec.target in mutated:
                 buffer = self.wrapper.get_buffer(spec.target)
+                key = _first_names(self.wrapper.module).get(id(buffer), key)
                 self.env[node] = self.g.add_value(key, _ir_shape(buffer.shape), _ir_dtype(buffer.dtype))
                 self.g.state[key] = key
             elif spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
@@ -549,8 +560,10 @@ def _elementwise(op: str, swap: bool = False):
 
 
 def _div(self: _Lowering, node, self_, other, rounding_mode=None, **_):
+    if rounding_mode == "floor":
+        return _floor_divide(self, node, self_, other)
     if rounding_mode is not None:
-        return self.decline(f"rounding_mode={rounding_mode!r}")
+        return self.decline(f"rounding_mode={rounding_mode!r} (only None and 'floor')")
     return _elementwise("div")(self, node, self_, other)
 
 
@@ -662,32 +675,26 @@ def _eq(self: _Lowering, node, self_, other):
 def _where(self: _Lowering, node, condition, self_, other):
     """where(c, a, b) with c known at capture time (masked_fill with a mask buffer).
 
-    A branch known at capture time (the fill) becomes a constant that is the fill where
-    chosen and 0 elsewhere; a computed branch is multiplied by its 0/1 mask; the parts are
-    added. inf is only ever added, never multiplied, so a -inf fill is exact. With one
-    computed branch and an infinite fill (a causal mask), the mask multiply is dropped:
-    x + (-inf where masked, 0 elsewhere) is exact for finite x and is the additive mask
-    that kernel matching recognises in attention.
+    With one computed branch and an infinite fill (a causal mask), it is x + (-inf where
+    masked, 0 elsewhere): exact for finite x, and the additive mask that kernel matching
+    recognises in attention. Otherwise the IR's where with the condition a constant, exact
+    whatever the unchosen values are (an inf or NaN there never leaks, as it would through
+    a multiply by a 0/1 mask).
     """
     if condition not in self.known:
-        return self.decline("condition depends on the batch or the weights")
+        return _select(self, node, condition, self_, other)
     shape, dtype = self.out(node)
     cond = self.known[condition].to(torch.bool)
-    computed, parts, infinite = [], [], False
-    for branch, chosen in ((self_, cond), (other, ~cond)):
-        if isinstance(branch, torch.fx.Node) and branch not in self.known:
-            computed.append((self.tensor(branch, dtype), chosen))
-            continue
-        fill = torch.as_tensor(self.known[branch] if isinstance(branch, torch.fx.Node) else branch,
-                               dtype=torch.float64)
-        filled = torch.where(chosen, fill, torch.zeros((), dtype=torch.float64))
-        infinite = bool(torch.isinf(filled[chosen.expand_as(filled)]).all())
-        parts.append(self.constant(filled.numpy(), dtype, f"{node.name}.fill"))
-    if len(computed) == 1 and infinite:
-        return self.emit("add", [computed[0][0], parts[0]], shape, dtype)
-    for name, chosen in computed:
-        parts.append(self.binary("mul", name, self.constant(chosen.numpy(), dtype, f"{node.name}.mask")))
-    return self.emit("add", parts, shape, dtype)
+    computed = [isinstance(b, torch.fx.Node) and b not in self.known for b in (self_, other)]
+    if sum(computed) == 1:
+        branch, fill, chosen = (other, self_, cond) if computed[1] else (self_, other, ~cond)
+        value = torch.as_tensor(self.known[fill] if isinstance(fill, torch.fx.Node) else fill, dtype=torch.float64)
+        filled = torch.where(chosen, value, torch.zeros((), dtype=torch.float64))
+        if bool(torch.isinf(filled[chosen.expand_as(filled)]).all()):
+            return self.emit("add", [self.tensor(branch, dtype), self.constant(filled.numpy(), dtype,
+                                                                              f"{node.name}.fill")], shape, dtype)
+    mask = self.constant(cond.numpy(), "bool", f"{node.name}.mask")
+    return self.emit("where", [mask, self.tensor(self_, dtype), self.tensor(other, dtype)], shape, dtype)
 
 
 # linear algebra
@@ -958,11 +965,8 @@ def _embedding(self: _Lowering, node, weight, indices, padding_idx=-1, scale_gra
     shape, dtype = self.out(node)
     table = self.tensor(weight)
     if padding_idx is not None and padding_idx >= 0:
-        # the padding row is zero and gets no gradient: multiplying the table by a row mask
-        # keeps both (torch initialises that row to zero and never updates it)
-        rows = np.ones((self.shape(table)[0], 1))
-        rows[padding_idx] = 0.0
-        table = self.binary("mul", table, self.constant(rows, self.dtype(table), f"{node.name}.padding_mask"))
+        # the padding row is read as it is (zero unless the user set it) and gets no gradient
+        return self.emit("embedding", [table, self.tensor(indices)], shape, dtype, padding_idx=int(padding_idx))
     return self.emit("embedding", [table, self.tensor(indices)], shape, dtype)
 
 
@@ -984,8 +988,6 @@ def _sdpa(self: _Lowering, node, query, key, value, attn_mask=None, dropout_p=0.
     """softmax(q @ k^T * scale + mask) @ v, the math form of scaled_dot_product_attention."""
     if enable_gqa:
         return self.decline("enable_gqa=True")
-    if attn_mask is not None and attn_mask not in self.known and attn_mask.meta["val"].dtype == torch.bool:
-        return self.decline("a boolean attn_mask that depends on the batch")
     shape, dtype = self.out(node)
     q, k, v = self.tensor(query), self.tensor(key), self.tensor(value)
     (*_, length, depth), source_length = self.shape(q), self.shape(k)[-2]
@@ -1000,6 +1002,9 @@ def _sdpa(self: _Lowering, node, query, key, value, attn_mask=None, dropout_p=0.
         if attn_mask in self.known and self.known[attn_mask].dtype == torch.bool:
             additive = np.where(self.known[attn_mask].numpy(), 0.0, -np.inf)
             scores = self.binary("add", scores, self.constant(additive, dtype, f"{node.name}.mask"))
+        elif attn_mask.meta["val"].dtype == torch.bool:  # a padding mask from the batch: True attends
+            fill = self.scalar(float("-inf"), dtype)
+            scores = self.emit("where", [self.tensor(attn_mask), scores, fill], self.shape(scores), dtype)
         else:
             scores = self.binary("add", scores, self.tensor(attn_mask, dtype))
     probs = self.emit("softmax", [scores], self.shape(scores), dtype, axis=len(self.shape(scores)) - 1)
@@ -1250,6 +1255,249 @@ _LOWERINGS: dict[str, Callable] = {
 }
 
 
+# ---- language ops: masks, position buckets, gathers ----
+
+def _select(self: _Lowering, node, condition, self_, other):
+    """where(c, a, b) with c computed from the batch (a padding mask): the IR's where."""
+    shape, dtype = self.out(node)
+    cond = self.tensor(condition)
+    if self.dtype(cond) != "bool":
+        return self.decline(f"a {self.dtype(cond)} condition (only bool)")
+    return self.emit("where", [cond, self.tensor(self_, dtype), self.tensor(other, dtype)], shape, dtype)
+
+
+def _comparison(op: str):
+    def lower(self: _Lowering, node, self_, other):
+        return _compare(self, node, op, self_, other)
+    return lower
+
+
+def _logical_op(op: str, bitwise: bool = False):
+    def lower(self: _Lowering, node, self_, other=None):
+        return (_bitwise if bitwise else _logical)(self, node, op, self_, other)
+    return lower
+
+
+def _compare(self: _Lowering, node, op: str, self_, other):
+    """A comparison in the promoted dtype, as torch compares (the result is bool)."""
+    left = self_.meta["val"].dtype
+    if isinstance(other, torch.fx.Node):
+        compare = torch.promote_types(left, other.meta["val"].dtype)
+    elif isinstance(other, float) and not left.is_floating_point:
+        compare = torch.get_default_dtype()
+    else:
+        compare = left
+    shape, dtype = self.out(node)
+    compare = _ir_dtype(compare)
+    if compare == "bool" and op != "not_equal":  # an ordering of bools: False < True, as 0 < 1
+        compare = "int64"
+    return self.emit(op, [self.tensor(self_, compare), self.tensor(other, compare)], shape, dtype)
+
+
+def _logical(self: _Lowering, node, op: str, self_, other=None):
+    """logical_and/or/not: any dtype, nonzero is true (cast to bool first)."""
+    shape, dtype = self.out(node)
+    operands = [self.tensor(self_, "bool")] + ([] if other is None else [self.tensor(other, "bool")])
+    return self.emit(op, operands, shape, dtype)
+
+
+def _bitwise(self: _Lowering, node, op: str, self_, other=None):
+    """~mask, mask & mask, mask | mask: logical ops on bool; on integers they are bit operations."""
+    operands = [self_] + ([] if other is None else [other])
+    kinds = {a.meta["val"].dtype for a in operands if isinstance(a, torch.fx.Node)}
+    if kinds != {torch.bool}:
+        return self.decline(f"bitwise operation on {', '.join(sorted(_ir_dtype(k) for k in kinds))} (only bool)")
+    return _logical(self, node, op, self_, other)
+
+
+def _floor(self: _Lowering, node, self_):
+    shape, dtype = self.out(node)
+    x = self.tensor(self_, dtype)
+    return x if dtype not in ("float32", "float16", "bfloat16") else self.emit("floor", [x], shape, dtype)
+
+
+def _floor_divide(self: _Lowering, node, self_, other):
+    shape, dtype = self.out(node)
+    a, b = self.tensor(self_, dtype), self.tensor(other, dtype)
+    if dtype in ("int32", "int64"):
+        return self.emit("floor_div", [a, b], shape, dtype)
+    return self.emit("floor", [self.binary("div", a, b)], shape, dtype)
+
+
+def _cumsum(self: _Lowering, node, self_, dim, dtype=None):
+    shape, dtype = self.out(node)  # the dtype argument is the output's (bool and ints sum as int64)
+    return self.emit("cumsum", [self.tensor(self_, dtype)], shape, dtype, axis=_axis(dim, len(shape)))
+
+
+def _gather(self: _Lowering, node, self_, dim, index, sparse_grad=False):
+    # sparse_grad only picks the layout of torch's gradient, never its values
+    shape, dtype = self.out(node)
+    return self.emit("take_along_axis", [self.tensor(self_), self.tensor(index)], shape, dtype,
+                     axis=_axis(dim, len(self_.meta["val"].shape)))
+
+
+def _index_select(self: _Lowering, node, self_, dim, index):
+    shape, dtype = self.out(node)
+    return self.emit("gather", [self.tensor(self_), self.tensor(index)], shape, dtype,
+                     axis=_axis(dim, len(self_.meta["val"].shape)))
+
+
+def _index(self: _Lowering, node, self_, indices):
+    """x[i0, i1, ...] (advanced indexing), index tensors on consecutive axes from ``first``.
+
+    The indexed axes are flattened into one, the index tensors combined into flat row
+    numbers (i0 * n1 + i1 ...), and one gather picks the rows: x[arange(B)[:, None], positions]
+    (BERT's masked-position gather) is one gather of (B * T, D) rows.
+    """
+    shape, dtype = self.out(node)
+    used = [i for i, t in enumerate(indices) if t is not None]
+    if not used or used != list(range(used[0], used[-1] + 1)):
+        return self.decline("index tensors on axes that are not next to each other")
+    if any(t.meta["val"].dtype not in (torch.int64, torch.int32) for t in indices if t is not None):
+        return self.decline("boolean (mask) indexing: its shape depends on the data")
+    x = self.tensor(self_)
+    first, count = used[0], len(used)
+    dims = self.shape(x)
+    index_shape = tuple(shape[first:first + len(shape) - (len(dims) - count)])
+    flat = None
+    for k, i in enumerate(used):
+        ids = self.tensor(indices[i], "int64")
+        if ids in self.g.constants:  # python's negative indices count from the end: i + n where i < 0
+            ids = self.constant(np.where(self.g.constants[ids] < 0, self.g.constants[ids] + dims[i],
+                                         self.g.constants[ids]), "int64", f"{node.name}.index")
+        else:
+            negative = self.emit("less", [ids, self.scalar(0, "int64")], self.shape(ids), "bool")
+            wrapped = self.binary("add", ids, self.scalar(dims[i], "int64"))
+            ids = self.emit("where", [negative, wrapped, ids], self.shape(ids), "int64")
+        stride = int(np.prod(dims[i + 1:first + count], dtype=np.int64))
+        term = ids if stride == 1 else self.binary("mul", ids, self.scalar(stride, "int64"))
+        flat = term if flat is None else self.emit("add", [flat, term], _broadcast(self.shape(flat), self.shape(term)),
+                                                   "int64")
+    if self.shape(flat) != index_shape:
+        flat = self.emit("broadcast_to", [flat], index_shape, "int64", shape=list(index_shape))
+    rows = self.reshape(x, dims[:first] + (int(np.prod(dims[first:first + count], dtype=np.int64)),)
+                        + dims[first + count:])
+    return self.emit("gather", [rows, flat], shape, dtype, axis=first)
+
+
+def _fuse_erf_gelu(graph: Graph) -> None:
+    """A GELU written out with erf, x * 0.5 * (1 + erf(x / sqrt(2))) in any order of its
+    factors (BERT's own ``gelu``), becomes the one ``gelu`` node nn.GELU gives: the
+    activation step of its dense kernel, as TensorFlow's pattern makes it."""
+    consumers = graph.consumers()
+    producers = graph.producers()
+
+    def scalar(value: str, expected: float) -> bool:
+        c = graph.constants.get(value)
+        return c is not None and np.size(c) == 1 and math.isclose(float(np.asarray(c).reshape(())), expected,
+                                                                  rel_tol=1e-6)
+
+    def only_use(value: str):
+        users = consumers.get(value, [])
+        return users[0] if len(users) == 1 and value not in graph.outputs.values() and value != graph.loss else None
+
+    def other(node, value):
+        rest = [v for v in node.inputs if v != value]
+        return rest[0] if len(node.inputs) == 2 and len(rest) == 1 else None
+
+    removed: set[str] = set()
+    for erf in [n for n in graph.nodes if n.op == "erf"]:
+        scaled = producers.get(erf.inputs[0])  # x / sqrt(2) or x * (1 / sqrt(2))
+        if scaled is None or only_use(scaled.outputs[0]) is not erf or len(scaled.inputs) != 2:
+            continue
+        x, c = scaled.inputs
+        if not ((scaled.op == "div" and scalar(c, math.sqrt(2.0)))
+                or (scaled.op == "mul" and (scalar(c, 1 / math.sqrt(2.0)) or scalar(x, 1 / math.sqrt(2.0))))):
+            continue
+        if scaled.op == "mul" and scalar(x, 1 / math.sqrt(2.0)):
+            x = c
+        one = only_use(erf.outputs[0])  # 1 + erf(...)
+        if one is None or one.op != "add" or not scalar(other(one, erf.outputs[0]) or "", 1.0):
+            continue
+        chain = [scaled, erf, one]
+        outer = only_use(one.outputs[0])
+        if outer is None or outer.op != "mul":
+            continue
+        factor = other(outer, one.outputs[0])
+        half = producers.get(factor) if factor else None
+        if factor == x:  # x * (1 + erf) then * 0.5
+            last = only_use(outer.outputs[0])
+            if last is None or last.op != "mul" or not scalar(other(last, outer.outputs[0]) or "", 0.5):
+                continue
+            chain += [outer, last]
+        elif scalar(factor or "", 0.5):  # 0.5 * (1 + erf) then * x
+            last = only_use(outer.outputs[0])
+            if last is None or last.op != "mul" or other(last, outer.outputs[0]) != x:
+                continue
+            chain += [outer, last]
+        elif (half is not None and half.op == "mul" and only_use(factor) is outer and x in half.inputs
+              and scalar(other(half, x) or "", 0.5)):  # (0.5 * x) * (1 + erf)
+            chain += [half, outer]
+        else:
+            continue
+        last = chain[-1]
+        last.op, last.inputs, last.attrs = "gelu", [x], {"approximate": "none"}
+        removed |= {n.name for n in chain[:-1]}
+    if removed:
+        graph.nodes = [n for n in graph.nodes if n.name not in removed]
+        _prune(graph)
+
+
+_LOWERINGS.update({
+    # language ops: masks, position buckets, gathers
+    "aten.ne.Tensor": _comparison("not_equal"),
+    "aten.ne.Scalar": _comparison("not_equal"),
+    "aten.lt.Tensor": _comparison("less"),
+    "aten.lt.Scalar": _comparison("less"),
+    "aten.le.Tensor": _comparison("less_equal"),
+    "aten.le.Scalar": _comparison("less_equal"),
+    "aten.gt.Tensor": _comparison("greater"),
+    "aten.gt.Scalar": _comparison("greater"),
+    "aten.ge.Tensor": _comparison("greater_equal"),
+    "aten.ge.Scalar": _comparison("greater_equal"),
+    "aten.logical_not.default": _logical_op("logical_not"),
+    "aten.logical_and.default": _logical_op("logical_and"),
+    "aten.logical_or.default": _logical_op("logical_or"),
+    "aten.bitwise_not.default": _logical_op("logical_not", bitwise=True),  # ~mask
+    "aten.bitwise_and.Tensor": _logical_op("logical_and", bitwise=True),
+    "aten.bitwise_or.Tensor": _logical_op("logical_or", bitwise=True),
+    "aten.abs.default": _unary("abs"),
+    "aten.log1p.default": _unary("log1p"),
+    "aten.floor.default": _floor,
+    "aten.floor_divide.default": _floor_divide,
+    "aten.cumsum.default": _cumsum,
+    "aten.gather.default": _gather,
+    "aten.index_select.default": _index_select,
+    "aten.index.Tensor": _index,
+})
+
+
+def _first_names(module: torch.nn.Module) -> dict[int, str]:
+    """id(tensor) -> its first state_dict key: a tied parameter or buffer is one tensor with many keys."""
+    names: dict[int, str] = {}
+    for name, t in (*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)):
+        names.setdefault(id(t), name)
+    return names
+
+
+def _check_names(graph: Graph, module: torch.nn.Module) -> None:
+    """Every weight and state name of the graph is one the module has: a validation finding if not."""
+    tensors = dict(_named_tensors(module))
+    for what, names in (("parameter", graph.params.values()), ("state", graph.state.values())):
+        for name in names:
+            if name not in tensors:
+                graph.issues.append({"kind": "weights", "loc": SourceLoc(name),
+                                     "message": f"{what} {name!r} is not a parameter or buffer of "
+                                                f"{type(module).__name__}: its value cannot be read or saved"})
+
+
+def _named_tensors(module: torch.nn.Module):
+    """Every parameter and buffer by state_dict key, tied ones under each of their keys, non-persistent
+    buffers included."""
+    yield from module.named_parameters(remove_duplicate=False)
+    yield from module.named_buffers(remove_duplicate=False)
+
+
 def _prune(graph: Graph) -> None:
     """Drop nodes that reach neither the loss nor an output, then unused params/state/constants."""
     live = {graph.loss, *graph.outputs.values()}
@@ -1342,23 +1590,29 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def weights_of(module: torch.nn.Module, graph: Graph | None = None) -> dict[str, np.ndarray]:
-    """The trainable parameters by state_dict key (only those of ``graph.params`` when given)."""
+    """The trainable parameters by state_dict key (only those of ``graph.params`` when given).
+
+    A tied parameter (one tensor under two keys) is one weight, under its first key.
+    """
     wanted = set(graph.params.values()) if graph is not None else None
     return {name: _to_numpy(p) for name, p in module.named_parameters()
             if p.requires_grad and (wanted is None or name in wanted)}
 
 
 def state_of(module: torch.nn.Module, graph: Graph | None = None) -> dict[str, np.ndarray]:
-    """Buffers and frozen parameters by state_dict key (only those of ``graph.state`` when given)."""
-    trainable = {name for name, p in module.named_parameters() if p.requires_grad}
-    wanted = set(graph.state.values()) if graph is not None else None
-    return {name: _to_numpy(t) for name, t in module.state_dict(keep_vars=True).items()
-            if name not in trainable and (wanted is None or name in wanted)}
+    """Buffers and frozen parameters by state_dict key (only those of ``graph.state`` when given,
+    non-persistent buffers the step writes included)."""
+    trainable = {id(p) for p in module.parameters() if p.requires_grad}
+    if graph is None:
+        return {name: _to_numpy(t) for name, t in module.state_dict(keep_vars=True).items() if id(t) not in trainable}
+    tensors = dict(_named_tensors(module))
+    return {name: _to_numpy(tensors[name]) for name in graph.state.values() if name in tensors}
 
 
 def load_weights(module: torch.nn.Module, weights: dict[str, np.ndarray]) -> None:
-    """Copy arrays into the module's parameters or buffers, by state_dict key."""
-    targets = module.state_dict(keep_vars=True)
+    """Copy arrays into the module's parameters or buffers, by state_dict key (a tied parameter
+    under any of its keys: it is one tensor)."""
+    targets = {**dict(_named_tensors(module)), **module.state_dict(keep_vars=True)}
     with torch.no_grad():
         for name, array in weights.items():
             if name not in targets:

@@ -22,6 +22,18 @@ def _sigmoid(x, attrs):
         return 1 / (1 + np.exp(-x))
 
 
+def _relu_forward(inputs, attrs, ctx):
+    y = np.maximum(inputs[0], 0)
+    return [y], y
+
+
+def _relu_backward(saved, grads, attrs, needs):
+    # where, not a multiply by 0/1, as torch's threshold_backward: a NaN arriving from a
+    # branch that where() masked out (log(0) * 0) stops here, as in the framework
+    g = grads[0]
+    return [np.where(saved > 0, g, g.dtype.type(0))]
+
+
 def _gelu_forward(inputs, attrs, ctx):
     x = inputs[0]
     if attrs.get("approximate", "none") == "tanh":
@@ -85,7 +97,8 @@ def _activation(name: str, summary: str, kernel: dict, flops: int, attrs=()) -> 
 
 
 RECORDS = (
-    _activation("relu", "max(x, 0)", unary(lambda x, at: np.maximum(x, 0), lambda x, y, at: y > 0), 1),
+    _activation("relu", "max(x, 0); the gradient is selected, not multiplied (an inf or NaN stays out)",
+                {"forward": _relu_forward, "backward": _relu_backward}, 1),
     _activation("tanh", "hyperbolic tangent", unary(lambda x, at: np.tanh(x), lambda x, y, at: 1 - y * y), 4),
     _activation("sigmoid", "1 / (1 + e ** -x)", unary(_sigmoid, lambda x, y, at: y * (1 - y)), 4),
     # elu/selu as torch: alpha * expm1(x) below zero, derivative alpha * exp(x) for x <= 0

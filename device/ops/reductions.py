@@ -1,4 +1,4 @@
-"""Reductions over axes (numpy's axis and keepdims semantics), and argmax."""
+"""Reductions over axes (numpy's axis and keepdims semantics), argmax, and the running sum cumsum."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 
 from device.ops.arrays import no_gradient
 from device.ops.record import (NUMBERS, OpRecord, Shape, per_input_element, reads_nothing, reduced_shape,
-                               reduction_axes)
+                               reduction_axes, same_shape)
 
 
 def _reduce_forward(fn):
@@ -50,6 +50,28 @@ def _argmax_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
     return [tuple(d for i, d in enumerate(shapes[0]) if i != axis)]
 
 
+def _running_sum(x, axis: int, exclusive: bool, reverse: bool):
+    """cumsum along axis; exclusive: each sum leaves out its own element; reverse: from the end."""
+    if reverse:
+        x = np.flip(x, axis)
+    y = np.cumsum(x, axis=axis, dtype=x.dtype)
+    if exclusive:  # shift by one: 0, x0, x0 + x1, ...
+        y = np.concatenate([np.zeros_like(np.take(y, [0], axis=axis)), np.delete(y, -1, axis=axis)], axis=axis)
+    return np.flip(y, axis) if reverse else y
+
+
+def _cumsum_forward(inputs, attrs, ctx):
+    x = inputs[0]
+    axis = int(attrs["axis"]) % x.ndim
+    return [_running_sum(x, axis, bool(attrs.get("exclusive", False)), bool(attrs.get("reverse", False)))], axis
+
+
+def _cumsum_backward(saved, grads, attrs, needs):
+    # the adjoint of a running sum is the running sum the other way round
+    axis = saved
+    return [_running_sum(grads[0], axis, bool(attrs.get("exclusive", False)), not attrs.get("reverse", False))]
+
+
 def _reduction(name: str, summary: str, forward, backward, **kw) -> OpRecord:
     # one flop per input element
     return OpRecord(name, summary, ("x",), ("axes?", "keepdims?"), "reduction", (NUMBERS,), reduced_shape, forward,
@@ -68,4 +90,8 @@ RECORDS = (
              _argmax_shape, **no_gradient(lambda inputs, attrs: np.argmax(inputs[0], axis=attrs["axis"])),
              dtype=lambda dtypes, attrs: ["int64"], cost=per_input_element(1), backward_ratio=0.0,
              backward_reads=reads_nothing),
+    # language ops: position ids from a padding mask (cumsum of the mask), TF's Cumsum
+    OpRecord("cumsum", "running sum along axis; exclusive: without the element itself; reverse: from the end",
+             ("x",), ("axis", "exclusive?", "reverse?"), "reduction", (NUMBERS,), same_shape, _cumsum_forward,
+             _cumsum_backward, cost=per_input_element(1), backward_reads=reads_nothing),
 )

@@ -5,6 +5,8 @@ topological order. A rule starts at an anchor op and extends along a chain: each
 takes the one consumer of the chain's current value if that consumer's op is in the
 step's set (and its other inputs are of the allowed sort). What a kernel fuses never
 leaves its rectangle of PEs; what it does not fuse crosses the fabric to the next one.
+Attention chains are found before the walk and kept for their anchor, so that an
+elementwise chain building a padding mask from the batch cannot take the mask's step.
 
 Layout ops that only reshape or cast a weight (``transpose(W)``, ``cast(W, float16)``)
 are folded into the kernel that uses the weight: on the device a weight is laid out
@@ -72,9 +74,10 @@ def _opt(ops, **kw) -> Step:
 
 RULES: tuple[Rule, ...] = (
     # attention: scores = q @ k^T (matmul or einsum of two activations), optionally scaled
-    # and masked, softmax over the keys, optional dropout, then @ v; the T x T scores stay inside
-    Rule("attention", MATMULS, (_opt({"mul", "div"}), _opt({"add"}), _one("softmax"), _opt({"dropout"}),
-                                _one(*MATMULS)), anchor_weights=False),
+    # and masked (an additive mask, then a boolean one), softmax over the keys, optional
+    # dropout, then @ v; the T x T scores stay inside
+    Rule("attention", MATMULS, (_opt({"mul", "div"}), _opt({"add"}), _opt({"where"}), _one("softmax"),
+                                _opt({"dropout"}), _one(*MATMULS)), anchor_weights=False),
     # dense: x @ W (+ bias) (+ activation) (+ dropout)
     Rule("dense", MATMULS, (_opt({"add"}, other_inputs="weights"), _opt(ACTIVATIONS), _opt({"dropout"})),
          anchor_weights=True),
@@ -170,6 +173,8 @@ class _Matcher:
     graph: Graph
     taken: dict[str, int] = field(default_factory=dict)  # node name -> kernel index
     groups: list[tuple[str, list[Node]]] = field(default_factory=list)
+    reserved: dict[str, list[Node]] = field(default_factory=dict)  # anchor name -> its attention chain
+    reserved_nodes: set[str] = field(default_factory=set)
 
     def __post_init__(self):
         self.producers = self.graph.producers()
@@ -180,6 +185,15 @@ class _Matcher:
         self._order = {n.name: i for i, n in enumerate(self.graph.nodes)}
 
     def run(self) -> list[Kernel]:
+        # attention chains are found first and reserved: a padding mask computed from the
+        # batch is an elementwise chain earlier in the graph, which would otherwise take the
+        # mask's add or where; each is taken when the walk reaches its anchor
+        for node in self.graph.nodes:
+            if node.op in RULES[0].anchor and not any(self._weight_derived(v) for v in node.inputs):
+                chain = self._extend(node, RULES[0])
+                if chain is not None and not any(n.name in self.reserved_nodes for n in chain):
+                    self.reserved[node.name] = chain
+                    self.reserved_nodes |= {n.name for n in chain}
         # a layout op on a weight waits for the kernel that uses the weight
         for node in self.graph.nodes:
             if node.name not in self.taken and not self._is_weight_prologue(node):
@@ -231,6 +245,9 @@ class _Matcher:
     # -- rules --------------------------------------------------------------------
 
     def _claim_by_rules(self, node: Node) -> None:
+        if node.name in self.reserved:
+            self._take(RULES[0].kind, self.reserved.pop(node.name))
+            return
         for rule in RULES:
             if node.op not in rule.anchor:
                 continue
@@ -270,6 +287,8 @@ class _Matcher:
             return None
         node = users[0]
         if node.name in self.taken or node.op not in step.ops or len(node.outputs) != 1:
+            return None
+        if node.name in self.reserved_nodes:  # part of an attention chain
             return None
         others = [v for v in node.inputs if v != value]
         if step.other_inputs == "weights" and not all(self._weight_derived(v) for v in others):

@@ -456,8 +456,7 @@ def test_more_tf_ops_match_tf(built_graphs):
 
     b = built_graphs(model_fn, (4, 6, 6, 2))
     graph = b.capture()
-    unsupported = {n.op for n in graph.nodes} - set(OPS)
-    assert unsupported == {"OneHot"}  # labels -> one-hot belongs in the input pipeline
+    assert {n.op for n in graph.nodes} <= set(OPS) and "one_hot" in {n.op for n in graph.nodes}
     # feed the one-hot labels as an input instead: the rest must match TF
     onehot = b.graph.get_tensor_by_name("one_hot:0")
     graph = capture_tf.capture(b.graph, inputs=[b.x, onehot], loss=b.loss, outputs=b.outputs)
@@ -597,3 +596,98 @@ def test_cnn_and_transformer_validate_compile_and_train_on_the_emulator(built_gr
     program = Program(graph, capture_tf.read_weights(b.session, graph), capture_tf.read_state(b.session, graph))
     losses = [program.train_step([x, y], 1e-2) for _ in range(10)]
     assert losses[-1] < 0.5 * losses[0]  # it learns the (fixed) batch
+
+
+# --------------------------------------------------- language ops: masks, gathers, tied weights
+
+
+def language_fn(ids, y):  # ids: (2, 5) int32, 0 = padding
+    """Padding masks, comparisons, position buckets and gathers, each on batch-dependent values."""
+    embed = layers.Embedding(9, 8)
+    x = layers.Dense(8)(embed(ids))  # (B, T, C)
+    pad = tf.equal(ids, 0)
+    keep = tf.logical_not(pad)
+    scores = tf.where(pad[:, None, :], -1e9, tf.matmul(x, x, transpose_b=True))  # (B, T, T)
+    a = tf.where(keep[..., None], tf.matmul(tf.nn.softmax(scores), x), -x)
+    both = tf.logical_or(tf.logical_and(ids > 2, ids <= 6), tf.logical_not(tf.not_equal(ids, 4)))
+    b = a * tf.cast(both, tf.float32)[..., None] + tf.math.log1p(tf.abs(x) + 1) + tf.floor(x * 3) * x
+    pos = tf.cumsum(tf.cast(keep, tf.int32), axis=1) * tf.cast(keep, tf.int32)
+    bucket = tf.minimum(pos // 2, 1) + tf.math.floordiv(pos, 3)
+    c = b + embed(bucket)
+    positions = tf.constant([[2, 0], [4, 4]]) + tf.reduce_max(ids) * 0  # computed in the graph
+    picked = tf.gather(c, positions, axis=1, batch_dims=1)  # (B, 2, C): BERT's masked-position gather
+    column = tf.gather(c[..., 0], [4, 1], axis=1)  # (B, 2)
+    total = tf.reduce_sum(picked) + tf.reduce_sum(column ** 2) + tf.reduce_sum(tf.one_hot(y, 3) * picked[:, 0, :3])
+    lower = tf.linalg.band_part(tf.matmul(c, c, transpose_b=True), -1, 0)  # of a computed matrix
+    return total + tf.reduce_mean(tf.cumsum(c, axis=1, exclusive=True, reverse=True)) + tf.reduce_mean(lower), {}
+
+
+def test_language_ops_lower_to_device_ops_and_match_tf(built_graphs):
+    b = built_graphs(language_fn, (2, 5), x_dtype=tf.int32)
+    graph = b.capture()
+    assert {n.op for n in graph.nodes} <= set(OPS)
+    assert validate(graph, mode="train", profile=None).ok
+    assert {"where", "logical_not", "logical_and", "logical_or", "greater", "less_equal", "not_equal", "abs", "log1p",
+            "floor", "cumsum", "floor_div", "minimum", "gather", "one_hot"} <= {n.op for n in graph.nodes}
+    x = np.array([[3, 5, 8, 0, 0], [1, 4, 6, 7, 2]], np.int32)
+    y = np.array([1, 2], np.int32)
+    program = Program(graph, capture_tf.read_weights(b.session, graph))
+    loss, grads = program.gradients([x, y])
+    tf_loss, tf_grads = b.run([b.loss, b.grads], x, y)
+    _close(loss, tf_loss, 1e-5)
+    _close_grads(grads, b.variables, tf_grads, 1e-5)
+
+
+def keras_attention_fn(ids, y):  # ids: (2, 5), 0 = padding
+    """Keras MultiHeadAttention with a padding mask and a causal mask, and a tied output head."""
+    embed = layers.Embedding(9, 8)
+    x = embed(ids)
+    keep = ids > 0
+    h = layers.MultiHeadAttention(2, 4)(x, x, attention_mask=keep[:, None, :] & keep[:, :, None])
+    h = h + layers.MultiHeadAttention(2, 4)(h, h, use_causal_mask=True)
+    logits = tf.matmul(h, embed.embeddings, transpose_b=True)  # (B, T, 9): the embedding, used twice
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids, logits=logits))
+    return loss + 0.0 * tf.reduce_sum(tf.cast(y, tf.float32)), {}
+
+
+def test_keras_attention_with_masks_and_a_tied_embedding_match_tf(built_graphs):
+    b = built_graphs(keras_attention_fn, (2, 5), x_dtype=tf.int32)
+    graph = b.capture()
+    assert {n.op for n in graph.nodes} <= set(OPS) and "where" in {n.op for n in graph.nodes}
+    assert validate(graph, mode="train", profile=None).ok
+    assert sum("embeddings" in name for name in graph.params.values()) == 1  # one weight, read twice
+    x = np.array([[3, 5, 8, 0, 0], [1, 4, 6, 7, 2]], np.int32)
+    y = np.array([1, 2], np.int32)
+    program = Program(graph, capture_tf.read_weights(b.session, graph))
+    loss, grads = program.gradients([x, y])
+    tf_loss, tf_grads = b.run([b.loss, b.grads], x, y)
+    _close(loss, tf_loss, 1e-5)
+    _close_grads(grads, b.variables, tf_grads, 1e-5)
+
+
+def test_one_hot_on_an_axis_other_than_the_last_is_refused(built_graphs):
+    def model_fn(x, y):
+        logits = layers.Dense(3)(x)
+        hot = tf.one_hot(y, 3, axis=0)  # <one-hot-axis0>
+        return tf.reduce_mean(logits * tf.transpose(hot)), {}
+
+    graph = built_graphs(model_fn, (4, 6)).capture()
+    report = validate(graph, mode="train", profile=None)
+    assert any(f.line == _line("one-hot-axis0") and "axis=0" in f.message for f in report.errors), report.to_text()
+
+
+def test_v1_where_with_a_vector_condition_picks_rows_as_tf(built_graphs):
+    def model_fn(x, y):  # x: (4, 6)
+        h = layers.Dense(3)(x)
+        rows = v1.where(y > 0, h, -2.0 * h)  # Select: the (4,) condition picks whole rows
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=rows)), {}
+
+    b = built_graphs(model_fn, (4, 6))
+    graph = b.capture()
+    assert {n.op for n in graph.nodes} <= set(OPS) and "where" in {n.op for n in graph.nodes}
+    x, y = _batch(np.random.default_rng(5), (4, 6), 3)
+    y[:2] = 0  # both branches taken
+    loss, grads = Program(graph, capture_tf.read_weights(b.session, graph)).gradients([x, y])
+    tf_loss, tf_grads = b.run([b.loss, b.grads], x, y)
+    _close(loss, tf_loss, 1e-5)
+    _close_grads(grads, b.variables, tf_grads, 1e-5)

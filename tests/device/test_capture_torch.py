@@ -107,7 +107,7 @@ class Unsupported(nn.Module):
 
     def forward(self, x):
         values, _ = torch.sort(self.fc(x), dim=1)
-        running = torch.cumsum(values, dim=1)
+        running = torch.cumprod(values, dim=1)
         return running.mean()
 
 
@@ -269,10 +269,10 @@ def test_unsupported_ops_become_aten_nodes_at_their_lines():
     model = Unsupported()
     graph = capture(lambda batch: model(batch[0]), model, [torch.randn(2, 4)])
     nodes = [n for n in graph.nodes if n.op not in OPS]
-    assert [n.op for n in nodes] == ["aten.sort.default", "aten.cumsum.default"]
+    assert [n.op for n in nodes] == ["aten.sort.default", "aten.cumprod.default"]
     assert [(n.loc.file, n.loc.line) for n in nodes] == [
         (__file__, line_in(Unsupported.forward, "torch.sort")),
-        (__file__, line_in(Unsupported.forward, "torch.cumsum"))]
+        (__file__, line_in(Unsupported.forward, "torch.cumprod"))]
     sort, cumsum = nodes
     assert [graph.values[v].dtype for v in sort.outputs] == ["float32", "int64"]  # values and indices
     assert cumsum.inputs == [sort.outputs[0]]
@@ -541,3 +541,188 @@ def test_cnn_and_transformer_validate_compile_and_train_on_the_emulator(make_mod
     arrays = [t.numpy() for t in batch]
     losses = [program.train_step(arrays, 1e-2) for _ in range(10)]
     assert losses[-1] < 0.5 * losses[0]  # it learns the (fixed) batch
+
+
+# --------------------------------------------------- language ops: masks, gathers, tied weights
+
+class LanguageOps(nn.Module):
+    """Padding masks, comparisons, position buckets and gathers, each on batch-dependent values."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(9, 8, padding_idx=0)
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, ids, positions):  # (2, 5) ids, 0 = padding; (2, 2) positions to predict
+        pad = ids == 0  # (B, T) bool
+        keep = ~pad
+        x = self.fc(self.embed(ids))  # (B, T, C)
+        scores = x @ x.transpose(1, 2)  # (B, T, T)
+        scores = scores.masked_fill(pad[:, None, :], float("-inf")).softmax(-1)  # boolean padding mask
+        a = torch.where(keep[..., None], scores @ x, -x)  # (B, T, C)
+        both = ((ids > 2) & (ids <= 6) | ~(ids != 4)) > (ids == 8)  # an ordering of bools too
+        b = a * both[..., None].float() + (x.abs() + 1).log1p() + torch.floor(x * 3) * x
+        pos = torch.cumsum(keep.long(), dim=1) * keep.long()  # position ids that skip padding
+        bucket = torch.minimum(pos // 2, torch.full_like(pos, 1)) + torch.div(pos, 3, rounding_mode="floor")
+        c = b + self.embed(bucket)
+        picked = c[torch.arange(2)[:, None], positions]  # (B, 2, C): BERT's masked-position gather
+        column = c[..., 0].index_select(1, torch.tensor([4, 1]))  # (B, 2)
+        taken = torch.gather(c, 1, positions[..., None].expand(2, 2, 8))  # (B, 2, C)
+        attn = F.scaled_dot_product_attention(x[:, None], x[:, None], x[:, None], attn_mask=keep[:, None, None, :])
+        last = c[torch.arange(2)[:, None], positions - 5] * c[:, torch.tensor([-1, 0])]  # negative indices
+        return picked.sum() + column.pow(2).sum() + (taken * picked).mean() + attn.mean() + last.mean()
+
+
+def language_batch():
+    return [torch.tensor([[3, 5, 8, 0, 0], [1, 4, 6, 7, 2]]), torch.tensor([[2, 0], [4, 4]])]
+
+
+def test_language_ops_lower_to_device_ops_and_match_torch():
+    from device.runtime.program import Program
+
+    torch.manual_seed(0)
+    model = LanguageOps()
+    with torch.no_grad():
+        model.embed.weight[0] = 0.5  # padding_idx's row is read as it is (here not zero), and never trained
+    batch = language_batch()
+    graph = capture(lambda b: model(*b), model, batch)
+    assert unsupported(graph) == []
+    assert validate(graph, mode="train", profile=None).ok
+    assert {"where", "logical_not", "logical_and", "logical_or", "greater", "less_equal", "not_equal", "abs",
+            "log1p", "floor", "cumsum", "floor_div", "gather", "take_along_axis"} <= set(op_counts(graph))
+    loss, grads = Program(graph, weights_of(model, graph), seed=0).gradients([t.numpy() for t in batch])
+    model.zero_grad()
+    expected = model(*batch)
+    expected.backward()
+    np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert not grads["embed.weight"][0].any()  # the padding row gets no gradient, as in torch
+
+
+class Tied(nn.Module):
+    """GPT-2's tied head: the output projection is the token embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok_emb = nn.Embedding(7, 4)
+        self.head = nn.Linear(4, 7, bias=False)
+        self.head.weight = self.tok_emb.weight
+        self.register_buffer("count", torch.zeros(()), persistent=False)
+
+    def forward(self, ids):
+        return self.head(self.tok_emb(ids))
+
+
+def test_tied_weights_are_one_weight_with_the_gradients_summed():
+    from device.runtime.program import Program
+
+    torch.manual_seed(0)
+    model = Tied()
+    batch = [torch.randint(0, 7, (2, 3)), torch.randint(0, 7, (2, 3))]
+    step = classify(model)
+    graph = capture(step, model, batch, optimizer=torch.optim.Adam(model.parameters(), lr=1e-2))
+    assert list(graph.params.values()) == ["tok_emb.weight"]  # one weight, named as named_parameters() lists it
+    assert validate(graph, mode="train", profile=None).ok
+    program = Program(graph, weights_of(model, graph), state_of(model, graph))
+    loss, grads = program.gradients([t.numpy() for t in batch])
+    expected_loss, expected = torch_loss_and_grads(model, step, batch)
+    np.testing.assert_allclose(loss, expected_loss, rtol=1e-5)
+    np.testing.assert_allclose(grads["tok_emb.weight"], expected["tok_emb.weight"], rtol=1e-5, atol=1e-7)
+    # trained on the emulator, written back: the checkpoint (state_dict) has it under both keys
+    program.train_step([t.numpy() for t in batch], 1e-2)
+    load_weights(model, program.get_weights())
+    saved = model.state_dict()
+    np.testing.assert_array_equal(saved["head.weight"].numpy(), program.get_weights()["tok_emb.weight"])
+    np.testing.assert_array_equal(saved["tok_emb.weight"].numpy(), saved["head.weight"].numpy())
+    load_weights(model, {"head.weight": np.zeros((7, 4), np.float32)})  # either key loads the one tensor
+    assert not model.tok_emb.weight.detach().numpy().any()
+
+
+def test_a_weight_name_the_module_lacks_is_a_validation_error():
+    torch.manual_seed(0)
+    model = Tied()
+    batch = [torch.randint(0, 7, (2, 3)), torch.randint(0, 7, (2, 3))]
+    graph = capture(classify(model), model, batch)
+    graph.params["tok_emb.weight"] = "renamed.weight"  # as if the module had changed since capture
+    from device.capture.torch import _check_names
+    _check_names(graph, model)
+    report = validate(graph, mode="train", profile=None)
+    assert not report.ok and any("'renamed.weight' is not a parameter or buffer" in f.message for f in report.errors)
+
+
+@pytest.mark.parametrize("make_step, reason", [
+    (lambda: (lambda b: (b[0] & (b[0] + 1)).float().sum() + b[1].sum()), "bitwise operation on int64"),
+    (lambda: (lambda b: torch.div(b[1], 2.0, rounding_mode="trunc").sum()), "rounding_mode='trunc'"),
+    (lambda: (lambda b: b[1][b[1] > 0].sum()), "boolean (mask) indexing"),
+], ids=["bitwise-int", "trunc-div", "mask-index"])
+def test_language_forms_the_device_lacks_are_refused_with_a_reason(make_step, reason):
+    model = nn.Linear(1, 1)
+    graph = capture(make_step(), model, [torch.tensor([[1, 2]]), torch.randn(1, 1)])
+    report = validate(graph, mode="train", profile=None)
+    assert any(reason in f.message and f.file == __file__ for f in report.errors), report.to_text()
+
+
+@pytest.mark.parametrize("gelu", [
+    lambda h: h * 0.5 * (1.0 + torch.erf(h / math.sqrt(2.0))),  # BERT's own gelu
+    lambda h: 0.5 * h * (1 + torch.erf(h * (1 / math.sqrt(2.0)))),
+    lambda h: h * (0.5 * (1.0 + torch.erf(h / math.sqrt(2.0)))),
+    lambda h: h * (1.0 + torch.erf(h / math.sqrt(2.0))) * 0.5,
+], ids=["x-half", "half-x-mul", "half-inside", "half-last"])
+def test_a_gelu_written_with_erf_is_one_gelu_node_in_its_dense_kernel(gelu):
+    from device.passes.match import match
+    from device.runtime.program import Program
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 3))
+
+    def step(batch):
+        x, y = batch
+        return F.cross_entropy(model[1](gelu(model[0](x))), y)
+
+    batch = [torch.randn(5, 4), torch.randint(0, 3, (5,))]
+    graph = capture(step, model, batch)
+    assert op_counts(graph).get("gelu") == 1 and "erf" not in op_counts(graph)
+    assert [k.kind for k in match(graph)] == ["dense", "dense", "softmax_loss"]
+    loss, grads = Program(graph, weights_of(model, graph)).gradients([t.numpy() for t in batch])
+    model.zero_grad()
+    expected = step(batch)
+    expected.backward()
+    np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_an_erf_that_is_not_a_gelu_stays_as_written():
+    model = nn.Linear(4, 3)
+    graph = capture(lambda b: (0.5 * (1.0 + torch.erf(model(b[0]) / 2.0))).sum(), model, [torch.randn(2, 4)])
+    assert "gelu" not in op_counts(graph) and op_counts(graph)["erf"] == 1
+
+
+def test_masked_fill_with_a_mask_buffer_keeps_an_inf_in_the_unchosen_place_out():
+    from device.runtime.program import Program
+
+    class LogMasked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+            self.register_buffer("keep", torch.tensor([True, True, False]), persistent=False)
+
+        def forward(self, x):  # relu gives zeros in the masked column: log there is -inf
+            return torch.log(F.relu(self.fc(x)) + self.keep.float() * 0.5).masked_fill(~self.keep, 0.0).sum()
+
+    torch.manual_seed(0)
+    model = LogMasked()
+    with torch.no_grad():
+        model.fc.weight[2] = 0.0
+        model.fc.bias[2] = -1.0
+    batch = [torch.randn(4, 3)]
+    graph = capture(lambda b: model(b[0]), model, batch)
+    assert "where" in op_counts(graph)
+    loss, grads = Program(graph, weights_of(model, graph)).gradients([batch[0].numpy()])
+    model.zero_grad()
+    expected = model(batch[0])
+    expected.backward()
+    assert np.isfinite(loss)
+    np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
+    np.testing.assert_allclose(grads["fc.weight"], model.fc.weight.grad.numpy(), rtol=1e-5, atol=1e-6)

@@ -201,6 +201,9 @@ CASES = [
          lambda x: nhwc(F.avg_pool2d(nchw(x), 3, 2, padding=1, count_include_pad=False)), "nhwc-same"),
     # language
     Case("embedding", [randn(7, 4), np.array([[1, 3, 1], [6, 0, 1]])], {}, lambda t, ids: F.embedding(ids, t)),
+    # language ops: torch's padding_idx, on a table whose padding row is not zero
+    Case("embedding", [randn(7, 4), np.array([[1, 3, 1], [6, 0, 1]])], {"padding_idx": 1},
+         lambda t, ids: F.embedding(ids, t, padding_idx=1), "padding_idx"),
     # losses
     Case("sparse_softmax_cross_entropy", [randn(5, 4) * 3, ints(4, 5)], {},
          lambda z, y: F.cross_entropy(z, y, reduction="none"), "2d"),
@@ -209,6 +212,36 @@ CASES = [
     # eval helpers
     Case("argmax", [randn(3, 5)], {"axis": 1}, lambda x: torch.argmax(x, 1)),
     Case("equal", [ints(3, 3, 4), ints(3, 3, 4)], {}, T("eq")),
+    # language ops: masks, integer arithmetic of position buckets, gathers, one-hot, cumsum
+    Case("minimum", [randn(2, 3), randn(3)], {}, T("minimum")),
+    Case("minimum", [ints(3, 3, 4).astype(float), ints(3, 4).astype(float)], {}, T("minimum"), "ties"),
+    Case("floor_div", [ints(20, 3, 4) - 10, ints(3, 4) + 1], {}, lambda a, b: torch.div(a, b, rounding_mode="floor")),
+    Case("abs", [randn(3, 4)], {}, T("abs")),
+    Case("log1p", [positive(3, 4) - 0.4], {}, T("log1p")),
+    Case("floor", [randn(3, 4) * 3], {}, T("floor")),
+    Case("where", [RNG.random((2, 3, 4)) > 0.5, randn(2, 3, 4), randn(3, 1)], {}, T("where"), "broadcast"),
+    Case("where", [RNG.random((2, 1, 4)) > 0.5, randn(2, 3, 4), np.array(-1e9)], {}, T("where"), "fill"),
+    Case("not_equal", [ints(3, 3, 4), ints(3, 3, 4)], {}, T("ne")),
+    Case("less", [randn(3, 4), randn(4)], {}, T("lt")),
+    Case("less_equal", [ints(3, 3, 4), ints(3, 4)], {}, T("le")),
+    Case("greater", [randn(3, 4), randn(3, 1)], {}, T("gt")),
+    Case("greater_equal", [ints(3, 3, 4), ints(3, 3, 4)], {}, T("ge")),
+    Case("logical_and", [RNG.random((3, 4)) > 0.5, RNG.random(4) > 0.5], {}, T("logical_and")),
+    Case("logical_or", [RNG.random((3, 4)) > 0.5, RNG.random(4) > 0.5], {}, T("logical_or")),
+    Case("logical_not", [RNG.random((3, 4)) > 0.5], {}, T("logical_not")),
+    Case("cumsum", [randn(2, 5, 3)], {"axis": 1}, lambda x: torch.cumsum(x, 1)),
+    Case("cumsum", [randn(2, 5)], {"axis": -1, "exclusive": True, "reverse": True},
+         lambda x: torch.flip(torch.cumsum(torch.flip(x, [1]), 1), [1]) - x, "exclusive-reverse"),
+    Case("cumsum", [ints(2, 2, 5)], {"axis": 1}, lambda x: torch.cumsum(x, 1), "int"),
+    Case("gather", [randn(5, 4), np.array([[1, 4], [0, 1]])], {"axis": 0}, lambda x, i: x[i], "axis0"),
+    Case("gather", [randn(2, 6, 4), np.array([[1, 5, 1], [0, 2, 3]])], {"axis": 1, "batch_dims": 1},
+         lambda x, i: x[torch.arange(2)[:, None], i], "mlm-positions"),
+    Case("gather", [randn(2, 3, 6), np.array([5, 0, 5])], {"axis": 2}, lambda x, i: x.index_select(2, i), "last-axis"),
+    Case("take_along_axis", [randn(3, 5, 4), ints(5, 3, 2, 4)], {"axis": 1}, lambda x, i: torch.gather(x, 1, i)),
+    Case("take_along_axis", [randn(3, 5), ints(5, 2, 3)], {"axis": 1}, lambda x, i: torch.gather(x, 1, i), "smaller"),
+    Case("one_hot", [ints(4, 2, 3)], {"depth": 4, "dtype": "float32"}, lambda i: F.one_hot(i, 4).float()),
+    Case("one_hot", [ints(4, 5)], {"depth": 3, "dtype": "float32", "on_value": 0.9, "off_value": 0.05},
+         lambda i: torch.where(F.one_hot(i, 4)[:, :3].bool(), 0.9, 0.05).double(), "on-off-out-of-range"),
 ]
 
 # ---- vision and losses ----

@@ -205,7 +205,7 @@ def test_too_large_for_pipelined_says_how_much_and_compiles_with_weight_streamin
 
 
 class Sorting(PyTorchBaseModel):
-    """A model with two ops the device lacks (sort, cumsum), for the validation report."""
+    """A model with two ops the device lacks (sort, cumprod), for the validation report."""
 
     def __init__(self, params, device):
         super().__init__(params, torch.nn.Linear(4, 3), device)
@@ -213,7 +213,7 @@ class Sorting(PyTorchBaseModel):
     def __call__(self, batch):
         features, labels = batch
         hidden = torch.sort(features, dim=-1).values  # unsupported
-        hidden = torch.cumsum(hidden, dim=-1)  # unsupported
+        hidden = torch.cumprod(hidden, dim=-1)  # unsupported
         return F.cross_entropy(self.model(hidden), labels)
 
 
@@ -232,5 +232,5 @@ def test_validate_only_reports_every_unsupported_op_with_its_line(tmp_path, caps
     err = capsys.readouterr().err
     assert "error: validation failed: 2 error(s)" in err
     lines = {line for line in err.splitlines() if __file__ in line}
-    assert any("sort" in line for line in lines) and any("cumsum" in line for line in lines)
+    assert any("sort" in line for line in lines) and any("cumprod" in line for line in lines)
     assert not (tmp_path / "md").exists()

@@ -15,7 +15,7 @@
     SoftmaxCrossEntropyWithLogits                                 neg(reduce_sum(labels * log_softmax))
     Mean Sum Max                                                  reduce_mean reduce_sum reduce_max
     Reshape Squeeze ExpandDims                                    reshape (the static output shape)
-    Transpose / ConcatV2 / StridedSlice (no ellipsis, new axis)   transpose / concat / slice (+ reshape)
+    Transpose / ConcatV2 / StridedSlice (ellipsis, new axis)      transpose / concat / slice (+ reshape)
     MatMul BatchMatMul{,V2,V3}                                    matmul (transpose_a/b, adj_x/y -> transpose)
     Einsum / Cast / ArgMax / Equal                                einsum / cast / argmax / equal
     Conv2D                                                        conv2d (layout NHWC or NCHW, weight HWIO)
@@ -25,6 +25,15 @@
     ResizeBilinear ResizeNearestNeighbor (half-pixel centres)     resize2d (bilinear, nearest)
     Tile / Unpack / Split SplitV                                  tile / slice + reshape / slice
     Pad PadV2 (tf.pad constant, Keras ZeroPadding2D)              pad
+    language ops (masks, position buckets, gathers):
+    Select SelectV2                                               where (Select's vector condition picks rows)
+    Less LessEqual Greater GreaterEqual NotEqual                  less ... not_equal (bool)
+    LogicalAnd LogicalOr LogicalNot                               logical_and logical_or logical_not
+    Minimum Abs Log1p Floor                                       minimum abs log1p floor
+    FloorDiv (ints / floats)                                      floor_div / floor(div)
+    Cumsum / GatherV2 / OneHot (axis -1)                          cumsum / gather (axis, batch_dims) / one_hot
+    BroadcastTo (a static shape)                                  broadcast_to
+    MatrixBandPart (of a computed matrix)                         where(constant band, x, 0)
 
 Keras BatchNormalization at inference (fixed statistics) stays elementwise on purpose:
 the IR's batch_norm takes its statistics from the runtime's training flag. Patterns of
@@ -224,14 +233,16 @@ def _map_concat(low: Lowering, tensor):
 def _map_strided_slice(low: Lowering, tensor):
     op = tensor.op
     x = op.inputs[0]
-    if op.get_attr("ellipsis_mask") or op.get_attr("new_axis_mask"):
-        raise CannotMap("ellipsis or new-axis slicing")
     begin = [int(v) for v in low.attr(op.inputs[1], "the slice begin")]
     end = [int(v) for v in low.attr(op.inputs[2], "the slice end")]
     strides = [int(v) for v in low.attr(op.inputs[3], "the slice strides")]
     if any(s <= 0 for s in strides):
         raise CannotMap("a negative stride")
     begin_mask, end_mask, shrink = (op.get_attr(k) for k in ("begin_mask", "end_mask", "shrink_axis_mask"))
+    if op.get_attr("ellipsis_mask") or op.get_attr("new_axis_mask"):  # x[..., 0], x[:, None]
+        begin, end, strides, begin_mask, end_mask, shrink = _dense_slice_spec(
+            x.shape.rank, begin, end, strides, begin_mask, end_mask, shrink,
+            op.get_attr("ellipsis_mask"), op.get_attr("new_axis_mask"))
     bounds = []  # per axis (start, stop, step), numpy's slice semantics
     for axis, dim in enumerate(x.shape.as_list()):
         if axis >= len(begin):  # axes the spec does not name are kept whole
@@ -252,7 +263,7 @@ def _map_strided_slice(low: Lowering, tensor):
     sliced_shape = [None if e is None else len(range(b, e, s)) for b, e, s in bounds]
 
     def build():
-        if not shrink:
+        if not shrink and sliced_shape == list(static_shape(tensor)):
             low.emit("slice", [low.value(x)], op, [tensor], attrs)
             return
         part = low.aux("slice", [low.value(x)], op, sliced_shape, ir_dtype(x.dtype), attrs)
@@ -528,3 +539,128 @@ MAPPINGS: dict[str, OpMapping] = {
     "ResizeNearestNeighbor": _map_resize, "Tile": _map_tile, "Unpack": _map_unpack, "Split": _map_split,
     "SplitV": _map_split, "Pad": _map_pad, "PadV2": _map_pad,
 }
+
+
+# ---- language ops: masks, position buckets, gathers ----
+
+def _dense_slice_spec(rank, begin, end, strides, begin_mask, end_mask, shrink, ellipsis_mask, new_axis_mask):
+    """StridedSlice's sparse spec (an ellipsis entry, new-axis entries) as one entry per input axis.
+
+    The ellipsis stands for the axes the other entries do not name; a new axis names none
+    (the reshape to the output's static shape inserts it, and drops shrunk axes).
+    """
+    entries = len(begin)
+    if bin(ellipsis_mask).count("1") > 1:
+        raise CannotMap("more than one ellipsis")
+    named = sum(1 for i in range(entries) if not (ellipsis_mask >> i & 1 or new_axis_mask >> i & 1))
+    dense = [(0, 0, 1, 1, 1, 0)] * rank  # whole axes by default: begin and end masked
+    axis = 0
+    for i in range(entries):
+        if ellipsis_mask >> i & 1:
+            axis += rank - named
+        elif not new_axis_mask >> i & 1:
+            dense[axis] = (begin[i], end[i], strides[i], begin_mask >> i & 1, end_mask >> i & 1, shrink >> i & 1)
+            axis += 1
+    columns = list(zip(*dense)) if dense else [()] * 6
+    masks = [sum(bit << a for a, bit in enumerate(col)) for col in columns[3:]]
+    return [list(c) for c in columns[:3]] + masks
+
+
+def _map_select(low: Lowering, tensor):
+    op = tensor.op
+    condition, a, b = op.inputs
+
+    def build():
+        cond = low.value(condition)
+        rank = len(static_shape(tensor))
+        if op.type == "Select" and condition.shape.rank == 1 and rank > 1:  # v1 where: a vector picks rows
+            shape = [condition.shape[0]] + [1] * (rank - 1)
+            cond = low.aux("reshape", [cond], op, shape, "bool", {"shape": shape})
+        low.emit("where", [cond, low.value(a), low.value(b)], op, [tensor])
+    return Plan([condition, a, b], build)
+
+
+def _map_floor_div(low: Lowering, tensor):
+    op = tensor.op
+    a, b = op.inputs
+    if not tensor.dtype.is_floating:
+        return _simple("floor_div")(low, tensor)
+
+    def build():  # floats: floor(a / b)
+        q = low.aux("div", [low.value(a), low.value(b)], op, static_shape(tensor), ir_dtype(tensor.dtype))
+        low.emit("floor", [q], op, [tensor])
+    return Plan([a, b], build)
+
+
+def _map_cumsum(low: Lowering, tensor):
+    op = tensor.op
+    x = op.inputs[0]
+    attrs = {"axis": int(low.attr(op.inputs[1], "the cumsum axis")) % x.shape.rank,
+             "exclusive": bool(op.get_attr("exclusive")), "reverse": bool(op.get_attr("reverse"))}
+    return Plan([x], lambda: low.emit("cumsum", [low.value(x)], op, [tensor], attrs))
+
+
+def _map_gather(low: Lowering, tensor):
+    op = tensor.op
+    params, indices = op.inputs[:2]
+    rank = params.shape.rank
+    axis = int(low.attr(op.inputs[2], "the gather axis"))
+    batch_dims = int(op.get_attr("batch_dims"))
+    if batch_dims < 0:
+        batch_dims += indices.shape.rank
+    attrs = {"axis": axis % rank, "batch_dims": batch_dims}
+    return Plan([params, indices], lambda: low.emit("gather", [low.value(params), low.value(indices)], op, [tensor],
+                                                    attrs))
+
+
+def _map_one_hot(low: Lowering, tensor):
+    op = tensor.op
+    indices = op.inputs[0]
+    if op.get_attr("axis") not in (-1, indices.shape.rank):
+        raise CannotMap(f"axis={op.get_attr('axis')} (only the last axis)")
+    depth = int(low.attr(op.inputs[1], "the one-hot depth"))
+    on, off = (low.scalar(t) for t in op.inputs[2:4])
+    if on is None or off is None:
+        raise CannotMap("on_value and off_value are not constants")
+    attrs = {"depth": depth, "dtype": ir_dtype(tensor.dtype), "on_value": on, "off_value": off}
+    return Plan([indices], lambda: low.emit("one_hot", [low.value(indices)], op, [tensor], attrs))
+
+
+def _map_broadcast_to(low: Lowering, tensor):
+    op = tensor.op
+    x = op.inputs[0]
+    if not tensor.shape.is_fully_defined():
+        raise CannotMap("the target shape is not static")
+    shape = tensor.shape.as_list()
+    return Plan([x], lambda: low.emit("broadcast_to", [low.value(x)], op, [tensor], {"shape": shape}))
+
+
+def _map_band_part(low: Lowering, tensor):
+    """tf.linalg.band_part(x, lower, upper) of a computed x: where(band, x, 0) with the band a constant."""
+    op = tensor.op
+    x = op.inputs[0]
+    lower, upper = (int(low.attr(t, "the band's width")) for t in op.inputs[1:3])
+    rows, cols = x.shape.as_list()[-2:]
+    if rows is None or cols is None:
+        raise CannotMap("the matrix size is not static")
+    i, j = np.arange(rows)[:, None], np.arange(cols)[None, :]
+    band = ((lower < 0) | (i - j <= lower)) & ((upper < 0) | (j - i <= upper))
+
+    def build():
+        zero = low.constant(op, "zero", np.zeros((), dtype=x.dtype.as_numpy_dtype))
+        low.emit("where", [low.constant(op, "band", band), low.value(x), zero], op, [tensor])
+    return Plan([x], build)
+
+
+_LANGUAGE_ONE_TO_ONE = {
+    "Less": "less", "LessEqual": "less_equal", "Greater": "greater", "GreaterEqual": "greater_equal",
+    "NotEqual": "not_equal", "LogicalAnd": "logical_and", "LogicalOr": "logical_or", "LogicalNot": "logical_not",
+    "Minimum": "minimum", "Abs": "abs", "Log1p": "log1p", "Floor": "floor",
+}
+
+MAPPINGS.update({
+    **{tf_op: _simple(ir_op) for tf_op, ir_op in _LANGUAGE_ONE_TO_ONE.items()},
+    "Select": _map_select, "SelectV2": _map_select, "FloorDiv": _map_floor_div, "Cumsum": _map_cumsum,
+    "GatherV2": _map_gather, "OneHot": _map_one_hot, "BroadcastTo": _map_broadcast_to,
+    "MatrixBandPart": _map_band_part,
+})
