@@ -42,7 +42,7 @@ import torch
 import torch.fx.traceback
 
 from common.errors import UserError
-from common.precision import loss_scaling
+from common.precision import compute_precision, loss_scaling
 from common.pytorch.base_model import PyTorchBaseModel, split_result
 from common.pytorch.data_order import epoch_batches
 from common.pytorch.metrics import CapturedMetricCalls, recording_metric_calls
@@ -51,12 +51,6 @@ from device.api import (DeviceCompileError, Graph, build_program, capture_torch,
                         load_torch_weights, render_report, torch_state, torch_weights, validate_and_match)
 
 logger = logging.getLogger("zoo")
-
-
-def precision(params: Mapping) -> str:
-    """The device's compute format: mixed_precision.dtype when enabled, else float32."""
-    mixed = params["mixed_precision"]
-    return mixed["dtype"] if mixed["enabled"] else "float32"
 
 
 def first_batch(loader, seed: int) -> Any:
@@ -113,13 +107,14 @@ def capture_step(model: PyTorchBaseModel, batch: Any, training: bool,
                         f"{type(batch).__name__}")
     optimizer = params["optimizer"]
     step = ModelStep(model, training)
+    precision = compute_precision(params)
     if not training:
-        return capture_torch(step, model.model, tuple(batch), precision=precision(params)), step.metric_calls
-    graph = capture_torch(step, model.model, tuple(batch), optimizer=model.optimizer, precision=precision(params),
-                    max_gradient_norm=optimizer["max_gradient_norm"],
-                    max_gradient_value=optimizer["max_gradient_value"], loss_scale=loss_scaling(params),
-                    initial_loss_scale=optimizer["initial_loss_scale"],
-                    steps_per_increase=optimizer["steps_per_increase"])
+        return capture_torch(step, model.model, tuple(batch), precision=precision), step.metric_calls
+    graph = capture_torch(step, model.model, tuple(batch), optimizer=model.optimizer, precision=precision,
+                          max_gradient_norm=optimizer["max_gradient_norm"],
+                          max_gradient_value=optimizer["max_gradient_value"], loss_scale=loss_scaling(params),
+                          initial_loss_scale=optimizer["initial_loss_scale"],
+                          steps_per_increase=optimizer["steps_per_increase"])
     return graph, step.metric_calls
 
 

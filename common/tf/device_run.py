@@ -27,7 +27,7 @@ from common.errors import UserError
 from common.tf.estimator.graph import ModelGraph
 from common.tf.estimator.mode_keys import ModeKeys
 from common.tf.estimator.session import GraphSession
-from common.precision import loss_scaling
+from common.precision import compute_precision, loss_scaling
 from common.tf.optim import LOSS_SCALE_STEPS_COLLECTION
 from device import api
 from device.api import DeviceCompileError, Program, build_program, compile_graph, render_report
@@ -40,11 +40,6 @@ _MODES = {
     ModeKeys.EVAL: (ModeKeys.EVAL, "eval"), "eval_all": (ModeKeys.EVAL, "eval_all"),
     ModeKeys.PREDICT: (ModeKeys.PREDICT, "predict"), "predict": (ModeKeys.PREDICT, "predict"),
 }
-
-
-def _precision(params: Mapping) -> str:
-    mixed = params["mixed_precision"]
-    return mixed["dtype"] if mixed["enabled"] else "float32"
 
 
 def _batch_tensors(built: ModelGraph) -> list[tf.Tensor]:
@@ -88,7 +83,7 @@ def capture(estimator, run: GraphSession) -> Any:
     else:
         outputs = dict(built.predictions)
     graph_ir = api.capture_tf(built.graph, inputs=batch, loss=built.spec.loss if built.mode != ModeKeys.PREDICT
-                                  else None, outputs=outputs, precision=_precision(params), session=run.session,
+                                  else None, outputs=outputs, precision=compute_precision(params), session=run.session,
                                   **kwargs)
     spec = graph_ir.optimizer
     if spec is not None and spec.kind != "adamw" and optimizer["weight_decay"]:
