@@ -24,8 +24,7 @@ from common.folder import load_run_module
 from common.params import load_params
 from common.pytorch.device_run import capture_step, first_batch
 from common.pytorch.run import seed_everything
-from device.capture.torch import weights_of
-from device.runtime.program import Program
+from device.api import build_program, torch_weights
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MNIST = os.path.join(ROOT, "pytorch", "mnist")
@@ -49,9 +48,9 @@ def main() -> None:
     model = run_module.model.model_fn(params, torch.device("cpu"))
 
     start = time.perf_counter()
-    graph = capture_step(model, batch, True, params)
+    graph, _ = capture_step(model, batch, True, params)
     capture_s = time.perf_counter() - start
-    program = Program(graph, weights_of(model.model, graph))
+    program = build_program(graph, torch_weights(model.model, graph))
     lr = params["optimizer"]["learning_rate"]
     numpy_batch = [t.numpy() for t in batch]
 

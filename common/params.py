@@ -26,6 +26,8 @@ import yaml
 
 from common.errors import UserError
 from common.io import atomic_write_text
+from device.api import (DEFAULT_INITIAL_LOSS_SCALE, DEFAULT_STEPS_PER_INCREASE, EXECUTION_MODES, HALF_PRECISIONS,
+                        KINDS)
 
 logger = logging.getLogger("zoo")
 
@@ -109,7 +111,7 @@ COMMON_DEFAULTS: dict[str, Any] = {
         "seed": 0,  # TF spelling: tf_random_seed
     },
     "optimizer": {
-        "optimizer_type": Typed("adam", (str,), ("sgd", "momentum", "adam", "adamw")),
+        "optimizer_type": Typed("adam", (str,), KINDS),
         # a number, or a schedule: a dict {scheduler: ..., ...} or a list of them run in sequence
         "learning_rate": Typed(0.001, (float, dict, list), range=AT_LEAST_0),
         "momentum": Typed(0.9, (float,), range=UNIT_OPEN),
@@ -124,18 +126,18 @@ COMMON_DEFAULTS: dict[str, Any] = {
         "max_gradient_value": Typed(None, (float,), range=POSITIVE),
         # 1.0 (none), a fixed number, or "dynamic"
         "loss_scaling_factor": Typed(1.0, (float, str), range=POSITIVE),
-        "initial_loss_scale": Typed(32768.0, (float,), range=POSITIVE),
-        "steps_per_increase": Typed(2000, (int,), range=AT_LEAST_1),
+        "initial_loss_scale": Typed(DEFAULT_INITIAL_LOSS_SCALE, (float,), range=POSITIVE),
+        "steps_per_increase": Typed(DEFAULT_STEPS_PER_INCREASE, (int,), range=AT_LEAST_1),
     },
     "mixed_precision": {
         "enabled": False,
         # bfloat16 on the CPU; float16 needs a GPU (or the emulator); cb16 exists on the device only
-        "dtype": Typed("bfloat16", (str,), ("bfloat16", "float16", "cb16")),
+        "dtype": Typed("bfloat16", (str,), HALF_PRECISIONS),  # the device's 16-bit formats
     },
     "device": {
         # a profile of device/profiles.py: wse1, wse2, wse3, or the small test profiles
         "profile": "wse2",
-        "execution_mode": Typed("pipelined", (str,), ("pipelined", "weight_streaming")),
+        "execution_mode": Typed("pipelined", (str,), EXECUTION_MODES),
     },
 }
 

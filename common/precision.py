@@ -22,6 +22,13 @@ def check_precision(params: Mapping, device: str) -> None:
         raise UserError("mixed_precision.dtype: float16 needs --device gpu (or emulator); use bfloat16 on the CPU")
 
 
+def compute_precision(params: Mapping) -> str:
+    """The device's compute format: mixed_precision.dtype when enabled, else float32 (one of
+    device.api.PRECISIONS; params checks the dtype against HALF_PRECISIONS)."""
+    mixed = params["mixed_precision"]
+    return mixed["dtype"] if mixed["enabled"] else "float32"
+
+
 def loss_scaling(params: Mapping) -> float | str | None:
     """The loss scaling params ask for: None, a fixed factor, or "dynamic" (mixed precision only)."""
     factor = params["optimizer"]["loss_scaling_factor"]

@@ -7,12 +7,20 @@
     render_report(result) -> str                                           the report's text
     build_program(graph, weights, state, seed=...) -> Program              the emulator's steps
 
+    capture_torch(step_fn, module, batch, ...) -> Graph                    PyTorch's step as the IR
+    capture_tf(tf_graph, inputs=..., loss=..., ...) -> Graph              a TF graph as the IR
+    torch_weights / torch_state / load_torch_weights                      torch module <-> arrays
+    tf_read_* / tf_write_*                                                 TF session <-> arrays
+
 compile_graph runs the stages in pipeline order: validate -> match -> place -> cost, and
 writes the report files (device/report.py) only once every stage has succeeded.
 
 What the runners share with the device is here too: the IR ``Graph`` the frontends
-capture (device.capture.torch, device.capture.tf), the op records ``OPS``, the compute
-``PRECISIONS``, and the optimizer semantics (``OptimizerSpec``, ``excluded_from_weight_decay``).
+capture (device.capture.torch, device.capture.tf, reached through the capture functions
+below, which import their framework on first use: importing device.api imports neither),
+the op records ``OPS``, the compute ``PRECISIONS`` (``HALF_PRECISIONS``: the 16-bit ones
+mixed_precision.dtype may name), and the optimizer semantics (``OptimizerSpec``, its
+``KINDS``, ``excluded_from_weight_decay``, the loss-scale bounds and defaults).
 """
 
 from __future__ import annotations
@@ -24,20 +32,26 @@ from typing import Any
 import numpy as np
 
 from device.cost import CostReport, estimate
-from device.dtypes import PRECISIONS
+from device.dtypes import HALF_PRECISIONS, PRECISIONS
 from device.errors import DeviceCompileError
 from device.ir import Graph
 from device.ops import OPS
-from device.optimizer import OptimizerSpec, excluded_from_weight_decay
+from device.optimizer import (DEFAULT_INITIAL_LOSS_SCALE, DEFAULT_STEPS_PER_INCREASE, KINDS, MAX_LOSS_SCALE,
+                              MIN_LOSS_SCALE, OptimizerSpec, excluded_from_weight_decay)
 from device.passes import Finding, Kernel, ValidationReport, match, validate
+from device.passes.validate import dtype_suggestion, suggestion_for
 from device.place import EXECUTION_MODES, Placement, place
 from device.profiles import Profile, get_profile
 from device.report import render_text, write_report
 from device.runtime.program import Program
 from zoo_base.errors import UserError
 
-__all__ = ["EXECUTION_MODES", "OPS", "PRECISIONS", "CompileResult", "DeviceCompileError", "Graph", "OptimizerSpec",
-           "Program", "build_program", "compile_graph", "excluded_from_weight_decay", "render_report",
+__all__ = ["DEFAULT_INITIAL_LOSS_SCALE", "DEFAULT_STEPS_PER_INCREASE", "EXECUTION_MODES", "HALF_PRECISIONS", "KINDS",
+           "MAX_LOSS_SCALE", "MIN_LOSS_SCALE", "OPS", "PRECISIONS", "CompileResult", "DeviceCompileError", "Graph",
+           "OptimizerSpec", "Program", "build_program", "capture_tf", "capture_torch", "compile_graph",
+           "dtype_suggestion", "excluded_from_weight_decay", "load_torch_weights", "render_report", "suggestion_for",
+           "tf_read_optimizer_state", "tf_read_state", "tf_read_variables", "tf_read_weights",
+           "tf_write_optimizer_state", "tf_write_variables", "tf_write_weights", "torch_state", "torch_weights",
            "validate_and_match", "validate_graph"]
 
 
@@ -116,3 +130,70 @@ def build_program(graph: Graph, weights: dict[str, np.ndarray], state: dict[str,
     """The emulator's training, eval and predict steps of ``graph``, with its own fp32 copy of
     ``weights`` and ``state`` (framework names, as device.capture.* read them)."""
     return Program(graph, weights, state, seed=seed)
+
+
+# --- capture: each frontend is imported on its first use, so that device.api imports no framework
+
+def capture_torch(step_fn, module, batch, **options) -> Graph:
+    """``step_fn(batch)`` of the torch ``module`` as the IR (device/capture/torch.py: capture)."""
+    from device.capture import torch as frontend
+    return frontend.capture(step_fn, module, batch, **options)
+
+
+def torch_weights(module, graph: Graph | None = None) -> dict[str, np.ndarray]:
+    """The module's trainable parameters by state_dict key (those of ``graph`` when given)."""
+    from device.capture import torch as frontend
+    return frontend.weights_of(module, graph)
+
+
+def torch_state(module, graph: Graph | None = None) -> dict[str, np.ndarray]:
+    """The module's buffers and frozen parameters by state_dict key (those of ``graph`` when given)."""
+    from device.capture import torch as frontend
+    return frontend.state_of(module, graph)
+
+
+def load_torch_weights(module, values: dict[str, np.ndarray]) -> None:
+    """Arrays into the module's parameters or buffers, by state_dict key."""
+    from device.capture import torch as frontend
+    frontend.load_weights(module, values)
+
+
+def capture_tf(tf_graph, **options) -> Graph:
+    """A TF graph's forward pass (and optimizer) as the IR (device/capture/tf: capture)."""
+    from device.capture import tf as frontend
+    return frontend.capture(tf_graph, **options)
+
+
+def tf_read_weights(session, graph: Graph) -> dict[str, np.ndarray]:
+    from device.capture import tf as frontend
+    return frontend.read_weights(session, graph)
+
+
+def tf_read_state(session, graph: Graph) -> dict[str, np.ndarray]:
+    from device.capture import tf as frontend
+    return frontend.read_state(session, graph)
+
+
+def tf_write_weights(session, graph: Graph, weights: dict[str, np.ndarray]) -> None:
+    from device.capture import tf as frontend
+    frontend.write_weights(session, graph, weights)
+
+
+def tf_read_optimizer_state(session, graph: Graph) -> dict:
+    from device.capture import tf as frontend
+    return frontend.read_optimizer_state(session, graph)
+
+
+def tf_write_optimizer_state(session, graph: Graph, state: dict) -> None:
+    from device.capture import tf as frontend
+    frontend.write_optimizer_state(session, graph, state)
+
+
+def tf_read_variables(session, names: list[str]) -> dict[str, np.ndarray]:
+    from device.capture import tf as frontend
+    return frontend.read_variables(session, names)
+
+
+def tf_write_variables(session, values: dict[str, np.ndarray]) -> None:
+    from device.capture import tf as frontend
+    frontend.write_variables(session, values)

@@ -72,8 +72,7 @@ def device_verdict(graph, *, profile: str, execution_mode: str, shown: Callable[
     ``shown`` turns a source path into the name findings use; ``where_set`` says where the
     user sets device.execution_mode (a zoo folder's params, or the params a port will have).
     """
-    from device.api import compile_graph, validate_graph
-    from device.errors import DeviceCompileError
+    from device.api import DeviceCompileError, compile_graph, validate_graph
 
     report = validate_graph(graph, mode="train", profile_name=profile)
     findings = _grouped([_finding(f, shown) for f in report.errors])

@@ -703,7 +703,7 @@ class Built:
 def build_torch(reader: Reader, folder: str) -> Built:
     import torch
 
-    from device.capture.torch import capture
+    from device.api import capture_torch as capture
 
     sources = {os.path.realpath(s.path): s for s in reader.sources}
     definitions = Definitions(folder, sources)
@@ -791,7 +791,7 @@ def build_keras(reader: Reader, folder: str) -> Built:
     import keras
     import tensorflow as tf
 
-    from device.capture import tf as capture_tf
+    from device import api
 
     sources = {os.path.realpath(s.path): s for s in reader.sources}
     definitions = Definitions(folder, sources)
@@ -844,7 +844,7 @@ def build_keras(reader: Reader, folder: str) -> Built:
             session = tf.compat.v1.Session(graph=graph)
             session.run(tf.compat.v1.global_variables_initializer())
             try:
-                ir = capture_tf.capture(graph, inputs=[x, y], loss=loss, train_op=train_op, session=session)
+                ir = api.capture_tf(graph, inputs=[x, y], loss=loss, train_op=train_op, session=session)
             finally:
                 session.close()
         except Exception as e:  # noqa: BLE001

@@ -28,7 +28,7 @@ from typing import Callable, Iterable
 
 from common.port.findings import Finding, Note
 from common.port.source import NOT_LITERAL, Source, keyword, literal
-from device.passes.validate import dtype_suggestion, suggestion_for
+from device.api import dtype_suggestion, suggestion_for
 
 # --- regions ------------------------------------------------------------------------------
 

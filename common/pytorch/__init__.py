@@ -1,14 +1,17 @@
 """The shared PyTorch runner, in the order a run uses it.
 
     run.py          run(model_fn, train_data_fn, eval_data_fn, default_params_fn): the command line,
-                    params, the five modes, the training loop (Runner)
+                    params, and the step backend --device picks
+    runner.py       Runner: the five modes' loops, once, around a step backend (FrameworkSteps:
+                    torch on the CPU or a GPU)
     base_model.py   PyTorchBaseModel: a model's loss, and its optimizer, schedule, clipping and
                     mixed precision built from params
     optim.py        optimizers and learning-rate schedules from params["optimizer"]
     metrics.py      eval metrics over the whole eval set (numpy: the same on CPU, GPU and emulator)
     data_order.py   batches in an order fixed by (seed, epoch), resumable mid-epoch
     checkpoint.py   model_dir/checkpoint_{step}.mdl, written atomically, loaded safely
-    device_run.py   --validate_only, --compile_only and --device emulator (imported only for them)
+    device_run.py   --validate_only, --compile_only, and EmulatorSteps for --device emulator
+                    (imported only for them; the device through device/api.py alone)
 
 TensorFlow is never imported here.
 """

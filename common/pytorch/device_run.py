@@ -8,10 +8,12 @@ torch.optim optimizer) is captured as the device IR (device/capture/torch.py), t
                         per finding, exit 2)
     --compile_only      compiled completely; the report (text, JSON, IR, placement picture)
                         goes to model_dir/compile/
-    --device emulator   compiled, then run on the numpy emulator (device/runtime/program.py)
-                        by the same loop as a CPU run (common/pytorch/run.py: Runner), with the
-                        same batches in the same order, log lines, TensorBoard files and
-                        checkpoints; only the step itself runs on the emulator
+    --device emulator   compiled, then run on the numpy emulator: EmulatorSteps is the step
+                        backend the runner's loops (common/pytorch/runner.py: Runner) call, so
+                        the batches, their order, log lines, TensorBoard files and checkpoints
+                        are a CPU run's; only the step itself runs on the emulator
+
+The device is reached through device/api.py alone.
 
 Checkpoints stay in the runner's .mdl format: before each save the emulator's weights,
 optimizer slots and loss scale go back into the torch model, optimizer and GradScaler, and
@@ -40,36 +42,15 @@ import torch
 import torch.fx.traceback
 
 from common.errors import UserError
-from common.precision import loss_scaling
+from common.precision import compute_precision, loss_scaling
 from common.pytorch.base_model import PyTorchBaseModel, split_result
 from common.pytorch.data_order import epoch_batches
 from common.pytorch.metrics import CapturedMetricCalls, recording_metric_calls
-from common.pytorch.run import TRAINS, DataFn, ModelFn, Runner, seed_everything
-from device.api import compile_graph, validate_graph
-from device.capture.torch import capture, load_weights, state_of, weights_of
-from device.errors import DeviceCompileError
-from device.ir import Graph
-from device.passes import match
-from device.report import render_text
-from device.runtime.program import Program
+from common.pytorch.runner import TRAINS, DataFn, ModelFn, Runner, seed_everything
+from device.api import (DeviceCompileError, Graph, build_program, capture_torch, compile_graph,
+                        load_torch_weights, render_report, torch_state, torch_weights, validate_and_match)
 
 logger = logging.getLogger("zoo")
-
-
-def run_on_device(args, params: Mapping, model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn) -> Any:
-    """Entry from common.pytorch.run.run for --validate_only, --compile_only and --device emulator."""
-    if args.device == "gpu":
-        raise UserError("--device gpu does not go with --validate_only / --compile_only, which compile for the "
-                        "device (drop --device, or use --device emulator)")
-    if args.validate_only or args.compile_only:
-        return compile_for_device(args, params, model_fn, train_data_fn, eval_data_fn)
-    return EmulatorRunner(args, params, model_fn, train_data_fn, eval_data_fn).execute()
-
-
-def precision(params: Mapping) -> str:
-    """The device's compute format: mixed_precision.dtype when enabled, else float32."""
-    mixed = params["mixed_precision"]
-    return mixed["dtype"] if mixed["enabled"] else "float32"
 
 
 def first_batch(loader, seed: int) -> Any:
@@ -126,13 +107,14 @@ def capture_step(model: PyTorchBaseModel, batch: Any, training: bool,
                         f"{type(batch).__name__}")
     optimizer = params["optimizer"]
     step = ModelStep(model, training)
+    precision = compute_precision(params)
     if not training:
-        return capture(step, model.model, tuple(batch), precision=precision(params)), step.metric_calls
-    graph = capture(step, model.model, tuple(batch), optimizer=model.optimizer, precision=precision(params),
-                    max_gradient_norm=optimizer["max_gradient_norm"],
-                    max_gradient_value=optimizer["max_gradient_value"], loss_scale=loss_scaling(params),
-                    initial_loss_scale=optimizer["initial_loss_scale"],
-                    steps_per_increase=optimizer["steps_per_increase"])
+        return capture_torch(step, model.model, tuple(batch), precision=precision), step.metric_calls
+    graph = capture_torch(step, model.model, tuple(batch), optimizer=model.optimizer, precision=precision,
+                          max_gradient_norm=optimizer["max_gradient_norm"],
+                          max_gradient_value=optimizer["max_gradient_value"], loss_scale=loss_scaling(params),
+                          initial_loss_scale=optimizer["initial_loss_scale"],
+                          steps_per_increase=optimizer["steps_per_increase"])
     return graph, step.metric_calls
 
 
@@ -155,6 +137,9 @@ def mark_dynamic_batch(graph: Graph, loader) -> Graph:
 def compile_for_device(args, params: Mapping, model_fn: ModelFn, train_data_fn: DataFn,
                        eval_data_fn: DataFn) -> Any:
     """--validate_only (up to kernel matching) or --compile_only (everything, report in model_dir/compile)."""
+    if args.device == "gpu":
+        raise UserError("--device gpu does not go with --validate_only / --compile_only, which compile for the "
+                        "device (drop --device, or use --device emulator)")
     rc, device = params["runconfig"], params["device"]
     training = args.mode in TRAINS
     seed_everything(rc["seed"])
@@ -163,10 +148,9 @@ def compile_for_device(args, params: Mapping, model_fn: ModelFn, train_data_fn: 
     graph, _ = capture_step(model, first_batch(loader, rc["seed"]), training, params)
     graph = mark_dynamic_batch(graph, loader)
     if args.validate_only:
-        report = validate_graph(graph, mode=args.mode, profile_name=device["profile"])
+        report, kernels = validate_and_match(graph, mode=args.mode, profile_name=device["profile"])
         if not report.ok:
             raise DeviceCompileError(f"{report.summary()}\n{report.to_text()}")
-        kernels = match(graph)
         print(f"{report.summary()}; {len(kernels)} kernels matched")
         if report.to_text():
             print(report.to_text())
@@ -174,7 +158,7 @@ def compile_for_device(args, params: Mapping, model_fn: ModelFn, train_data_fn: 
     out_dir = os.path.join(rc["model_dir"], "compile")
     result = compile_graph(graph, mode=args.mode, profile_name=device["profile"],
                            execution_mode=device["execution_mode"], out_dir=out_dir)
-    print(render_text(result), end="", flush=True)
+    print(render_report(result), end="", flush=True)
     logger.info("compile report: %s (report.txt, report.json, ir.json, placement.svg)", out_dir)
     return result
 
@@ -227,27 +211,29 @@ def load_torch_optimizer_state(model: PyTorchBaseModel, state: dict, kind: str) 
                                       "_growth_tracker": int(state.get("loss_scale_good_steps", 0))})
 
 
-# --- the runner ------------------------------------------------------------------------------
+# --- the steps ------------------------------------------------------------------------------
 
-class EmulatorRunner(Runner):
-    """Runner whose steps run on the emulator; everything around them is the CPU runner's."""
+class EmulatorSteps:
+    """The step backend on the emulator (common/pytorch/runner.py: FrameworkSteps is the
+    CPU's): built once the runner's torch model holds its starting weights, it captures the
+    model's step from the first batch and compiles it (a model that will not compile, or
+    train_and_eval, which the device refuses, stops here, before model_dir is written)."""
 
-    def __init__(self, args, params: Mapping, model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn):
-        self.program: Program | None = None  # built once the torch model holds its starting weights
-        super().__init__(args, params, model_fn, train_data_fn, eval_data_fn)
-        rc, device = params["runconfig"], params["device"]
-        training = self.mode in TRAINS
-        loader = self.train_loader if training else self.eval_loader
-        self.graph, self.metric_calls = capture_step(self.model, first_batch(loader, rc["seed"]), training, params)
+    def __init__(self, runner: Runner):
+        self.runner, self.model = runner, runner.model
+        rc, device = runner.params["runconfig"], runner.params["device"]
+        training = runner.mode in TRAINS
+        loader = runner.train_loader if training else runner.eval_loader
+        self.graph, self.metric_calls = capture_step(self.model, first_batch(loader, rc["seed"]), training,
+                                                     runner.params)
         self.graph = mark_dynamic_batch(self.graph, loader)
-        # a model that will not compile (or train_and_eval, which the device refuses) stops here,
-        # before model_dir is written
-        compiled = compile_graph(self.graph, mode=self.mode, profile_name=device["profile"],
+        compiled = compile_graph(self.graph, mode=runner.mode, profile_name=device["profile"],
                                  execution_mode=device["execution_mode"])
         module = self.model.model
         # a resumed run draws other dropout masks than the run's start did
-        seed = int(np.random.SeedSequence([rc["seed"], self.global_step]).generate_state(1)[0])
-        self.program = Program(self.graph, weights_of(module, self.graph), state_of(module, self.graph), seed=seed)
+        seed = int(np.random.SeedSequence([rc["seed"], runner.global_step]).generate_state(1)[0])
+        self.program = build_program(self.graph, torch_weights(module, self.graph), torch_state(module, self.graph),
+                                     seed=seed)
         if training:
             state = emulator_optimizer_state(self.model, self.graph.optimizer.kind)
             if state is not None:
@@ -256,22 +242,20 @@ class EmulatorRunner(Runner):
                     "on the device)", len(compiled.kernels), compiled.execution_mode, compiled.profile.name,
                     self.graph.precision, compiled.cost.samples_per_s)
 
-    def _restore(self, path: str, weights_only: bool, state: dict | None = None) -> dict:
-        state = super()._restore(path, weights_only, state)
-        if self.program is not None:  # eval_all: the next checkpoint's weights into the emulator
-            self.program.set_weights(weights_of(self.model.model, self.graph))
-            self.program.set_state(state_of(self.model.model, self.graph))
-        return state
+    def restored(self) -> None:
+        """eval_all: the next checkpoint's weights, loaded into the torch model, into the emulator."""
+        self.program.set_weights(torch_weights(self.model.model, self.graph))
+        self.program.set_state(torch_state(self.model.model, self.graph))
 
     @staticmethod
     def _arrays(batch: Any) -> list[np.ndarray]:
         return [t.numpy() for t in batch]
 
-    def train_batch(self, batch: Any) -> float:
+    def train(self, batch: Any) -> float:
         # the learning rate of this step: the schedule at the number of steps taken
-        return self.program.train_step(self._arrays(batch), self.model.schedule(self.global_step))
+        return self.program.train_step(self._arrays(batch), self.model.schedule(self.runner.global_step))
 
-    def eval_batch(self, batch: Any) -> tuple[float, dict[str, np.ndarray]]:
+    def eval(self, batch: Any) -> tuple[float, dict[str, np.ndarray]]:
         outputs = self.program.eval_step(self._arrays(batch))
         loss = float(outputs.pop("loss"))
         return loss, self.metric_calls.replay(outputs)  # the metrics' tensors to the metrics, the rest to the runner
@@ -280,10 +264,10 @@ class EmulatorRunner(Runner):
         optimizer = self.program.optimizer
         return optimizer.loss_scale if optimizer is not None and optimizer.scaler is not None else None
 
-    def checkpoint_state(self) -> dict[str, Any]:
+    def state(self) -> dict[str, Any]:
         """The emulator's weights, state and optimizer back into the torch model, then its state."""
         model = self.model
-        load_weights(model.model, {**self.program.get_weights(), **self.program.get_state()})
+        load_torch_weights(model.model, {**self.program.get_weights(), **self.program.get_state()})
         load_torch_optimizer_state(model, self.program.get_optimizer_state(), self.graph.optimizer.kind)
-        model.lr_scheduler.set_step(self.global_step)
+        model.lr_scheduler.set_step(self.runner.global_step)
         return model.get_state()

@@ -18,6 +18,7 @@ import torch
 
 from common.errors import UserError
 from common.schedules import Schedule
+from device.api import excluded_from_weight_decay
 
 
 class ScheduledLR(torch.optim.lr_scheduler.LRScheduler):
@@ -56,7 +57,7 @@ def _param_groups(named_parameters: Iterable[tuple[str, torch.nn.Parameter]], we
     for name, parameter in named_parameters:
         if not parameter.requires_grad:
             continue
-        excluded = any(part.lower() in name.lower() for part in exclude)
+        excluded = excluded_from_weight_decay(name, exclude)
         (no_decay if excluded else decay).append(parameter)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return [g for g in groups if g["params"]]

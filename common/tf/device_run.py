@@ -1,8 +1,9 @@
 """The TF runner on the device: --validate_only, --compile_only and --device emulator.
 
-The graph the Estimator builds from ``model_fn`` is captured as the device IR
-(device/capture/tf.py), validated, compiled and run on the numpy emulator
-(device/runtime/program.py). The TF session stays the host: it feeds the batches
+The graph the Estimator builds from ``model_fn`` is captured as the device IR, validated,
+compiled and run on the numpy emulator, all through device/api.py. EmulatorSteps is the
+step backend the Estimator's loops call (common/tf/estimator/cs_estimator.py: the train,
+eval and predict loops, once). The TF session stays the host: it feeds the batches
 (the same tf.data pipeline and order as a CPU run), computes the learning rate of
 each step, runs host_call's metrics over what the device computed, and writes
 checkpoints in TF's own format from the emulator's weights and optimizer state. So a
@@ -17,24 +18,19 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
 
 from common.errors import UserError
-from common.log import eval_line
-from common.summaries import ScalarWriter
-from common.tf.estimator.cs_estimator import CerebrasEstimator, GraphSession, predictions_of
-from common.tf.estimator.graph import Graph, where
+from common.tf.estimator.graph import ModelGraph
 from common.tf.estimator.mode_keys import ModeKeys
-from common.precision import loss_scaling
+from common.tf.estimator.session import GraphSession
+from common.precision import compute_precision, loss_scaling
 from common.tf.optim import LOSS_SCALE_STEPS_COLLECTION
-from device.api import compile_graph, validate_graph
-from device.capture import tf as capture_tf
-from device.errors import DeviceCompileError
-from device.report import render_text
-from device.runtime.program import Program
+from device import api
+from device.api import DeviceCompileError, Program, build_program, compile_graph, render_report
 
 logger = logging.getLogger("zoo")
 
@@ -46,19 +42,14 @@ _MODES = {
 }
 
 
-def _precision(params: Mapping) -> str:
-    mixed = params["mixed_precision"]
-    return mixed["dtype"] if mixed["enabled"] else "float32"
-
-
-def _batch_tensors(built: Graph) -> list[tf.Tensor]:
+def _batch_tensors(built: ModelGraph) -> list[tf.Tensor]:
     """What the host feeds the device each step, in feed order: features then labels."""
     if built.mode == ModeKeys.PREDICT:
         return tf.nest.flatten(built.features)
     return tf.nest.flatten((built.features, built.labels))
 
 
-def _host_call_tensors(built: Graph) -> tuple[Callable | None, list[tf.Tensor], list[str] | None]:
+def _host_call_tensors(built: ModelGraph) -> tuple[Callable | None, list[tf.Tensor], list[str] | None]:
     """(fn, tensors, keyword names or None) of an EVAL spec's host_call."""
     spec = built.spec
     if spec.eval_metric_ops is not None:
@@ -73,7 +64,7 @@ def _host_call_tensors(built: Graph) -> tuple[Callable | None, list[tf.Tensor], 
     return fn, list(args), None
 
 
-def capture(estimator: CerebrasEstimator, run: GraphSession) -> Any:
+def capture(estimator, run: GraphSession) -> Any:
     """The device IR of ``run``'s graph: the TRAIN step with its optimizer, or the forward
     pass with the loss and host_call's tensors (EVAL) or the predictions (PREDICT)."""
     built, params = run.built, estimator.params
@@ -91,8 +82,8 @@ def capture(estimator: CerebrasEstimator, run: GraphSession) -> Any:
         outputs = {f"host_call_{i}": t for i, t in enumerate(tensors) if not any(t is b for b in batch)}
     else:
         outputs = dict(built.predictions)
-    graph_ir = capture_tf.capture(built.graph, inputs=batch, loss=built.spec.loss if built.mode != ModeKeys.PREDICT
-                                  else None, outputs=outputs, precision=_precision(params), session=run.session,
+    graph_ir = api.capture_tf(built.graph, inputs=batch, loss=built.spec.loss if built.mode != ModeKeys.PREDICT
+                                  else None, outputs=outputs, precision=compute_precision(params), session=run.session,
                                   **kwargs)
     spec = graph_ir.optimizer
     if spec is not None and spec.kind != "adamw" and optimizer["weight_decay"]:
@@ -102,8 +93,8 @@ def capture(estimator: CerebrasEstimator, run: GraphSession) -> Any:
     return graph_ir
 
 
-def compile(estimator: CerebrasEstimator, input_fn: Callable, validate_only: bool, mode: str) -> Any:
-    """--validate_only: the validation report (DeviceCompileError when it fails); --compile_only:
+def compile(estimator, input_fn: Callable, validate_only: bool, mode: str) -> Any:
+    """--validate_only: the validation report, kernels matched (DeviceCompileError when it fails); --compile_only:
     the full compile, with its report in model_dir/compile."""
     if mode not in _MODES:
         raise UserError(f"compile: unknown mode {mode!r}; valid: {', '.join(_MODES)}")
@@ -115,30 +106,59 @@ def compile(estimator: CerebrasEstimator, input_fn: Callable, validate_only: boo
     finally:
         run.close()
     if validate_only:
-        report = validate_graph(graph_ir, mode=device_mode, profile_name=cfg.device_profile)
+        report, kernels = api.validate_and_match(graph_ir, mode=device_mode, profile_name=cfg.device_profile)
         if not report.ok:
             raise DeviceCompileError(f"{report.summary()}\n{report.to_text()}")
-        logger.info(report.summary())
+        logger.info("%s; %d kernels matched", report.summary(), len(kernels))
         for line in report.to_text().splitlines():
             logger.info("  %s", line)
         return report
     out_dir = os.path.join(estimator.model_dir, "compile")
     result = compile_graph(graph_ir, mode=device_mode, profile_name=cfg.device_profile,
                            execution_mode=cfg.execution_mode, out_dir=out_dir)
-    print(render_text(result), end="", flush=True)
+    print(render_report(result), end="", flush=True)
     logger.info("compile report: %s (report.txt, report.json, ir.json, placement.svg)", out_dir)
     return result
 
 
-def _compiled_program(estimator: CerebrasEstimator, run: GraphSession, device_mode: str) -> tuple[Any, Program]:
+def _compiled_program(estimator, run: GraphSession, device_mode: str) -> tuple[Any, Program]:
     """Capture and compile ``run``'s graph (a DeviceCompileError stops here, before anything is
     written), and a Program holding the session's weights and state."""
     graph_ir = capture(estimator, run)
     compile_graph(graph_ir, mode=device_mode, profile_name=estimator.config.device_profile,
                   execution_mode=estimator.config.execution_mode)
-    program = Program(graph_ir, capture_tf.read_weights(run.session, graph_ir),
-                      capture_tf.read_state(run.session, graph_ir), seed=estimator.config.tf_random_seed)
+    program = build_program(graph_ir, api.tf_read_weights(run.session, graph_ir),
+                            api.tf_read_state(run.session, graph_ir), seed=estimator.config.tf_random_seed)
     return graph_ir, program
+
+
+class EmulatorSteps:
+    """The step backend of --device emulator: each step captures and compiles its mode's
+    graph (with the session's weights) and runs on the emulator, the session feeding it."""
+
+    mixed_policy = False  # the device's graph is fp32; the emulator rounds to mixed_precision.dtype itself
+
+    def __init__(self, estimator):
+        self.estimator = estimator
+
+    def train_step(self, run: GraphSession) -> "EmulatorTrainStep":
+        graph_ir, program = _compiled_program(self.estimator, run, "train")
+        step = EmulatorTrainStep(run, graph_ir, program)
+        step.on = f" on the emulator ({self.estimator.config.device_profile}, {graph_ir.precision} compute)"
+        return step
+
+    def eval_step(self, run: GraphSession) -> "EmulatorEvalStep":
+        graph_ir, program = _compiled_program(self.estimator, run, "eval")
+        return EmulatorEvalStep(run, graph_ir, program)
+
+    def predict_step(self, run: GraphSession) -> Callable[[], dict[str, np.ndarray]]:
+        _, program = _compiled_program(self.estimator, run, "predict")
+        batch_tensors, predictions = _batch_tensors(run.built), run.built.predictions
+
+        def step() -> dict[str, np.ndarray]:
+            outputs = program.eval_step(run.session.run(batch_tensors))
+            return {k: outputs[k] for k in predictions}
+        return step
 
 
 # --- train ---------------------------------------------------------------------------
@@ -162,9 +182,9 @@ class EmulatorTrainStep:
         # dynamic loss scaling keeps its scale and counter in variables of the TF graph
         self.scale_vars = ((built.loss_scale.op.name, scale_steps[0].op.name)
                            if scale_steps and built.loss_scale is not None else None)
-        state = capture_tf.read_optimizer_state(run.session, graph_ir)
+        state = api.tf_read_optimizer_state(run.session, graph_ir)
         if self.scale_vars:
-            values = capture_tf.read_variables(run.session, list(self.scale_vars))
+            values = api.tf_read_variables(run.session, list(self.scale_vars))
             state["loss_scale"], state["loss_scale_good_steps"] = (float(values[self.scale_vars[0]]),
                                                                    int(values[self.scale_vars[1]]))
         program.set_optimizer_state(state)
@@ -172,7 +192,7 @@ class EmulatorTrainStep:
     def __call__(self, step: int, log_now: bool) -> tuple[float, int, Mapping]:
         session = self.run.session
         if self.lr is not None:
-            capture_tf.write_variables(session, {self.global_step: np.int64(step)})  # the schedule's step
+            api.tf_write_variables(session, {self.global_step: np.int64(step)})  # the schedule's step
             *batch, lr = session.run(self.batch + [self.lr])
         else:
             batch, lr = session.run(self.batch), self.ir.optimizer.hyper["lr"]
@@ -186,39 +206,14 @@ class EmulatorTrainStep:
 
     def before_save(self, step: int) -> None:
         session, program = self.run.session, self.program
-        capture_tf.write_weights(session, self.ir, {**program.get_weights(), **program.get_state()})
+        api.tf_write_weights(session, self.ir, {**program.get_weights(), **program.get_state()})
         state = program.get_optimizer_state()
-        capture_tf.write_optimizer_state(session, self.ir, state)
+        api.tf_write_optimizer_state(session, self.ir, state)
         values: dict[str, Any] = {self.global_step: np.int64(step)}
         if self.scale_vars:
             values[self.scale_vars[0]] = np.float32(state["loss_scale"])
             values[self.scale_vars[1]] = np.int64(state["loss_scale_good_steps"])
-        capture_tf.write_variables(session, values)
-
-
-def train(estimator: CerebrasEstimator, input_fn: Callable, steps: int | None, max_steps: int | None,
-          saving_listeners, on_ready: Callable[[], Any] | None) -> CerebrasEstimator:
-    run = estimator.open_session(input_fn, ModeKeys.TRAIN, mixed_policy=False)
-    try:
-        start = estimator.checkpoint_to_load(estimator.warm_start_from)
-        if start is not None:
-            run.restore(start)
-        step = run.step()
-        last = step + steps if steps is not None else max_steps
-        graph_ir, program = _compiled_program(estimator, run, "train")
-        train_step = EmulatorTrainStep(run, graph_ir, program)
-        estimator.ready_model_dir(on_ready)
-        if step >= last:
-            logger.info("| Train Device=emulator: the global step %d has reached max_steps %d; nothing to train",
-                        step, last)
-            return estimator
-        logger.info("training %s on the emulator (%s, %s compute) from step %d to %d%s", where(estimator.model_fn),
-                    estimator.config.device_profile, graph_ir.precision, step, last,
-                    f" (from {start})" if start else "")
-        estimator.train_loop(run, step, last, saving_listeners, train_step)
-    finally:
-        run.close()
-    return estimator
+        api.tf_write_variables(session, values)
 
 
 # --- evaluate and predict ------------------------------------------------------------
@@ -227,7 +222,7 @@ class _HostMetrics:
     """host_call's fn over placeholders in the eval graph: the host's half of the metrics,
     fed each batch with what the device computed (and the labels the host already has)."""
 
-    def __init__(self, built: Graph):
+    def __init__(self, built: ModelGraph):
         fn, tensors, names = _host_call_tensors(built)
         self.sources = tensors
         with built.graph.as_default():
@@ -253,67 +248,22 @@ class _HostMetrics:
         return feed
 
 
-def evaluate(estimator: CerebrasEstimator, input_fn: Callable, steps: int | None, paths: list[str],
-             name: str | None, on_ready: Callable[[], Any] | None) -> list[dict[str, float]]:
-    """Each checkpoint of ``paths`` evaluated on the emulator; the metrics as a CPU eval gives them."""
-    run = estimator.open_session(input_fn, ModeKeys.EVAL, mixed_policy=False)
-    writer = None
-    try:
-        built = run.built
-        if steps is None and run.session.run(built.cardinality) == tf.data.INFINITE_CARDINALITY:
-            raise UserError("the eval dataset repeats forever: do not repeat it in EVAL mode, or set "
-                            "runconfig.eval_steps (--eval_steps)")
-        run.restore(paths[0])
-        graph_ir, program = _compiled_program(estimator, run, "eval")
-        host = _HostMetrics(built)
-        batch_tensors = _batch_tensors(built)
-        estimator.ready_model_dir(on_ready)
-        writer = ScalarWriter(os.path.join(estimator.model_dir, "eval" if not name else f"eval_{name}"))
-        results = []
-        for i, path in enumerate(paths):
-            if i > 0:
-                run.restore(path)
-                program.set_weights(capture_tf.read_weights(run.session, graph_ir))
-                program.set_state(capture_tf.read_state(run.session, graph_ir))
-            run.session.run([host.reset, built.iterator.initializer])
-            batches = 0
-            while steps is None or batches < steps:
-                try:
-                    batch = run.session.run(batch_tensors)
-                except tf.errors.OutOfRangeError:
-                    break
-                run.session.run(host.update, host.feed(batch_tensors, batch, program.eval_step(batch)))
-                batches += 1
-            if batches == 0:
-                raise UserError("the eval dataset yielded no batch (fewer examples than eval_input.batch_size "
-                                "with drop_last: true?)")
-            step = run.step()
-            metrics = {k: float(v) for k, v in run.session.run(host.values).items()}
-            logger.info(eval_line("emulator", step, metrics))
-            writer.scalars(step, metrics)
-            writer.flush()
-            results.append({**metrics, "global_step": step})
-        return results
-    finally:
-        if writer is not None:
-            writer.close()
-        run.close()
+class EmulatorEvalStep:
+    """One eval batch: the session feeds it, the emulator computes the loss and host_call's
+    tensors, and host_call's metrics (_HostMetrics) take them in the session."""
 
+    def __init__(self, run: GraphSession, graph_ir, program: Program):
+        self.run, self.ir, self.program = run, graph_ir, program
+        self.host = _HostMetrics(run.built)
+        self.batch = _batch_tensors(run.built)
+        self.reset, self.values = self.host.reset, self.host.values
 
-def predict(estimator: CerebrasEstimator, input_fn: Callable, path: str, yield_single_examples: bool,
-            on_ready: Callable[[], Any] | None) -> Iterator[dict[str, np.ndarray]]:
-    run = estimator.open_session(input_fn, ModeKeys.PREDICT, mixed_policy=False)
-    try:
-        run.restore(path)
-        _, program = _compiled_program(estimator, run, "predict")
-        batch_tensors = _batch_tensors(run.built)
-        estimator.ready_model_dir(on_ready)
-        while True:
-            try:
-                batch = run.session.run(batch_tensors)
-            except tf.errors.OutOfRangeError:
-                return
-            outputs = program.eval_step(batch)
-            yield from predictions_of({k: outputs[k] for k in run.built.predictions}, yield_single_examples)
-    finally:
-        run.close()
+    def __call__(self) -> None:
+        session = self.run.session
+        batch = session.run(self.batch)
+        session.run(self.host.update, self.host.feed(self.batch, batch, self.program.eval_step(batch)))
+
+    def restored(self) -> None:
+        """The next checkpoint, restored into the session, into the emulator."""
+        self.program.set_weights(api.tf_read_weights(self.run.session, self.ir))
+        self.program.set_state(api.tf_read_state(self.run.session, self.ir))

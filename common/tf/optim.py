@@ -34,14 +34,13 @@ import tensorflow as tf
 from common.errors import UserError
 from common.precision import loss_scaling
 from common.schedules import Schedule, Segment, parse_schedule
+from device.api import MAX_LOSS_SCALE, MIN_LOSS_SCALE, excluded_from_weight_decay
 
 logger = logging.getLogger("zoo")
 
 LEARNING_RATE_COLLECTION = "zoo_learning_rate"
 LOSS_SCALE_COLLECTION = "zoo_loss_scale"  # the scale (a variable when dynamic)
 LOSS_SCALE_STEPS_COLLECTION = "zoo_loss_scale_good_steps"  # dynamic: finite steps since the last change
-# dynamic loss scaling stays within these (the device's bounds, device/ir.py OptimizerSpec)
-MIN_LOSS_SCALE, MAX_LOSS_SCALE = 1.0, 2.0**24
 
 # --- learning-rate schedules -------------------------------------------------------------
 
@@ -102,10 +101,6 @@ class AdamWOptimizer(tf.compat.v1.train.AdamOptimizer):
         return self._decayed(var, lambda: super(AdamWOptimizer, self)._apply_dense(grad, var))
 
 
-def _excluded(name: str, exclude: Sequence[str]) -> bool:
-    return any(part.lower() in name.lower() for part in exclude)
-
-
 def build_optimizer(optimizer_params: Mapping, lr: tf.Tensor, var_list: Sequence[tf.Variable] = ()
                     ) -> tf.compat.v1.train.Optimizer:
     """The tf.compat.v1.train optimizer of ``params["optimizer"]`` (adamw decays ``var_list``'s
@@ -120,7 +115,7 @@ def build_optimizer(optimizer_params: Mapping, lr: tf.Tensor, var_list: Sequence
     if kind == "adam":
         return tf.compat.v1.train.AdamOptimizer(lr, **adam)
     if kind == "adamw":
-        names = {v.op.name for v in var_list if not _excluded(v.op.name, p["weight_decay_exclude"])}
+        names = {v.op.name for v in var_list if not excluded_from_weight_decay(v.op.name, p["weight_decay_exclude"])}
         return AdamWOptimizer(lr, p["weight_decay"], names, **adam)
     raise UserError(f"optimizer.optimizer_type must be one of sgd, momentum, adam, adamw, got {kind!r}")
 
@@ -160,27 +155,32 @@ def build_train_op(loss: tf.Tensor, params: Mapping, global_step: tf.Variable | 
     grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
     grads = [g for g, _ in grads_and_vars]
     variables = [v for _, v in grads_and_vars]
+    # one step as device/optimizer.py states it: unscale -> skip if non-finite -> clip by value
+    # -> clip by global norm -> weight decay -> update rule
     if scaling is not None:
         grads = [g / tf.cast(scale, g.dtype) for g in grads]
-    if p["weight_decay"] and p["optimizer_type"] != "adamw":
-        # coupled L2, as torch.optim's weight_decay: grad += weight_decay * var
-        grads = [g if _excluded(v.op.name, p["weight_decay_exclude"]) else g + p["weight_decay"] * v
-                 for g, v in zip(grads, variables)]
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
     if p["max_gradient_value"] is not None:
         limit = p["max_gradient_value"]
         grads = [tf.clip_by_value(g, -limit, limit) for g in grads]
     if p["max_gradient_norm"] is not None:
         grads, _ = tf.clip_by_global_norm(grads, p["max_gradient_norm"])
+    if p["weight_decay"] and p["optimizer_type"] != "adamw":
+        # coupled L2 on the clipped gradient, as torch.optim's weight_decay: grad += weight_decay * var
+        grads = [g if excluded_from_weight_decay(v.op.name, p["weight_decay_exclude"]) else g + p["weight_decay"] * v
+                 for g, v in zip(grads, variables)]
     grads_and_vars = list(zip(grads, variables))
 
-    if scaling != "dynamic":
+    if scaling is None:
         return optimizer.apply_gradients(grads_and_vars, global_step=global_step)
 
-    # Dynamic loss scaling: skip the update when a gradient overflowed and halve the scale;
-    # double it after steps_per_increase finite steps (within [MIN, MAX]_LOSS_SCALE, as the
-    # device). The global step counts every step.
-    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+    # Loss scaling skips the update when a gradient overflowed; the global step counts every
+    # step. A fixed scale keeps its value; a dynamic one halves, and doubles after
+    # steps_per_increase finite steps (within [MIN, MAX]_LOSS_SCALE, as the device).
     apply = tf.cond(finite, lambda: tf.group(optimizer.apply_gradients(grads_and_vars)), tf.no_op)
+    if scaling != "dynamic":
+        with tf.control_dependencies([apply]):
+            return tf.group(global_step.assign_add(1), name="train_op")
     with tf.control_dependencies([apply]):
         grown = good_steps + 1 >= p["steps_per_increase"]
         new_scale = tf.where(finite, tf.where(grown, tf.minimum(scale * 2.0, MAX_LOSS_SCALE), scale),

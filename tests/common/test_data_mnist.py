@@ -316,7 +316,7 @@ def test_resolve_uci_digits_and_unknown_names(tmp_path):
 
 
 def test_embedded_digits_missing_is_a_user_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(mnist, "EMBEDDED_DIGITS_ROOT", tmp_path)
+    monkeypatch.setattr(mnist.embedded, "EMBEDDED_DIGITS_ROOT", tmp_path)
     with pytest.raises(UserError, match=r"the embedded digits are missing: .*pip install -e"):
         resolve_mnist("", "uci_digits")
 

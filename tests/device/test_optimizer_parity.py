@@ -46,17 +46,6 @@ CASES = {
                                 "initial_loss_scale": 16.0, "steps_per_increase": 2},
 }
 
-# Where a runner does not yet follow device/optimizer.py (strict: a fix makes the test fail
-# until the mark goes). common/tf/optim.py's build_train_op adds coupled L2 to the gradients
-# before clipping them (torch.optim, and the spec, decay the clipped gradient), and applies a
-# step whose gradients overflowed under a static loss scale (the spec, GradScaler and the
-# PyTorch runner skip it).
-RUNNER_DIFFERENCES = {
-    ("tf", "momentum-l2-norm-clip"): "TF runner: coupled L2 before clipping, the spec clips first",
-    ("tf", "sgd-static-loss-scale"): "TF runner: a static loss scale does not skip a non-finite step",
-}
-
-
 def settings(case: str) -> dict:
     return {"learning_rate": LR, "weight_decay_exclude": EXCLUDE, **CASES[case]}
 
@@ -127,15 +116,9 @@ def test_exclusion_ignores_case():
     assert not OptimizerSpec("adamw", "torch", {}).decays("fc.weight")  # no weight decay at all
 
 
-def mark_runner_difference(request, runner: str, case: str) -> None:
-    if (runner, case) in RUNNER_DIFFERENCES:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=RUNNER_DIFFERENCES[runner, case]))
-
-
 @pytest.mark.parametrize("case", CASES)
-def test_pytorch_runner_and_emulator_give_the_same_updates(case, request):
+def test_pytorch_runner_and_emulator_give_the_same_updates(case):
     torch = pytest.importorskip("torch")
-    mark_runner_difference(request, "torch", case)
     from common.pytorch.base_model import PyTorchBaseModel
     from zoo_base.errors import UserError
 
@@ -173,9 +156,8 @@ def test_pytorch_runner_and_emulator_give_the_same_updates(case, request):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_tf_runner_and_emulator_give_the_same_updates(case, request):
+def test_tf_runner_and_emulator_give_the_same_updates(case):
     tf = pytest.importorskip("tensorflow")
-    mark_runner_difference(request, "tf", case)
     from common.tf.optim import LOSS_SCALE_COLLECTION, build_train_op
 
     graph = tf.Graph()

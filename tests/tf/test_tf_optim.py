@@ -97,10 +97,12 @@ def test_sgd_with_coupled_weight_decay_and_norm_clipping(problem):
     w, b, _, _ = one_step({"optimizer_type": "sgd", "learning_rate": 0.1, "weight_decay": 0.5,
                            "max_gradient_norm": 0.05}, w0, b0, x, y)
     gw, gb = gradients(w0, b0, x, y)
-    gw = gw + 0.5 * w0  # L2 on the kernel; the bias is excluded ("bias" in its name)
+    # clipped first, then L2 on the clipped kernel gradient (device/optimizer.py's order, as
+    # torch.optim); the bias is excluded ("bias" in its name)
     norm = math.sqrt((gw ** 2).sum() + (gb ** 2).sum())
     factor = min(1.0, 0.05 / norm)
-    np.testing.assert_allclose(w, w0 - 0.1 * factor * gw, rtol=1e-5)
+    assert factor < 1.0  # the clip acts, so the order shows
+    np.testing.assert_allclose(w, w0 - 0.1 * (factor * gw + 0.5 * w0), rtol=1e-5)
     np.testing.assert_allclose(b, b0 - 0.1 * factor * gb, rtol=1e-5)
 
 

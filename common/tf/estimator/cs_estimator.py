@@ -11,13 +11,23 @@ checkpoint of ``model_dir`` (or ``warm_start_from``). Nothing is written into mo
 before the graph is built and the checkpoint restored, so bad input leaves it as it was;
 ``on_ready`` (keyword-only) runs at that point (the runner writes params_<mode>.yaml there).
 
-``config.device`` "emulator" hands train/evaluate to the numpy model of the wafer
-(common/tf/device_run.py): the same logs, TensorBoard files and TF-format checkpoints.
+The train, eval and predict loops are here, once; each step comes from the step backend
+of ``config.device``: SessionSteps (the TF session's own, cpu and gpu) or EmulatorSteps
+(common/tf/device_run.py, the numpy model of the wafer), so a run on the emulator writes
+the same logs, TensorBoard files and TF-format checkpoints. A backend gives
+
+    mixed_policy                        whether the graph is built with a Keras mixed policy
+    train_step(run) -> step             step(global_step, log_now) -> (loss, batch size, logged);
+                                        step.before_save(global_step); step.on (for the log)
+    eval_step(run) -> step              step() one batch into the metrics; step.reset (an op);
+                                        step.values (the metrics' tensors); step.restored()
+    predict_step(run) -> fn             fn() -> the predictions of one batch
+
+(each raises tf.errors.OutOfRangeError when the input ends).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -31,73 +41,12 @@ from common.interrupt import Interrupted, stop_between_steps
 from common.log import TrainMeter, eval_line
 from common.summaries import ScalarWriter
 from common.tf.estimator import checkpoints
-from common.tf.estimator.graph import Graph, build_graph, where
+from common.tf.estimator.graph import ModelGraph, build_graph, where
 from common.tf.estimator.mode_keys import ModeKeys
 from common.tf.estimator.run_config import RunConfig
+from common.tf.estimator.session import GraphSession, quiet_tf_logs
 
 logger = logging.getLogger("zoo")
-
-
-class GraphSession:
-    """A built graph with its session, initialised; ``restore`` loads a checkpoint into it."""
-
-    def __init__(self, built: Graph, config: RunConfig):
-        self.built = built
-        with built.graph.as_default():
-            self._init = tf.group(tf.compat.v1.global_variables_initializer(),
-                                  tf.compat.v1.local_variables_initializer(), tf.compat.v1.tables_initializer())
-            self.local_init = tf.compat.v1.local_variables_initializer()
-        self.session = tf.compat.v1.Session(graph=built.graph, config=config.session_config)
-        self._restorers: dict[frozenset, Any] = {}
-        self.session.run([self._init, built.iterator.initializer])
-
-    def restore(self, path: str) -> None:
-        """Every variable of the graph that the checkpoint holds, and the input position when it
-        holds one for this input pipeline; a checkpoint of another model is a UserError."""
-        shapes = checkpoints.read_checkpoint(path)
-        trainable = {v.op.name for v in self.built.graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)}
-        present, missing = [], []
-        for v in self.built.variables:
-            name = v.op.name
-            if name not in shapes:
-                missing.append(name)
-            elif list(shapes[name]) != v.shape.as_list():
-                raise UserError(f"{path}: '{name}' has shape {list(shapes[name])} there, but the model's is "
-                                f"{v.shape.as_list()} (a checkpoint of another model or config?)")
-            else:
-                present.append(v)
-        lost = [name for name in missing if name in trainable]
-        if lost:
-            raise UserError(f"{path}: holds no '{lost[0]}'" + (f" (nor {len(lost) - 1} more model variables)"
-                            if len(lost) > 1 else "") + "; a checkpoint of another model?")
-        if missing:
-            logger.info("not in %s, initialised afresh: %s", path, ", ".join(missing))
-        key = frozenset(v.op.name for v in present)
-        if key not in self._restorers:
-            with self.built.graph.as_default():
-                self._restorers[key] = tf.compat.v1.train.Saver(var_list=present) if present else None
-        if self._restorers[key] is not None:
-            try:
-                with self.built.graph.as_default(), _quiet_tf_logs():
-                    self._restorers[key].restore(self.session, path)
-            except tf.errors.OpError as e:
-                raise UserError(f"{path}: corrupt or unreadable checkpoint ({checkpoints.op_error_line(e)})") from None
-        saveable = self.built.iterator_saveable
-        if saveable is not None and all(spec.name in shapes for spec in saveable.specs):
-            try:
-                with self.built.graph.as_default(), _quiet_tf_logs():
-                    tf.compat.v1.train.Saver(var_list=[saveable]).restore(self.session, path)
-            except tf.errors.OpError:
-                self.session.run(self.built.iterator.initializer)
-                logger.warning("%s: the input position there is for another input pipeline; the data starts "
-                               "from its beginning", path)
-        logger.info("restored %s", path)
-
-    def step(self) -> int:
-        return int(self.session.run(self.built.global_step))
-
-    def close(self) -> None:
-        self.session.close()
 
 
 def predictions_of(batch: dict[str, np.ndarray], single_examples: bool) -> Iterator[dict[str, np.ndarray]]:
@@ -107,19 +56,6 @@ def predictions_of(batch: dict[str, np.ndarray], single_examples: bool) -> Itera
         return
     for i in range(len(next(iter(batch.values())))):
         yield {k: v[i] for k, v in batch.items()}
-
-
-@contextlib.contextmanager
-def _quiet_tf_logs():
-    """TensorFlow's Python logger at ERROR: its deprecation notes about the v1 API this runner
-    uses on purpose, and its "Restoring parameters" lines, are not the user's concern."""
-    tf_logger = tf.get_logger()
-    level = tf_logger.level
-    tf_logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        tf_logger.setLevel(level)
 
 
 class CerebrasEstimator:
@@ -135,9 +71,9 @@ class CerebrasEstimator:
 
     # --- building --------------------------------------------------------------------
 
-    def build(self, input_fn: Callable, mode: str, mixed_policy: bool = True) -> Graph:
+    def build(self, input_fn: Callable, mode: str, mixed_policy: bool = True) -> ModelGraph:
         """``mode``'s graph from ``input_fn`` and ``model_fn`` (for the device capture and tests)."""
-        with _quiet_tf_logs():
+        with quiet_tf_logs():
             return build_graph(self.model_fn, input_fn, mode, self.params, self.config.tf_random_seed,
                                mixed_policy)
 
@@ -158,6 +94,14 @@ class CerebrasEstimator:
             on_ready()
         os.makedirs(self.model_dir, exist_ok=True)
 
+    def step_backend(self) -> Any:
+        """The steps of config.device: the TF session's own (cpu, gpu), or the emulator's."""
+        if self.config.device == "emulator":
+            from common.tf.device_run import EmulatorSteps  # the numpy emulator; loaded only when asked for
+
+            return EmulatorSteps(self)
+        return SessionSteps(self.model_fn)
+
     def latest_checkpoint(self) -> str | None:
         return checkpoints.latest_checkpoint(self.model_dir)
 
@@ -171,24 +115,23 @@ class CerebrasEstimator:
         (checkpoint, step) after each save."""
         if (steps is None) == (max_steps is None):
             raise UserError("train: give exactly one of steps and max_steps")
-        if self.config.device == "emulator":
-            from common.tf import device_run
-            return device_run.train(self, input_fn, steps, max_steps, saving_listeners, on_ready)
-        run = self.open_session(input_fn, ModeKeys.TRAIN)
+        backend = self.step_backend()
+        run = self.open_session(input_fn, ModeKeys.TRAIN, mixed_policy=backend.mixed_policy)
         try:
             start = self.checkpoint_to_load(self.warm_start_from)
             if start is not None:
                 run.restore(start)
             step = run.step()
             last = step + steps if steps is not None else max_steps
+            train_step = backend.train_step(run)  # the emulator compiles here: a model that will not stops
             self.ready_model_dir(on_ready)
             if step >= last:
                 logger.info("| Train Device=%s: the global step %d has reached max_steps %d; nothing to train",
                             self.config.device, step, last)
                 return self
-            logger.info("training %s from step %d to %d%s", where(self.model_fn), step, last,
+            logger.info("training %s%s from step %d to %d%s", where(self.model_fn), train_step.on, step, last,
                         f" (from {start})" if start else "")
-            self.train_loop(run, step, last, saving_listeners)
+            self.train_loop(run, step, last, saving_listeners, train_step)
         finally:
             run.close()
         return self
@@ -276,9 +219,6 @@ class CerebrasEstimator:
         if path is None:
             raise UserError(f"model_dir {self.model_dir} has no checkpoint to evaluate: train first, or pass "
                             f"--checkpoint_path")
-        if self.config.device == "emulator":
-            from common.tf import device_run
-            return device_run.evaluate(self, input_fn, steps, [path], name, on_ready)[0]
         evaluator = Evaluator(self, input_fn, steps, name)
         try:
             metrics = evaluator(path, on_ready=on_ready)
@@ -292,9 +232,6 @@ class CerebrasEstimator:
         paths = checkpoints.readable_checkpoints(self.model_dir)
         if not paths:
             raise UserError(f"model_dir {self.model_dir} has no checkpoint to evaluate: train first")
-        if self.config.device == "emulator":
-            from common.tf import device_run
-            return device_run.evaluate(self, input_fn, steps, paths, None, on_ready)
         evaluator = Evaluator(self, input_fn, steps)
         try:
             return [evaluator(path, on_ready=on_ready if i == 0 else None) for i, path in enumerate(paths)]
@@ -337,17 +274,15 @@ class CerebrasEstimator:
         if path is None:
             raise UserError(f"model_dir {self.model_dir} has no checkpoint to predict with: train first, or pass "
                             f"--checkpoint_path")
-        if self.config.device == "emulator":
-            from common.tf import device_run
-            yield from device_run.predict(self, input_fn, path, yield_single_examples, on_ready)
-            return
-        run = self.open_session(input_fn, ModeKeys.PREDICT)
+        backend = self.step_backend()
+        run = self.open_session(input_fn, ModeKeys.PREDICT, mixed_policy=backend.mixed_policy)
         try:
             run.restore(path)
+            predict_step = backend.predict_step(run)
             self.ready_model_dir(on_ready)
             while True:
                 try:
-                    batch = run.session.run(run.built.predictions)
+                    batch = predict_step()
                 except tf.errors.OutOfRangeError:
                     return
                 yield from predictions_of(batch, yield_single_examples)
@@ -366,9 +301,44 @@ class CerebrasEstimator:
         return device_run.compile(self, input_fn, validate_only, mode)
 
 
+class SessionSteps:
+    """The step backend of --device cpu and gpu: the TF session runs the graph's own ops."""
+
+    mixed_policy = True  # a Keras mixed policy where mixed_precision asks for one
+
+    def __init__(self, model_fn: Callable):
+        self.model_fn = model_fn
+
+    def train_step(self, run: GraphSession) -> "CpuTrainStep":
+        return CpuTrainStep(run, self.model_fn)
+
+    def eval_step(self, run: GraphSession) -> "SessionEvalStep":
+        return SessionEvalStep(run)
+
+    def predict_step(self, run: GraphSession) -> Callable[[], dict[str, np.ndarray]]:
+        return lambda: run.session.run(run.built.predictions)
+
+
+class SessionEvalStep:
+    """One eval batch into the model_fn's metrics (eval_metric_ops), in the session."""
+
+    def __init__(self, run: GraphSession):
+        self.run = run
+        self.reset = run.local_init
+        self.values = {metric: value for metric, (value, _) in run.built.metrics.items()}
+
+    def __call__(self) -> None:
+        self.run.session.run(self.run.built.metrics_update)
+
+    def restored(self) -> None:
+        """The session holds the checkpoint's weights already."""
+
+
 class CpuTrainStep:
     """One training step in the TF session: ``(loss, batch size, logged values)``; the values
     to log (lr, loss scale, the model_fn's summaries) are fetched only when ``log_now``."""
+
+    on = ""  # where the steps run, for the log's "training ..." line: the session's device
 
     def __init__(self, run: GraphSession, model_fn: Callable):
         built = run.built
@@ -401,39 +371,45 @@ class CpuTrainStep:
 
 
 class Evaluator:
-    """One eval graph and session, evaluating checkpoint after checkpoint (eval_all, train_and_eval)."""
+    """One eval graph and session, evaluating checkpoint after checkpoint (eval, eval_all,
+    train_and_eval) with the eval step of the estimator's backend."""
 
     def __init__(self, estimator: CerebrasEstimator, input_fn: Callable, steps: int | None, name: str | None = None):
         self.estimator, self.steps = estimator, steps
-        self.run = estimator.open_session(input_fn, ModeKeys.EVAL)
+        self.backend = estimator.step_backend()
+        self.run = estimator.open_session(input_fn, ModeKeys.EVAL, mixed_policy=self.backend.mixed_policy)
         built = self.run.built
         if steps is None and self.run.session.run(built.cardinality) == tf.data.INFINITE_CARDINALITY:
             self.run.close()
             raise UserError("the eval dataset repeats forever: do not repeat it in EVAL mode, or set "
                             "runconfig.eval_steps (--eval_steps)")
-        self.values = {metric: value for metric, (value, _) in built.metrics.items()}
+        self.eval_step = None  # at the first checkpoint: the emulator compiles with its weights
         self.logdir = os.path.join(estimator.model_dir, "eval" if not name else f"eval_{name}")
         self.writer: ScalarWriter | None = None
 
     def __call__(self, path: str, on_ready: Callable[[], Any] | None = None) -> dict[str, float]:
         run, device = self.run, self.estimator.config.device
         run.restore(path)
-        run.session.run([run.local_init, run.built.iterator.initializer])
+        if self.eval_step is None:
+            self.eval_step = self.backend.eval_step(run)
+        else:
+            self.eval_step.restored()
+        run.session.run([self.eval_step.reset, run.built.iterator.initializer])
         step = run.step()
         if self.writer is None:
             self.estimator.ready_model_dir(on_ready)
             self.writer = ScalarWriter(self.logdir)
-        built, batches = run.built, 0
+        batches = 0
         while self.steps is None or batches < self.steps:
             try:
-                run.session.run(built.metrics_update)
+                self.eval_step()
             except tf.errors.OutOfRangeError:
                 break
             batches += 1
         if batches == 0:
             raise UserError("the eval dataset yielded no batch (fewer examples than eval_input.batch_size with "
                             "drop_last: true?)")
-        metrics = {name: float(value) for name, value in run.session.run(self.values).items()}
+        metrics = {name: float(value) for name, value in run.session.run(self.eval_step.values).items()}
         logger.info(eval_line(device, step, metrics))
         self.writer.scalars(step, metrics)
         self.writer.flush()

@@ -35,7 +35,7 @@ def where(fn: Callable) -> str:
 
 
 @dataclass
-class Graph:
+class ModelGraph:
     """A built graph of one mode and the tensors the runner fetches from it."""
 
     graph: tf.Graph
@@ -214,7 +214,7 @@ def keras_policy(params: Mapping, enabled: bool = True):
 
 
 def build_graph(model_fn: Callable, input_fn: Callable, mode: str, params: Mapping, seed: int,
-                mixed_policy: bool = True) -> Graph:
+                mixed_policy: bool = True) -> ModelGraph:
     """Build ``mode``'s graph in a fresh tf.Graph; nothing runs yet.
 
     ``mixed_policy``: build the layers under the Keras mixed-precision policy that params ask
@@ -242,7 +242,7 @@ def build_graph(model_fn: Callable, input_fn: Callable, mode: str, params: Mappi
         if mode == ModeKeys.PREDICT:
             labels = None
         spec = _check_spec(model_fn(features, labels, mode, params), mode, model_fn, graph)
-        built = Graph(graph=graph, mode=mode, spec=spec, features=features, labels=labels, iterator=iterator,
+        built = ModelGraph(graph=graph, mode=mode, spec=spec, features=features, labels=labels, iterator=iterator,
                       global_step=global_step, batch_size=batch_size, static_shapes=static, cardinality=cardinality)
         if batch_size is None:
             built.dynamic_batch_size = tf.shape(tf.nest.flatten(features)[0])[0]

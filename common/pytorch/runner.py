@@ -1,0 +1,448 @@
+"""The PyTorch runner's loops: train, eval, eval_all and predict, once, around a step backend.
+
+A run's mode (common/pytorch/run.py parses the command line and picks the backend):
+
+    train           train to runconfig.max_steps (or runconfig.steps more), resuming from the
+                    latest checkpoint in model_dir or from --checkpoint_path
+    eval            evaluate the latest checkpoint (or --checkpoint_path) on the eval set
+    eval_all        evaluate every checkpoint in model_dir, in step order
+    train_and_eval  train, evaluating at each checkpoint and at the end
+    predict         write the model's outputs over the eval set to model_dir/predictions.npz
+
+The loops (batches in order, log lines, TensorBoard scalars, checkpoints, the run lock,
+Ctrl-C) are the same on every device; only the step differs, and a step backend gives it:
+
+    train(batch) -> loss              one training step
+    eval(batch) -> (loss, outputs)    one forward pass (eval and predict), outputs as numpy
+    loss_scale() -> float | None      the dynamic loss scale, for the log
+    state() -> dict                   the model's part of a checkpoint (the torch model's state)
+    restored()                        a checkpoint was loaded into the torch model (eval_all)
+
+FrameworkSteps (here) runs them on the CPU or a GPU with torch; EmulatorSteps
+(common/pytorch/device_run.py) on the numpy emulator.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import time
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from common import runlock
+from common.errors import NonFiniteLossError, UserError
+from common.interrupt import Interrupted, stop_between_steps
+from common.io import atomic_open
+from common.log import TrainMeter, eval_line
+from common.params import report_unused, save_params
+from common.precision import check_precision
+from common.pytorch.base_model import PyTorchBaseModel
+from common.pytorch.checkpoint import (UnreadableCheckpoint, describe_mismatch, last_readable, list_checkpoints,
+                                       load_checkpoint, optimizer_mismatch, rng_state, save_checkpoint,
+                                       set_rng_state)
+from common.pytorch.data_order import TrainOrder, epoch_batches
+from common.pytorch.metrics import cb_metrics_of
+from common.summaries import ScalarWriter
+
+logger = logging.getLogger("zoo")
+
+ModelFn = Callable[[Mapping, torch.device], PyTorchBaseModel]
+DataFn = Callable[[Mapping], DataLoader]
+
+TRAINS = ("train", "train_and_eval")
+EVALUATES = ("eval", "eval_all", "train_and_eval", "predict")
+# a log window in which waiting for input takes more than this share of the time is input-bound
+INPUT_BOUND_SHARE = 0.3
+
+
+def torch_device(flag: str) -> torch.device:
+    if flag == "gpu":
+        if not torch.cuda.is_available():
+            raise UserError(f"--device gpu: no CUDA device is available to torch {torch.__version__}")
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int) -> None:
+    """The global RNGs (weights init, dropout, user code); the data order has its own (data_order.py)."""
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, Mapping):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch
+
+
+def to_numpy(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    if isinstance(value, Mapping):
+        return {k: to_numpy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_numpy(v) for v in value)
+    return value
+
+
+def batch_size(batch: Any) -> int:
+    """Samples in a batch: the leading dimension of its first tensor (or array)."""
+    if hasattr(batch, "shape"):
+        return int(batch.shape[0]) if len(batch.shape) else 1
+    values = list(batch.values()) if isinstance(batch, Mapping) else batch
+    for value in values:
+        size = batch_size(value)
+        if size:
+            return size
+    return 0
+
+
+def last_step(runconfig: Mapping, global_step: int) -> int:
+    """runconfig.steps (more steps from here) wins over runconfig.max_steps (a global step)."""
+    return global_step + runconfig["steps"] if runconfig["steps"] is not None else runconfig["max_steps"]
+
+
+def eval_batches(loader: DataLoader, seed: int, eval_steps: int | None):
+    """The eval set in a fixed order (a shuffled eval loader is shuffled the same way every time)."""
+    for i, batch in enumerate(epoch_batches(loader, seed, epoch=0)):
+        if eval_steps is not None and i >= eval_steps:
+            return
+        yield batch
+
+
+class StepWindow:
+    """Samples, step time and time spent waiting for input over one log window.
+
+    The rate counts the time of training steps only (fetching the batch included), not
+    checkpoints or evals in between. A window in which waiting for the next batch takes
+    more than INPUT_BOUND_SHARE of the step time is input-bound: the first such window
+    logs one warning (the first window of a run is skipped: workers are starting up).
+    """
+
+    def __init__(self):
+        self.samples, self.waiting, self.total = 0, 0.0, 0.0
+        self.windows = 0
+        self.warned = False
+
+    def add(self, samples: int, waiting: float, total: float) -> None:
+        self.samples += samples
+        self.waiting += waiting
+        self.total += total
+
+    def end(self, step: int) -> float:
+        """Close the window at ``step``; returns its samples/s."""
+        rate = self.samples / self.total if self.total > 0 else 0.0
+        share = self.waiting / self.total if self.total > 0 else 0.0
+        self.windows += 1
+        if self.windows > 1 and not self.warned and share > INPUT_BOUND_SHARE:
+            self.warned = True
+            logger.warning("input pipeline is the bottleneck: %.0f%% of the step time up to step %d went to "
+                           "waiting for data; raise train_input.num_workers, make the dataset's __getitem__ "
+                           "cheaper or prepare the data ahead", 100 * share, step)
+        self.samples, self.waiting, self.total = 0, 0.0, 0.0
+        return rate
+
+
+def check_runconfig(runconfig: Mapping) -> None:
+    """Counts the loop divides by or counts down must make sense (the types are checked already)."""
+    for key, least in (("log_steps", 1), ("checkpoint_steps", 0), ("keep_checkpoint_max", 0), ("max_steps", 0),
+                       ("steps", 1), ("eval_steps", 1)):
+        value = runconfig[key]
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
+            raise UserError(f"runconfig.{key} must be an integer of at least {least}, got {value!r}")
+
+
+class FrameworkSteps:
+    """The steps on the CPU or a GPU: the model's own train_step and eval_step, in torch."""
+
+    def __init__(self, runner: "Runner"):
+        self.model, self.device = runner.model, runner.device
+
+    def train(self, batch: Any) -> float:
+        """One training step on ``batch`` (as the DataLoader gives it); the loss."""
+        return self.model.train_step(to_device(batch, self.device)).item()
+
+    def eval(self, batch: Any) -> tuple[float, dict[str, np.ndarray]]:
+        """The loss and the named outputs (numpy; float32 where the model computed bfloat16)."""
+        loss, outputs = self.model.eval_step(to_device(batch, self.device))
+        return loss.item(), {k: to_numpy(v.float() if v.is_floating_point() else v) for k, v in outputs.items()}
+
+    def loss_scale(self) -> float | None:
+        return self.model.loss_scale()
+
+    def state(self) -> dict[str, Any]:
+        """The model's part of a checkpoint: PyTorchBaseModel.get_state()."""
+        return self.model.get_state()
+
+    def restored(self) -> None:
+        """The torch model holds the checkpoint's weights already."""
+
+
+StepsFn = Callable[["Runner"], Any]
+
+
+class Runner:
+    """One run of one mode; everything is loaded before model_dir is touched. ``steps_fn(runner)``
+    gives the step backend once the model holds its starting weights (FrameworkSteps, or
+    device_run.EmulatorSteps, which compiles the model there)."""
+
+    def __init__(self, args, params: Mapping, model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn,
+                 steps_fn: StepsFn = FrameworkSteps):
+        self.args, self.params, self.mode = args, params, args.mode
+        self.steps = None  # below, once the starting checkpoint is loaded
+        check_runconfig(params["runconfig"])
+        self.runconfig = params["runconfig"]
+        self.model_dir = self.runconfig["model_dir"]
+        self.device_name = args.device
+        self.device = torch_device(args.device)
+        check_precision(params, args.device)
+        if self.mode == "eval_all" and args.checkpoint_path:
+            raise UserError("--checkpoint_path does not go with --mode eval_all, which evaluates every "
+                            "checkpoint in model_dir")
+        seed_everything(self.runconfig["seed"])
+        self.train_loader = train_data_fn(params) if self.mode in TRAINS else None
+        self.eval_loader = eval_data_fn(params) if self.mode in EVALUATES else None
+        self.model = model_fn(params, self.device)
+        if not isinstance(self.model, PyTorchBaseModel):
+            raise TypeError(f"model_fn must return a PyTorchBaseModel, got {type(self.model).__name__}")
+        self.global_step = 0
+        self.data_state = None
+        self.checkpoint = self._starting_checkpoint()
+        self._eval_writer = None
+        # the vendor's metric objects on the model (AccuracyMetric, ...), by the key they report as
+        self.cb_metrics = cb_metrics_of(self.model, taken=("loss", *self.model.metrics))
+        self._uncalled_warned: set[str] = set()
+        self.steps = steps_fn(self)
+
+    # --- loading ------------------------------------------------------------------------
+
+    def _starting_checkpoint(self) -> str | None:
+        """Find and load the checkpoint this mode starts from (before model_dir is written).
+
+        Without --checkpoint_path: the newest in model_dir that reads (a damaged newer one is
+        skipped with a warning); an explicit --checkpoint_path that does not read is an error.
+        """
+        # a run that holds model_dir may rotate away the checkpoint this one is about to read
+        runlock.check_free(self.model_dir)
+        if self.mode == "eval_all":
+            checkpoints = list_checkpoints(self.model_dir)
+            if not checkpoints:
+                raise UserError(f"{self.model_dir}: no checkpoint_<step>.mdl to evaluate; train first")
+            # one must read, or the run fails before anything is written; evaluate_all skips the others
+            # that do not, with a warning each
+            last_readable(checkpoints[::-1], self.model_dir, warn=False)
+            return None
+        if self.args.checkpoint_path:
+            self._restore(self.args.checkpoint_path, weights_only=self.mode not in TRAINS)
+            return self.args.checkpoint_path
+        found = last_readable(list_checkpoints(self.model_dir), self.model_dir)
+        if found is None:
+            if self.mode in TRAINS:
+                return None
+            raise UserError(f"{self.model_dir}: no checkpoint to {self.mode}; train first or pass --checkpoint_path")
+        path, state = found
+        self._restore(path, weights_only=self.mode not in TRAINS, state=state)
+        return path
+
+    def _restore(self, path: str, weights_only: bool, state: dict | None = None) -> dict:
+        """Load ``path`` (``state``: already read from it) into the model."""
+        if state is None:
+            state = load_checkpoint(path)
+        other = None if weights_only else optimizer_mismatch(state["optimizer"], self.model.optimizer.state_dict())
+        if other:
+            raise UserError(f"{path}: does not fit this run: {other}")
+        try:
+            self.model.set_state(state, weights_only=weights_only)
+        except (RuntimeError, KeyError, ValueError) as e:
+            detail = describe_mismatch(state["model"], self.model.model.state_dict(), e)
+            raise UserError(f"{path}: does not fit this model: {detail} (a checkpoint of another model or "
+                            f"config?)") from None
+        self.global_step = int(state["global_step"])
+        if not weights_only:
+            if state.get("rng") is not None:
+                set_rng_state(state["rng"])
+            self.data_state = state.get("data_order")
+        if self.steps is not None:  # eval_all: the next checkpoint's weights into the backend
+            self.steps.restored()
+        return state
+
+    # --- modes --------------------------------------------------------------------------
+
+    def execute(self) -> dict | None:
+        # the first write into model_dir: another run there is refused here, before anything is written
+        lock = runlock.RunLock(self.model_dir, self.mode)
+        lock.acquire()
+        try:
+            save_params(self.params, self.model_dir, self.mode)
+            if self.checkpoint:
+                logger.info("starting from %s (step %d)", self.checkpoint, self.global_step)
+            if self.mode in TRAINS:
+                return self.train()
+            if self.mode == "eval":
+                return self.evaluate()
+            if self.mode == "eval_all":
+                return self.evaluate_all()
+            return self.predict()
+        finally:
+            if self._eval_writer is not None:
+                self._eval_writer.close()
+            lock.release()
+
+    def train(self) -> dict | None:
+        final = last_step(self.runconfig, self.global_step)
+        with_eval = self.mode == "train_and_eval"
+        if self.global_step >= final:
+            logger.info("already at step %d (max_steps %d): nothing to train", self.global_step, final)
+            return self.evaluate() if with_eval else None
+        rc = self.runconfig
+        started_at = self.global_step
+        order = TrainOrder(self.train_loader, rc["seed"], self.data_state)
+        batches = iter(order)
+        meter = TrainMeter(self.device_name, self.global_step, final, self.checkpoint,
+                           explicit_start=bool(self.args.checkpoint_path))
+        window = StepWindow()
+        writer = ScalarWriter(os.path.join(self.model_dir, "train"))
+        metrics = None
+
+        def save(step: int) -> None:
+            state = {**self.steps.state(), "global_step": step, "rng": rng_state(),
+                     "data_order": order.state()}
+            path = save_checkpoint(state, self.model_dir, step, rc["keep_checkpoint_max"])
+            meter.saved(path, step)
+            logger.info("saved %s", path)
+
+        try:
+            # Ctrl-C / SIGTERM: the step under way finishes, is saved, and the run stops (common/interrupt.py)
+            with stop_between_steps() as stop:
+                while self.global_step < final and not stop.requested:
+                    started = time.perf_counter()
+                    try:
+                        batch = next(batches)
+                    except Exception:
+                        if stop.requested:  # DataLoader workers got the terminal's Ctrl-C as well, and quit
+                            break
+                        raise
+                    fetched = time.perf_counter()
+                    loss = self.steps.train(batch)
+                    step = self.global_step = self.global_step + 1
+                    if step == started_at + 1:
+                        report_unused(self.params)  # by the end of the first step, model and data code read their keys
+                    window.add(batch_size(batch), fetched - started, time.perf_counter() - started)
+                    if not math.isfinite(loss):
+                        raise NonFiniteLossError(f"step {step}: the loss is {loss}; training stopped, the last good "
+                                                 f"checkpoint is {meter.checkpoint or 'none (none was written)'}")
+                    if step % rc["log_steps"] == 0 or step == final:
+                        rate = window.end(step)
+                        logger.info(meter.line(step, loss, rate))
+                        # the learning rate this step used: the schedule at the step count before it
+                        values = {"loss": loss, "lr": self.model.schedule(step - 1), "samples_per_sec": rate}
+                        if self.steps.loss_scale() is not None:
+                            values["loss_scale"] = self.steps.loss_scale()
+                        writer.scalars(step, values)
+                        writer.flush()
+                    if (rc["checkpoint_steps"] and step % rc["checkpoint_steps"] == 0) or step == final:
+                        save(step)
+                        if with_eval:
+                            metrics = self.evaluate()
+                if stop.requested and self.global_step < final:
+                    if meter.checkpoint_step != self.global_step:
+                        save(self.global_step)
+                    raise Interrupted(stop.signum, meter.interrupted(stop.signum, self.global_step))
+        except Interrupted as e:
+            if str(e):
+                raise
+            # a second signal, mid-step: the newest complete checkpoint is where the same command resumes
+            raise Interrupted(e.signum, meter.interrupted(e.signum, self.global_step)) from None
+        finally:
+            writer.close()
+        return metrics
+
+    def _eval_scalars(self) -> ScalarWriter:
+        if self._eval_writer is None:
+            self._eval_writer = ScalarWriter(os.path.join(self.model_dir, "eval"))
+        return self._eval_writer
+
+    def evaluate(self) -> dict[str, float]:
+        """Loss (mean over examples) and every metric of the model over the eval set.
+
+        The model's own metrics (``model.metrics``) are fed each batch's outputs here; the
+        vendor's (``self.cb_metrics``) are fed by the model's ``__call__`` itself (on the
+        emulator, by EmulatorSteps.eval) and reported under their name without its
+        "eval/" prefix. A vendor metric that no eval batch called is left out, with a warning.
+        """
+        model = self.model
+        for metric in (*model.metrics.values(), *self.cb_metrics.values()):
+            metric.reset()  # calls made while training (if the model makes any) do not count
+        total_loss, examples = 0.0, 0
+        for batch in eval_batches(self.eval_loader, self.runconfig["seed"], self.runconfig["eval_steps"]):
+            loss, outputs = self.steps.eval(batch)
+            size = batch_size(batch)
+            total_loss += loss * size
+            examples += size
+            if model.metrics:
+                batch = to_numpy(batch)
+                for metric in model.metrics.values():
+                    metric.update(outputs, batch)
+        if examples == 0:
+            raise UserError("eval data yielded no batches (is the eval set smaller than eval_input.batch_size "
+                            "with drop_last?)")
+        metrics = {"loss": total_loss / examples, **{name: m.result() for name, m in model.metrics.items()},
+                   **self._cb_results()}
+        logger.info(eval_line(self.device_name, self.global_step, metrics))
+        writer = self._eval_scalars()
+        writer.scalars(self.global_step, metrics)
+        writer.flush()
+        return metrics
+
+    def _cb_results(self) -> dict[str, float]:
+        results = {}
+        for key, metric in self.cb_metrics.items():
+            if metric.num_updates:
+                results[key] = float(metric.compute())
+            elif key not in self._uncalled_warned:
+                self._uncalled_warned.add(key)
+                logger.warning("metric %r (%s) was not called during eval: not reported (is it called in __call__ "
+                               "when not self.model.training?)", metric.name, type(metric).__name__)
+        return results
+
+    def evaluate_all(self) -> dict[int, dict[str, float]]:
+        results = {}
+        for step, path in list_checkpoints(self.model_dir):
+            try:
+                self._restore(path, weights_only=True)
+            except UnreadableCheckpoint as e:
+                logger.warning("%s; skipped", e)
+                continue
+            results[self.global_step] = self.evaluate()
+        return results
+
+    def predict(self) -> str:
+        """The model's outputs over the eval set, concatenated per name, in model_dir/predictions.npz."""
+        collected: dict[str, list[np.ndarray]] = {}
+        for batch in eval_batches(self.eval_loader, self.runconfig["seed"], self.runconfig["eval_steps"]):
+            _, outputs = self.steps.eval(batch)
+            if not outputs:
+                raise UserError("predict: the model's __call__ returned the loss alone; return "
+                                "(loss, {name: tensor}) to have outputs to write")
+            for name, value in outputs.items():
+                collected.setdefault(name, []).append(value)
+        if not collected:
+            raise UserError("eval data yielded no batches to predict on")
+        arrays = {name: np.concatenate(values) for name, values in collected.items()}  # (N, ...) each
+        path = os.path.join(self.model_dir, "predictions.npz")
+        with atomic_open(path, "wb") as f:
+            np.savez(f, **arrays)
+        examples = len(next(iter(arrays.values())))
+        logger.info("wrote the predictions of step %d over %d examples to %s", self.global_step, examples, path)
+        return path

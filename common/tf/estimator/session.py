@@ -1,0 +1,95 @@
+"""A built graph in an initialised TF session, and a checkpoint restored into it.
+
+The session is what the steps of every backend run in (common/tf/estimator/cs_estimator.py:
+SessionSteps, common/tf/device_run.py: EmulatorSteps, whose host it is).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+import tensorflow as tf
+
+from common.errors import UserError
+from common.tf.estimator import checkpoints
+from common.tf.estimator.graph import ModelGraph
+from common.tf.estimator.run_config import RunConfig
+
+logger = logging.getLogger("zoo")
+
+
+class GraphSession:
+    """A built graph with its session, initialised; ``restore`` loads a checkpoint into it."""
+
+    def __init__(self, built: ModelGraph, config: RunConfig):
+        self.built = built
+        with built.graph.as_default():
+            self._init = tf.group(tf.compat.v1.global_variables_initializer(),
+                                  tf.compat.v1.local_variables_initializer(), tf.compat.v1.tables_initializer())
+            self.local_init = tf.compat.v1.local_variables_initializer()
+        self.session = tf.compat.v1.Session(graph=built.graph, config=config.session_config)
+        self._restorers: dict[frozenset, Any] = {}
+        self.session.run([self._init, built.iterator.initializer])
+
+    def restore(self, path: str) -> None:
+        """Every variable of the graph that the checkpoint holds, and the input position when it
+        holds one for this input pipeline; a checkpoint of another model is a UserError."""
+        shapes = checkpoints.read_checkpoint(path)
+        trainable = {v.op.name for v in self.built.graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)}
+        present, missing = [], []
+        for v in self.built.variables:
+            name = v.op.name
+            if name not in shapes:
+                missing.append(name)
+            elif list(shapes[name]) != v.shape.as_list():
+                raise UserError(f"{path}: '{name}' has shape {list(shapes[name])} there, but the model's is "
+                                f"{v.shape.as_list()} (a checkpoint of another model or config?)")
+            else:
+                present.append(v)
+        lost = [name for name in missing if name in trainable]
+        if lost:
+            raise UserError(f"{path}: holds no '{lost[0]}'" + (f" (nor {len(lost) - 1} more model variables)"
+                            if len(lost) > 1 else "") + "; a checkpoint of another model?")
+        if missing:
+            logger.info("not in %s, initialised afresh: %s", path, ", ".join(missing))
+        key = frozenset(v.op.name for v in present)
+        if key not in self._restorers:
+            with self.built.graph.as_default():
+                self._restorers[key] = tf.compat.v1.train.Saver(var_list=present) if present else None
+        if self._restorers[key] is not None:
+            try:
+                with self.built.graph.as_default(), quiet_tf_logs():
+                    self._restorers[key].restore(self.session, path)
+            except tf.errors.OpError as e:
+                raise UserError(f"{path}: corrupt or unreadable checkpoint ({checkpoints.op_error_line(e)})") from None
+        saveable = self.built.iterator_saveable
+        if saveable is not None and all(spec.name in shapes for spec in saveable.specs):
+            try:
+                with self.built.graph.as_default(), quiet_tf_logs():
+                    tf.compat.v1.train.Saver(var_list=[saveable]).restore(self.session, path)
+            except tf.errors.OpError:
+                self.session.run(self.built.iterator.initializer)
+                logger.warning("%s: the input position there is for another input pipeline; the data starts "
+                               "from its beginning", path)
+        logger.info("restored %s", path)
+
+    def step(self) -> int:
+        return int(self.session.run(self.built.global_step))
+
+    def close(self) -> None:
+        self.session.close()
+
+
+@contextlib.contextmanager
+def quiet_tf_logs():
+    """TensorFlow's Python logger at ERROR: its deprecation notes about the v1 API this runner
+    uses on purpose, and its "Restoring parameters" lines, are not the user's concern."""
+    tf_logger = tf.get_logger()
+    level = tf_logger.level
+    tf_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        tf_logger.setLevel(level)
