@@ -22,12 +22,11 @@ set-ups do; here it is always on, since a stop between steps is a consistent sta
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
+import time
 from typing import Iterator
 
-logger = logging.getLogger("zoo")
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -94,8 +93,18 @@ class StopRequest:
         self.signum = signum
         for sig in SIGNALS:  # a second signal stops at once
             signal.signal(sig, _raise)
-        logger.warning("%s: stopping after the current step (send it again to stop at once)",
-                       signal.Signals(signum).name)
+        _warn(f"{signal.Signals(signum).name}: stopping after the current step (send it again to stop at once)")
+
+
+def _warn(text: str) -> None:
+    """A warning line, in the log's format, written from a signal handler: straight to file
+    descriptor 2, since the handler may run while the main thread is inside a write to
+    sys.stderr, and a second write into the same buffered stream raises "reentrant call"."""
+    line = f"{time.strftime('%H:%M:%S')} WARNING {text}\n"
+    try:
+        os.write(2, line.encode("utf-8", "replace"))
+    except OSError:  # stderr closed: the stop goes ahead, unannounced
+        pass
 
 
 @contextlib.contextmanager

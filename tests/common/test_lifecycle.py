@@ -182,6 +182,33 @@ def test_the_first_signal_asks_to_stop_the_second_stops_at_once():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+class _StderrInAWrite:
+    """sys.stderr as a signal finds it when it lands inside a write: any write is reentrant."""
+
+    def write(self, text):
+        raise RuntimeError("reentrant call inside <_io.BufferedWriter name='<stderr>'>")
+
+    def flush(self):
+        raise RuntimeError("reentrant call inside <_io.BufferedWriter name='<stderr>'>")
+
+
+def test_the_stop_warning_does_not_write_through_sys_stderr(monkeypatch, capfd):
+    # a signal landing while the log writes a line ran the handler's own log write into the
+    # same buffered stream: "RuntimeError: reentrant call" and a logging traceback
+    monkeypatch.setattr(sys, "stderr", _StderrInAWrite())
+    logging.getLogger("zoo").addHandler(handler := logging.StreamHandler(sys.stderr))
+    try:
+        with pytest.raises(Interrupted), stop_between_steps() as stop:
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert stop.requested
+            os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        logging.getLogger("zoo").removeHandler(handler)
+    err = capfd.readouterr().err
+    assert "WARNING SIGTERM: stopping after the current step (send it again to stop at once)" in err, err
+    assert "Logging error" not in err and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("start, explicit, saved, stopped, line", [
     (None, False, None, 3, "interrupted by SIGINT at step 3 of 100, before the first checkpoint; the same command "
                            "starts again from step 0"),
