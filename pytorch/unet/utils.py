@@ -39,8 +39,8 @@ def default_params() -> dict:
         "eval_input": _input(shuffle=False, batch_size=40),
         "optimizer": {"optimizer_type": "adam", "learning_rate": 0.002},
         "runconfig": {
-            "max_steps": 600,
-            "checkpoint_steps": 300,
+            "max_steps": 400,
+            "checkpoint_steps": 200,
             "log_steps": 50,
             "keep_checkpoint_max": 2,
             "seed": 0,
