@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common.errors import UserError
 from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.metrics import DiceCoefficientMetric, MeanIOUMetric
 
@@ -89,10 +90,9 @@ class UNetModel(PyTorchBaseModel):
 
 
 def model_fn(params: Mapping, device: torch.device) -> UNetModel:
+    levels = len(params["model"]["filters"]) - 1
     for size in params["model"]["image_size"]:
-        levels = len(params["model"]["filters"]) - 1
         if size % 2 ** levels:
-            from common.errors import UserError
             raise UserError(f"model.image_size {list(params['model']['image_size'])}: each side must divide by "
                             f"2^{levels} (the max pools of {levels} levels, len(model.filters) - 1)")
     return UNetModel(params, device)

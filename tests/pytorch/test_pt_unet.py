@@ -35,18 +35,15 @@ def test_the_network_keeps_the_image_size_and_gives_a_logit_per_class(upsampling
     assert ("ConvTranspose2d" in ups) == (upsampling == "transposed") and ("Upsample" in ups) != (upsampling == "transposed")
 
 
-def test_the_skips_carry_the_fine_detail():
-    # with the skips' channels zeroed in each fuse conv, the logits no longer see the top level's map
+def test_the_skip_feeds_the_decoder_the_encoders_map():
+    # the fuse conv reads [upsampled, skip]: zeroing its weights on the skip's channels changes the logits
     torch.manual_seed(0)
     net = model.UNet(1, 2, [4, 8], "transposed")
     x = torch.randn(1, 1, 8, 8)
     before = net(x)
     with torch.no_grad():
-        net.fuse[0][0].weight[:, 4:] = 0  # the concatenation is [upsampled, skip]
+        net.fuse[0][0].weight[:, 4:] = 0
     assert not torch.allclose(before, net(x))
-    x2 = x.clone()
-    x2[0, 0, 0, 0] += 1.0  # a change at one pixel reaches the bottleneck only pooled; the skip sees it sharp
-    assert net(x).shape == net(x2).shape
 
 
 def test_full_size_config_is_the_ronneberger_unet():
