@@ -32,7 +32,8 @@ def test_the_network_keeps_the_image_size_and_gives_a_logit_per_class(upsampling
     net = model.UNet(1, num_classes, [4, 8, 16], upsampling)
     assert net(torch.randn(2, 1, 16, 24)).shape == (2, channels, 16, 24)
     ups = [type(m).__name__ for m in net.up.modules()]
-    assert ("ConvTranspose2d" in ups) == (upsampling == "transposed") and ("Upsample" in ups) != (upsampling == "transposed")
+    transposed = upsampling == "transposed"
+    assert ("ConvTranspose2d" in ups) == transposed and ("Upsample" in ups) != transposed
 
 
 def test_the_skip_feeds_the_decoder_the_encoders_map():
