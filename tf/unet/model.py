@@ -69,7 +69,7 @@ def eval_metrics(labels: tf.Tensor, predictions: tf.Tensor, num_classes: int) ->
     MeanIOUMetric and DiceCoefficientMetric (and tf.compat.v1.metrics.mean_iou).
     """
     labels, predictions = tf.reshape(labels, [-1]), tf.reshape(predictions, [-1])
-    matrix = tf.math.confusion_matrix(labels, predictions, num_classes=num_classes, dtype=tf.float64)
+    matrix = tf.math.confusion_matrix(labels, predictions, num_classes=num_classes, dtype=tf.float32)
     mean_matrix, update = tf.compat.v1.metrics.mean_tensor(matrix)  # rows: labels, columns: predictions
     true_positives = tf.linalg.diag_part(mean_matrix)
     sums = tf.reduce_sum(mean_matrix, 0) + tf.reduce_sum(mean_matrix, 1)
