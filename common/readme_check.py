@@ -48,6 +48,8 @@ COLUMNS = {
     "test accuracy": ("eval", "accuracy", 100.0),  # printed as a percentage: "97.78 %"
     "test loss": ("eval", "loss", 1.0),
     "training loss": ("train", "loss", 1.0),
+    "test dice": ("eval", "dice_coefficient", 1.0),  # the segmentation models' (unet)
+    "test mean IoU": ("eval", "mean_iou", 1.0),
 }
 MARKER = re.compile(r"^    \$ (?P<command>.+?)\s*$")
 FIGURE = re.compile(r"^(?P<number>-?\d+(?:\.(?P<decimals>\d+))?)(?P<percent> %)?$")

@@ -97,9 +97,8 @@ _RAGGED = ("ragged tensors have a row length per example; the device needs stati
 # Layers the device has no kernel for, with the argument that decides it (None: always).
 UNSUPPORTED_LAYERS: dict[str, tuple[str | None, str]] = {
     "torch.nn.ConvTranspose1d": (None, "transposed convolution"),
-    "torch.nn.ConvTranspose2d": (None, "transposed convolution"),
+    "torch.nn.ConvTranspose2d": ("groups", "grouped transposed convolution"),  # conv_transpose2d takes groups=1
     "torch.nn.ConvTranspose3d": (None, "transposed convolution"),
-    "keras.layers.Conv2DTranspose": (None, "transposed convolution"),
     "keras.layers.Conv1DTranspose": (None, "transposed convolution"),
     "torch.nn.Conv1d": ("groups", "grouped convolution"),
     "torch.nn.Conv2d": ("groups", "grouped convolution"),

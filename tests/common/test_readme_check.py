@@ -112,14 +112,15 @@ def test_a_percentage_must_say_so(tmp_path):
 
 
 def test_the_zoo_readmes_checked_tables_parse():
-    """What tox -e train reruns: both mnist READMEs hold a checked table of their run.py."""
-    tables = {os.path.relpath(t.path, ROOT): t for path in readmes() for t in parse_tables(path)}
-    assert sorted(tables) == [os.path.join("pytorch", "mnist", "README.md"), os.path.join("tf", "mnist", "README.md")]
-    for path, table in tables.items():
+    """What tox -e train reruns: the mnist and unet READMEs hold checked tables of their run.py."""
+    tables = [(os.path.relpath(t.path, ROOT), t) for path in readmes() for t in parse_tables(path)]
+    assert sorted({path for path, _ in tables}) == [os.path.join(fw, model, "README.md") for fw in ("pytorch", "tf")
+                                                    for model in ("mnist", "unet")]
+    for path, table in tables:
         script = table.command.split(" python ")[1].split()[0]
         assert os.path.isfile(os.path.join(ROOT, script)) and os.path.dirname(script) == os.path.dirname(path)
         assert "THREADS=" in table.command  # the figures depend on the thread count: pinned
-        assert len(table.figures) == 6
+        assert len(table.figures) >= 4
 
 
 def test_runs_as_a_module():
