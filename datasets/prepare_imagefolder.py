@@ -24,6 +24,7 @@ SPLITS = ("train", "val")
 
 def check_images(samples: list[tuple[str, int]]) -> None:
     """Decode each image (one at a time: ImageNet does not fit in memory); one line on the first that fails."""
+    import common.tf.run  # noqa: F401  (the runners' import of TensorFlow, which drops its start-up noise)
     import tensorflow as tf
 
     for path, _ in samples:

@@ -60,8 +60,9 @@ def check_batch(input_params: Mapping, count: int, train: bool) -> None:
 
 
 def array_input(images: np.ndarray, labels: np.ndarray, input_params: Mapping, dataset: str,
-                train: bool, seed: int) -> tf.data.Dataset:
-    """Batches of (images (B, H, W, C) float32 normalised, labels (B,) int64) from uint8 arrays."""
+                train: bool, seed: int, upscale: int = 1) -> tf.data.Dataset:
+    """Batches of (images (B, H, W, C) float32 normalised, labels (B,) int64) from uint8 arrays,
+    each pixel repeated ``upscale`` times along H and W in the map (a small constant in the graph)."""
     count = len(labels)
     check_batch(input_params, count, train)
     images_t, labels_t = tf.constant(images), tf.constant(labels)  # (N, H, W, C) uint8, (N,) int64
@@ -71,6 +72,8 @@ def array_input(images: np.ndarray, labels: np.ndarray, input_params: Mapping, d
 
     def gather(batch, indices):  # the batch's number (counting every epoch's), (B,) int64
         x = tf.cast(tf.gather(images_t, indices), tf.float32) / 255.0  # (B, H, W, C) in [0, 1]
+        if upscale > 1:
+            x = tf.repeat(tf.repeat(x, upscale, axis=1), upscale, axis=2)  # (B, H*k, W*k, C)
         x = augment(x, padding, flip, tf.stack([tf.constant(seed, tf.int64), 2 * batch]))
         return (x - mean) / std, tf.gather(labels_t, indices)
 
@@ -142,9 +145,12 @@ def input_fn(params: Mapping, mode: str) -> tf.data.Dataset:
     if dataset == "imagefolder":
         data, description = record_input(input_params, model, train)
     else:
-        split = "train" if train else "test"
+        split, size, upscale = "train" if train else "test", model["image_size"], 1
         if dataset == "digits":
-            images, labels, description = digits_arrays(split, model["image_size"], model["num_channels"])
+            if size > 32 and size % 32 == 0:  # 224: the 32x32 digits go in the graph, repeated 7x7 in the map
+                size, upscale = 32, size // 32
+            images, labels, description = digits_arrays(split, size, model["num_channels"])
+            description = description.replace(f"{size}x{size}x", f"{size * upscale}x{size * upscale}x")
         else:
             images, labels, description = read_cifar10(input_params["data_dir"], split)
             if model["num_classes"] != 10:
@@ -153,11 +159,12 @@ def input_fn(params: Mapping, mode: str) -> tf.data.Dataset:
         # (a compile needs only a batch's shapes: README.md)
         if model["num_classes"] < 10:
             raise UserError(f"{description}: 10 classes, but model.num_classes is {model['num_classes']}")
-        if images.shape[1:] != (model["image_size"], model["image_size"], model["num_channels"]):
+        if (images.shape[1] * upscale, images.shape[2] * upscale, images.shape[3]) != \
+                (model["image_size"], model["image_size"], model["num_channels"]):
             raise UserError(f"{description}: images are {'x'.join(map(str, images.shape[1:]))}, but the model "
                             f"takes model.image_size {model['image_size']} x model.num_channels "
                             f"{model['num_channels']}")
-        data = array_input(images, labels, input_params, dataset, train, params["runconfig"]["seed"])
+        data = array_input(images, labels, input_params, dataset, train, params["runconfig"]["seed"], upscale)
     logger.info("data (%s): %s", "train" if train else "eval", description)
     return data
 
