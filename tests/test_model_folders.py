@@ -71,13 +71,19 @@ def test_model_dir_is_derived_from_framework_folder_and_config():
     assert default_model_dir("tf", "/x/tf/mine", "/y/big.yaml") == os.path.join("model_dir", "tf_mine_big")
 
 
-def test_the_two_mnist_models_share_their_defaults():
-    """pytorch/mnist and tf/mnist are deliberate twins: the same keys and defaults but for the
+TWINS = ("mnist", "resnet")  # folders that exist in both frameworks with the same keys and defaults
+TWIN_CONFIGS = [("mnist", "params.yaml"), ("mnist", "params_tiny.yaml"), ("resnet", "params.yaml"),
+                ("resnet", "params_tiny.yaml"), ("resnet", "resnet18_cifar.yaml"), ("resnet", "resnet50_imagenet.yaml")]
+
+
+@pytest.mark.parametrize("name", TWINS)
+def test_the_two_frameworks_twins_share_their_defaults(name):
+    """pytorch/<name> and tf/<name> are deliberate twins: the same keys and defaults but for the
     input's parallelism (DataLoader num_workers, tf.data num_parallel_calls) and model_dir."""
     from common.folder import import_beside
 
     def defaults(framework):
-        utils = import_beside(os.path.join(zoo.ROOT, framework, "mnist", "utils.py"), "utils")
+        utils = import_beside(os.path.join(zoo.ROOT, framework, name, "utils.py"), "utils")
         params = utils.default_params()
         for section in ("train_input", "eval_input"):
             params[section].pop("num_workers", None)
@@ -88,16 +94,16 @@ def test_the_two_mnist_models_share_their_defaults():
     assert defaults("pytorch") == defaults("tf")
 
 
-@pytest.mark.parametrize("config", ["params.yaml", "params_tiny.yaml"])
-def test_the_two_mnist_twins_configs_agree(config):
+@pytest.mark.parametrize("name, config", TWIN_CONFIGS)
+def test_the_twins_configs_agree(name, config):
     """Each config file of the twins gives the same effective params (but for the input's
     parallelism and the derived model_dir), so that their README figures compare."""
     from common.folder import import_beside
     from common.params import load_params, thaw
 
     def effective(framework):
-        utils = import_beside(os.path.join(zoo.ROOT, framework, "mnist", "utils.py"), "utils")
-        params = thaw(load_params(os.path.join(zoo.ROOT, framework, "mnist", "configs", config),
+        utils = import_beside(os.path.join(zoo.ROOT, framework, name, "utils.py"), "utils")
+        params = thaw(load_params(os.path.join(zoo.ROOT, framework, name, "configs", config),
                                   utils.default_params(), model_dir=None))
         for section in ("train_input", "eval_input"):
             params[section].pop("num_workers", None)

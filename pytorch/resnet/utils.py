@@ -49,9 +49,9 @@ def default_params() -> dict:
         "optimizer": {"optimizer_type": "momentum", "learning_rate": 0.05, "momentum": 0.9,
                       "weight_decay": 0.0005},
         "runconfig": {
-            "max_steps": 300,
-            "checkpoint_steps": 150,
-            "log_steps": 50,
+            "max_steps": 100,
+            "checkpoint_steps": 50,
+            "log_steps": 10,
             "keep_checkpoint_max": 2,
             "seed": 0,
         },
