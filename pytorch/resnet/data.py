@@ -17,6 +17,7 @@ runs on the whole batch. Images are normalised with the source's per-channel mea
 import logging
 import os
 import pickle
+import zlib
 from typing import Mapping
 
 import numpy as np
@@ -32,16 +33,17 @@ from common.errors import UserError
 logger = logging.getLogger("zoo")
 
 
-def augment(images: torch.Tensor, padding: int, flip: bool) -> torch.Tensor:
+def augment(images: torch.Tensor, padding: int, flip: bool, generator: torch.Generator | None = None
+            ) -> torch.Tensor:
     """(B, C, H, W) -> (B, C, H, W): each image cropped at a random offset from its zero-padded
     self, and mirrored left-right with probability 1/2 when ``flip``."""
     b, _, h, w = images.shape
     if padding:
         padded = torch.nn.functional.pad(images, (padding, padding, padding, padding))  # (B, C, H+2p, W+2p)
-        offsets = torch.randint(0, 2 * padding + 1, (b, 2))
+        offsets = torch.randint(0, 2 * padding + 1, (b, 2), generator=generator)
         images = torch.stack([padded[i, :, y:y + h, x:x + w] for i, (y, x) in enumerate(offsets.tolist())])
     if flip:
-        mirrored = torch.rand(b) < 0.5
+        mirrored = torch.rand(b, generator=generator) < 0.5
         images = torch.where(mirrored[:, None, None, None], images.flip(-1), images)
     return images
 
@@ -49,14 +51,15 @@ def augment(images: torch.Tensor, padding: int, flip: bool) -> torch.Tensor:
 class ImageArrays(Dataset):
     """uint8 images (N, H, W, C) and labels (N,), served as normalised float32 (B, C, H, W) batches."""
 
-    def __init__(self, images: np.ndarray, labels: np.ndarray, dataset: str, padding: int = 0, flip: bool = False):
+    def __init__(self, images: np.ndarray, labels: np.ndarray, dataset: str, padding: int = 0, flip: bool = False,
+                 seed: int = 0):
         self.images = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()  # (N, C, H, W) uint8
         self.labels = torch.from_numpy(labels).long()  # (N,)
         mean, std = MEAN_STD[dataset]
         channels = images.shape[-1]
         self.mean = torch.tensor(mean[:channels]).view(1, -1, 1, 1)
         self.std = torch.tensor(std[:channels]).view(1, -1, 1, 1)
-        self.padding, self.flip = padding, flip
+        self.padding, self.flip, self.seed = padding, flip, seed
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -68,7 +71,11 @@ class ImageArrays(Dataset):
     def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         # the DataLoader fetches a whole batch through here; collate_batch passes it on as is
         images = self.images[indices].float().div(255)  # (B, C, H, W) in [0, 1]
-        images = augment(images, self.padding, self.flip)
+        # the crops and flips of a batch follow from (seed, its indices), not from the global RNG:
+        # the emulator's capture of a first batch, or a resume, leaves the draws of training as they were
+        key = zlib.crc32(np.asarray(indices, np.int64).tobytes())
+        generator = torch.Generator().manual_seed(self.seed * 2**32 + key)
+        images = augment(images, self.padding, self.flip, generator)
         return images.sub(self.mean).div(self.std), self.labels[indices]
 
 
@@ -149,7 +156,8 @@ def _dataloader(params: Mapping, train: bool) -> DataLoader:
                                                         model["num_channels"])
         else:
             images, labels, description = cifar10_arrays(input_params["data_dir"], train)
-        data, classes, collate = ImageArrays(images, labels, dataset, padding, flip), 10, collate_batch
+        data = ImageArrays(images, labels, dataset, padding, flip, params["runconfig"]["seed"])
+        classes, collate = 10, collate_batch
         if images.shape[1:] != (model["image_size"], model["image_size"], model["num_channels"]):
             raise UserError(f"{description}: images are {'x'.join(map(str, images.shape[1:]))}, but the model "
                             f"takes model.image_size {model['image_size']} x model.num_channels "
