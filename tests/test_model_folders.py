@@ -71,9 +71,11 @@ def test_model_dir_is_derived_from_framework_folder_and_config():
     assert default_model_dir("tf", "/x/tf/mine", "/y/big.yaml") == os.path.join("model_dir", "tf_mine_big")
 
 
-TWINS = ("mnist", "unet")  # folders that exist in both frameworks with the same keys and defaults
-TWIN_CONFIGS = [("mnist", "params.yaml"), ("mnist", "params_tiny.yaml"), ("unet", "params.yaml"),
-                ("unet", "params_tiny.yaml"), ("unet", "unet_512.yaml")]
+TWINS = ("mnist", "resnet", "unet")  # folders that exist in both frameworks with the same keys and defaults
+TWIN_CONFIGS = [("mnist", "params.yaml"), ("mnist", "params_tiny.yaml"),
+                ("resnet", "params.yaml"), ("resnet", "params_tiny.yaml"), ("resnet", "resnet18_cifar.yaml"),
+                ("resnet", "resnet50_imagenet.yaml"),
+                ("unet", "params.yaml"), ("unet", "params_tiny.yaml"), ("unet", "unet_512.yaml")]
 
 
 @pytest.mark.parametrize("name", TWINS)
