@@ -176,6 +176,8 @@ SUGGESTIONS.update({
     "DynamicPartition": f"{_DYNAMIC_SHAPES}: multiply by a mask per partition instead",
     "DynamicStitch": "tf.where(cond, a, b) or a one-hot mask",
     "ArgSort": "sort in the input pipeline, or tf.argmax if only the extreme is needed",
+    **{op: _FFT_ON_HOST for op in ("Real", "Imag", "ComplexAbs", "Angle", "Conj")},
+    "GatherNd": "tf.gather on one axis (with batch_dims), or a one-hot matmul",
 })
 
 # framework op -> the call a user writes, for frontends that record only the op (TF op types);
@@ -198,6 +200,8 @@ CALLS: dict[str, str] = {
     "SparseReduceSum": "tf.sparse.reduce_sum", "SparseTensorDenseMatMul": "tf.sparse.sparse_dense_matmul",
     "RaggedTensorToTensor": "tf.RaggedTensor.to_tensor", "HistogramFixedWidth": "tf.histogram_fixed_width",
     "ResizeBicubic": "tf.image.resize(method='bicubic')",
+    "Real": "tf.math.real", "Imag": "tf.math.imag", "ComplexAbs": "tf.abs of a complex tensor",
+    "GatherNd": "tf.gather_nd",
 }
 
 
@@ -323,8 +327,12 @@ def _check_ops(graph: Graph) -> list[tuple[str, Finding]]:
     """Unsupported ops; nodes that disagree with their op's record (a frontend bug, or a dtype
     the op does not take); values the graph never defines."""
     out = []
+    inherited: set[str] = set()  # outputs of ops refused only because an input is
     for node in graph.nodes:
         record = OPS.get(node.op)
+        if record is None and (node.attrs.get("inherited") or inherited & set(node.inputs)):
+            inherited.update(node.outputs)
+            continue  # refused only because an input is, which is reported where it starts
         if record is None:
             # the op itself is named in front of the message (Finding.what); an IR op the frontend
             # named otherwise (a graph built by hand) is named here
@@ -374,6 +382,8 @@ def _check_against_record(graph: Graph, node: Node, record: OpRecord) -> list[tu
     op's shape and dtype rules give (shapes come from the framework, so a mismatch is a frontend bug)."""
     out = []
     values = [graph.values[v] for v in node.inputs]
+    if any(d is None for v in values for d in v.shape):
+        return []  # a dynamic input, reported where it starts: no rule can check a shape it does not know
     for index, value in enumerate(values):
         accepted = record.input_dtypes(index)
         if value.dtype in DEVICE_DTYPES and value.dtype not in accepted:
@@ -455,6 +465,8 @@ def _check_shapes(graph: Graph) -> list[tuple[str, Finding]]:
     for node in graph.nodes:
         if any(dynamic(v) for v in node.inputs):
             continue  # inherited: reported where the dynamic dimension came in
+        if node.op not in OPS:
+            continue  # an unsupported op, reported as one: its data-dependent size is why (the suggestion says)
         for v in node.outputs:
             if dynamic(v):
                 message = (f"output {v!r} of {node.op!r} has a dynamic shape {_shape(graph.values[v].shape)}; "
