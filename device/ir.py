@@ -28,11 +28,13 @@ from device.optimizer import OptimizerSpec  # a Graph's optimizer (device/optimi
 
 @dataclass(frozen=True)
 class SourceLoc:
-    """Where a node came from: the framework op and the user's file and line."""
+    """Where a node came from: the framework op, the user's file and line, and the call the
+    user wrote there when the frontend knows it (``nn.BCEWithLogitsLoss``, ``torch.cumprod``)."""
 
     framework_op: str
     file: str = "<unknown>"
     line: int = 0
+    call: str = ""
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line} ({self.framework_op})"

@@ -38,10 +38,12 @@ Known differences from torch, by design of the IR:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 import os
 import re
+import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -123,12 +125,12 @@ def capture(step_fn: Callable, module: torch.nn.Module, batch, *, optimizer: tor
     modes = {m: m.training for m in module.modules()}
     module.train()
     try:
-        exported = torch.export.export(wrapper, tuple(batch), strict=False)
+        with _every_frame():
+            exported = torch.export.export(wrapper, tuple(batch), strict=False)
     except UserError:
         raise
     except Exception as e:  # noqa: BLE001 - any tracing failure is the user's step: say so in one line
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"torch.export could not capture the training step: {first}") from e
+        raise UserError(_export_failure(e)) from e
     finally:
         for m, training in modes.items():
             m.train(training)
@@ -183,6 +185,58 @@ class _Step(torch.nn.Module):
         return result, {str(k): v for k, v in outputs.items()}
 
 
+@contextlib.contextmanager
+def _every_frame():
+    """Keep every frame from the traced ``forward`` inwards in node stack traces.
+
+    Export keeps only frames named ``forward`` (and registered anchors), so an op in a helper
+    function the user's forward calls (a loss written as a function) would be placed at the
+    forward's line; with every frame kept, ``_source_loc`` finds the helper's own line.
+    """
+    tracer = torch.fx.proxy.TracerBase
+    original = getattr(tracer, "_filter_traceback_frames", None)
+    if original is None:  # a torch without the hook: export's own frames
+        yield
+        return
+
+    def every_frame(self, summary):
+        forward_only = self._record_forward_stack_traces_only
+        self._record_forward_stack_traces_only = False
+        try:
+            return original(self, summary)
+        finally:
+            self._record_forward_stack_traces_only = forward_only
+
+    tracer._filter_traceback_frames = every_frame
+    try:
+        yield
+    finally:
+        tracer._filter_traceback_frames = original
+
+
+# what torch.export's refusals mean, in the user's words
+_EXPORT_HINTS = (
+    ("data-dependent", "control flow or a size that depends on a tensor's values (if on a tensor, .item(), "
+                       ".tolist(), a slice bound read from a tensor): the device runs one static graph; use "
+                       "torch.where or a mask instead of branching, and sizes known from the input shapes"),
+    ("sparse", "sparse tensors are not device data: use dense tensors"),
+)
+
+
+def _export_failure(error: Exception) -> str:
+    """One line: the user's file and line where tracing stopped, what stopped it, and what to do."""
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else type(error).__name__
+    where = ""
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        real = os.path.realpath(frame.filename)
+        if not frame.filename.startswith("<") and not any(real.startswith(d + os.sep) for d in _INTERNAL_DIRS):
+            where = f"{frame.filename}:{frame.lineno}: {(frame.line or '').strip()}: "
+            break
+    hint = next((h for key, h in _EXPORT_HINTS if key in text.lower() or key in type(error).__name__.lower()), "")
+    return f"{where}torch.export could not capture the training step: {first}" + (f" ({hint})" if hint else "")
+
+
 def _ir_dtype(dtype: torch.dtype) -> str:
     return _DTYPES.get(dtype, str(dtype).removeprefix("torch."))
 
@@ -201,14 +255,49 @@ _INTERNAL_DIRS = _internal_dirs()
 
 
 def _source_loc(node: torch.fx.Node) -> SourceLoc:
-    """The innermost frame of the node's stack trace that is the user's own code."""
-    op = str(node.target)
+    """The innermost frame of the node's stack trace that is the user's own code, and the call
+    the user wrote there."""
+    op, call = str(node.target), _user_call(node)
     frames = _FRAME.findall(node.meta.get("stack_trace") or "")
     for path, line in reversed(frames):
         real = os.path.realpath(path)
-        if not any(real.startswith(d + os.sep) for d in _INTERNAL_DIRS):
-            return SourceLoc(op, path, int(line))
-    return SourceLoc(op)
+        # "<eval_with_key>" is code torch generated (the branches of torch.cond)
+        if not path.startswith("<") and not any(real.startswith(d + os.sep) for d in _INTERNAL_DIRS):
+            return SourceLoc(op, path, int(line), call)
+    return SourceLoc(op, call=call)
+
+
+# Python operators on tensors, as the user wrote them
+_OPERATORS = {"__and__": "&", "__rand__": "&", "__or__": "|", "__ror__": "|", "__xor__": "^", "__rxor__": "^",
+              "__invert__": "~", "__lshift__": "<<", "__rshift__": ">>", "__mod__": "%", "__rmod__": "%",
+              "__floordiv__": "//", "__rfloordiv__": "//", "__pow__": "**", "__rpow__": "**", "__matmul__": "@",
+              "__getitem__": "tensor[...]", "__setitem__": "tensor[...] = ...", "__add__": "+", "__radd__": "+",
+              "__sub__": "-", "__rsub__": "-", "__mul__": "*", "__rmul__": "*", "__truediv__": "/",
+              "__rtruediv__": "/", "__neg__": "-", "__abs__": "abs", "__lt__": "<", "__le__": "<=", "__gt__": ">",
+              "__ge__": ">=", "__eq__": "==", "__ne__": "!="}
+
+
+def _user_call(node: torch.fx.Node) -> str:
+    """The call the user wrote that made this node: the torch.nn layer it runs in
+    (``nn.BCEWithLogitsLoss``), else the torch function, Tensor method or Python operator
+    (``torch.cumprod``, ``F.pad``, ``Tensor.sort``, ``&``); empty if export recorded neither."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if stack:
+        _, kind = list(stack.values())[-1]
+        kind = kind if isinstance(kind, str) else f"{kind.__module__}.{kind.__qualname__}"
+        if kind.startswith("torch.nn.modules."):
+            return "nn." + kind.rsplit(".", 1)[-1]
+    fn = node.meta.get("torch_fn")
+    if not (isinstance(fn, tuple) and len(fn) == 2 and isinstance(fn[1], str) and "." in fn[1]):
+        return ""
+    kind, name = fn[1].split(".", 1)
+    if name in _OPERATORS:
+        return _OPERATORS[name]
+    if kind in ("method_descriptor", "method", "getset_descriptor"):
+        return f"Tensor.{name}"
+    if kind in ("builtin_function_or_method", "function"):
+        return f"F.{name}" if hasattr(torch.nn.functional, name) else f"torch.{name}"
+    return name
 
 
 def _bind(node: torch.fx.Node) -> dict[str, Any]:
@@ -286,7 +375,13 @@ class _Lowering:
             else:
                 handler = _LOWERINGS.get(str(node.target))
                 first_new = len(self.g.nodes)
-                result = handler(self, node, **_bind(node)) if handler else None
+                try:
+                    result = handler(self, node, **_bind(node)) if handler else None
+                except (TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
+                    # arguments the handler cannot read (a size computed from the data is an FX
+                    # node, not an int): refused at the user's line, with what it could not read
+                    del self.g.nodes[first_new:]
+                    result = self.decline(f"arguments it cannot take ({type(error).__name__}: {error})")
                 if result is None:
                     result = self._unsupported(node)
                 self.env[node] = self._adopt_name(result, first_new)
@@ -302,6 +397,9 @@ class _Lowering:
                 val = node.meta["val"]
                 self.env[node] = self.g.add_value(node.name, _ir_shape(val.shape), _ir_dtype(val.dtype))
                 self.g.inputs.append(node.name)
+                continue
+            if spec.target is None:  # an effect token (ops with side effects are ordered by these): no data
+                self.env[node] = None
                 continue
             key = spec.target.removeprefix(_Step._PREFIX)
             if spec.kind == InputKind.PARAMETER:
@@ -471,8 +569,16 @@ class _Lowering:
         return None
 
     def _tensor_args(self, node: torch.fx.Node) -> list[str]:
+        """The IR values of a node's arguments; an argument that is no value (the branch
+        graphs of torch.cond, a result the lowering did not produce) is left out."""
         args: list[str] = []
-        torch.fx.node.map_arg((node.args, node.kwargs), lambda a: args.append(self.tensor(a)))
+
+        def add(arg):
+            if arg in self.env or arg in self.missing or arg in self.known:
+                name = self.tensor(arg)
+                if isinstance(name, str):
+                    args.append(name)
+        torch.fx.node.map_arg((node.args, node.kwargs), add)
         return args
 
     def _unsupported(self, node: torch.fx.Node, op: str | None = None, inputs: list[str] | None = None):
@@ -485,6 +591,9 @@ class _Lowering:
         for v in (val if many else [val]):
             if isinstance(v, torch.Tensor):
                 outputs.append(self.new_value(_ir_shape(v.shape), _ir_dtype(v.dtype)))
+            elif isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):  # a number read from the data
+                outputs.append(self.new_value((), {torch.SymInt: "int64", torch.SymFloat: "float32"}.get(type(v),
+                                                                                                          "bool")))
             else:
                 outputs.append(None)
         attrs = {"reason": self.reason} if self.reason else {}

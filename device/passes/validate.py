@@ -90,6 +90,121 @@ SUGGESTIONS.update({
 })
 
 
+# the common ops the device lacks, and what to write instead
+_NO_SCAN = ("a product along an axis: exp(cumsum(log(x))) for positive x, or compute it in the input pipeline")
+_INT_BITS = ("bit operations on integers: compute them in the input pipeline; on bool masks use "
+             "logical and / or / not (&, |, ~ on bool tensors)")
+_BRANCH = ("control flow on a tensor's value: the device runs one static graph; compute both branches and "
+           "pick with where(cond, a, b), or unroll a loop to a fixed count")
+_SPARSE = "sparse tensors are not device data: use dense tensors (to_dense in the input pipeline)"
+_RAGGED = "ragged tensors are not device data: pad to a fixed length in the input pipeline and pass a mask"
+_SCATTER = "an indexed write: build the result from a one-hot mask (one_hot, mul, add, reduce)"
+_DEPTHWISE = ("a depthwise (grouped) convolution: one Conv2D per channel group joined by concat, or a full "
+              "Conv2D")
+_LINALG = "linear algebra beyond matmul: compute it in the input pipeline, or on the host (host_call)"
+_SAMPLE = "sampling in the model: draw the samples in the input pipeline and feed them as a batch tensor"
+_STRINGS = "strings are not device data: turn them into int ids in the input pipeline (tf.data map)"
+SUGGESTIONS.update({
+    "aten.cumprod.default": _NO_SCAN,
+    "aten.prod.dim_int": "a product: exp(sum(log(x))) for positive x, or compute it in the input pipeline",
+    "aten.prod.default": "a product: exp(sum(log(x))) for positive x, or compute it in the input pipeline",
+    **{f"aten.{op}.{overload}": _INT_BITS for op in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+                                                       "bitwise_left_shift", "bitwise_right_shift",
+                                                       "__lshift__", "__rshift__")
+       for overload in ("Tensor", "Scalar", "default")},
+    "aten.argsort.default": "sort in the input pipeline, or argmax if only the extreme is needed",
+    "aten.argsort.stable": "sort in the input pipeline, or argmax if only the extreme is needed",
+    "aten.median.dim": "compute the median on the host, or use reduce_mean",
+    "aten.scatter_reduce.two": _SCATTER,
+    "aten.scatter.src": _SCATTER,
+    "aten.scatter.value": _SCATTER,
+    "aten.scatter_add.default": _SCATTER,
+    "aten.index_add.default": _SCATTER,
+    "aten.slice_scatter.default": ("an in-place write into a view (x[:, :2].exp_()): build the new tensor with "
+                                   "torch.cat of the slices instead"),
+    "aten.select_scatter.default": "an in-place write into a view: build the new tensor with torch.stack / cat",
+    "aten.remainder.Scalar": "x - floor(x / n) * n (floor_divide, mul, sub)",
+    "aten.remainder.Tensor": "x - floor(x / n) * n (floor_divide, mul, sub)",
+    "aten.repeat_interleave.Tensor": f"{_DYNAMIC_SHAPES}: repeat by a Python int (x.repeat_interleave(2))",
+    "aten.bincount.default": f"{_DYNAMIC_SHAPES}: one_hot(x, n).sum(0) with a fixed n",
+    "aten.histc.default": "one_hot of the bucket ids, summed, with a fixed number of buckets",
+    "aten.multinomial.default": _SAMPLE,
+    "aten.bernoulli.default": _SAMPLE,
+    "aten.bernoulli.p": _SAMPLE,
+    "aten.normal.Tensor_Tensor": _SAMPLE,
+    "aten.linalg_inv_ex.default": _LINALG,
+    "aten._linalg_svd.default": _LINALG,
+    "aten._linalg_det.default": _LINALG,
+    "aten.linalg_solve_ex.default": _LINALG,
+    "aten._to_sparse.default": _SPARSE,
+    "aten._to_sparse.sparse_dim": _SPARSE,
+    "aten._sparse_sum.dim": _SPARSE,
+    "aten._to_dense.default": _SPARSE,
+    "cond": _BRANCH,
+    "while_loop": _BRANCH,
+    "aten.scalar_tensor.default": "keep the value a tensor; a number read from the data breaks the static graph",
+    # tensorflow
+    "Cumprod": _NO_SCAN,
+    "Prod": "a product: tf.exp(tf.reduce_sum(tf.math.log(x))) for positive x, or compute it in the input pipeline",
+    **{op: _INT_BITS for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor", "Invert", "LeftShift", "RightShift")},
+    "DepthwiseConv2dNative": _DEPTHWISE,
+    "If": _BRANCH, "StatelessIf": _BRANCH, "While": _BRANCH, "StatelessWhile": _BRANCH,
+    "Switch": _BRANCH, "Merge": _BRANCH, "Enter": _BRANCH, "Exit": _BRANCH, "LoopCond": _BRANCH,
+    "NextIteration": _BRANCH,
+    **{op: _SPARSE for op in ("SparseTensorDenseMatMul", "SparseReduceSum", "SparseReduceSumSparse",
+                              "SparseToDense", "SparseAdd", "SparseSoftmax", "SparseReshape", "SparseTensorDenseAdd",
+                              "SparseReorder", "SparseFillEmptyRows", "SparseSegmentSum", "SparseSegmentMean")},
+    **{op: _RAGGED for op in ("RaggedTensorToTensor", "RaggedTensorFromVariant", "RaggedTensorToVariant",
+                              "RaggedGather", "RaggedRange", "RaggedTensorToSparse", "RaggedCross")},
+    **{op: _STRINGS for op in ("AsString", "StringJoin", "StringSplit", "StringSplitV2", "StringToNumber",
+                               "Substr", "RegexReplace", "StringLength", "StringFormat", "StringLower",
+                               "StringUpper", "StaticRegexReplace", "ReduceJoin")},
+    "ScatterNd": _SCATTER, "TensorScatterUpdate": _SCATTER, "TensorScatterAdd": _SCATTER,
+    "TensorScatterMax": _SCATTER, "TensorScatterMin": _SCATTER,
+    **{op: f"{_DYNAMIC_SHAPES}: tf.math.unsorted_segment_* with a fixed num_segments is a one_hot and a matmul; "
+           "or compute it in the input pipeline" for op in ("SegmentSum", "SegmentMean", "SegmentMax", "SegmentMin",
+                                                            "SegmentProd")},
+    "UnsortedSegmentSum": "tf.one_hot(segment_ids, num_segments) and tf.matmul",
+    "UnsortedSegmentMax": "compute it in the input pipeline, or with a one_hot mask and reduce_max",
+    "Bincount": f"{_DYNAMIC_SHAPES}: tf.reduce_sum(tf.one_hot(x, n), 0) with a fixed n",
+    "DenseBincount": "tf.reduce_sum(tf.one_hot(x, n), 0) with a fixed n",
+    "HistogramFixedWidth": "tf.one_hot of the bucket ids, summed",
+    "MatrixInverse": _LINALG, "MatrixDeterminant": _LINALG, "Svd": _LINALG, "MatrixSolve": _LINALG,
+    "Qr": _LINALG, "Cholesky": _LINALG,
+    "Multinomial": _SAMPLE, "RandomGamma": _SAMPLE, "RandomPoissonV2": _SAMPLE,
+    "StatelessMultinomial": _SAMPLE,
+    "DynamicPartition": f"{_DYNAMIC_SHAPES}: multiply by a mask per partition instead",
+    "DynamicStitch": "tf.where(cond, a, b) or a one-hot mask",
+    "ArgSort": "sort in the input pipeline, or tf.argmax if only the extreme is needed",
+    **{op: _FFT_ON_HOST for op in ("Real", "Imag", "ComplexAbs", "Angle", "Conj")},
+    "GatherNd": "tf.gather on one axis (with batch_dims), or a one-hot matmul",
+})
+
+# framework op -> the call a user writes, for frontends that record only the op (TF op types);
+# the torch frontend records the call itself (SourceLoc.call)
+CALLS: dict[str, str] = {
+    "Cumprod": "tf.math.cumprod", "TopKV2": "tf.math.top_k / tf.sort / tf.argsort", "Prod": "tf.reduce_prod",
+    "DepthwiseConv2dNative": "DepthwiseConv2D / tf.nn.depthwise_conv2d", "MirrorPad": "tf.pad(mode='REFLECT')",
+    "BitwiseAnd": "tf.bitwise.bitwise_and", "BitwiseOr": "tf.bitwise.bitwise_or",
+    "BitwiseXor": "tf.bitwise.bitwise_xor", "Invert": "tf.bitwise.invert", "LeftShift": "tf.bitwise.left_shift",
+    "RightShift": "tf.bitwise.right_shift", "Unique": "tf.unique", "UniqueV2": "tf.unique",
+    "UniqueWithCounts": "tf.unique_with_counts", "Where": "tf.where(cond) / tf.boolean_mask",
+    "PyFunc": "tf.numpy_function", "EagerPyFunc": "tf.py_function", "If": "tf.cond", "StatelessIf": "tf.cond",
+    "While": "tf.while_loop", "StatelessWhile": "tf.while_loop", "Switch": "tf.cond", "Merge": "tf.cond",
+    "RFFT": "tf.signal.rfft", "FFT": "tf.signal.fft", "IRFFT": "tf.signal.irfft", "Complex": "tf.complex",
+    "StringToHashBucketFast": "tf.strings.to_hash_bucket_fast", "AsString": "tf.strings.as_string",
+    "SegmentSum": "tf.math.segment_sum", "UnsortedSegmentMax": "tf.math.unsorted_segment_max",
+    "Bincount": "tf.math.bincount", "DenseBincount": "tf.math.bincount", "MatrixInverse": "tf.linalg.inv",
+    "Multinomial": "tf.random.categorical", "ScatterNd": "tf.scatter_nd",
+    "TensorScatterUpdate": "tf.tensor_scatter_nd_update", "PrintV2": "tf.print",
+    "SparseReduceSum": "tf.sparse.reduce_sum", "SparseTensorDenseMatMul": "tf.sparse.sparse_dense_matmul",
+    "RaggedTensorToTensor": "tf.RaggedTensor.to_tensor", "HistogramFixedWidth": "tf.histogram_fixed_width",
+    "ResizeBicubic": "tf.image.resize(method='bicubic')",
+    "Real": "tf.math.real", "Imag": "tf.math.imag", "ComplexAbs": "tf.abs of a complex tensor",
+    "GatherNd": "tf.gather_nd",
+}
+
+
 def suggestion_for(framework_op: str, op: str = "") -> str:
     """What to use instead of a framework op the device lacks (the default if unknown)."""
     for key in (framework_op, f"{framework_op.rsplit('.', 1)[0]}.default", op):
@@ -107,11 +222,21 @@ class Finding:
     line: int = 0
     suggestion: str = ""  # what to use instead, if anything
     node: str = ""  # the IR node, if the finding is about one
+    call: str = ""  # the call the user wrote (nn.BCEWithLogitsLoss, torch.cumprod, tf.math.cumprod), if known
+
+    @property
+    def what(self) -> str:
+        """The op as the user wrote it, the framework's own op(s) in brackets: ``torch.cumprod
+        [aten.cumprod]``; the framework op alone when the call is unknown."""
+        if not self.call:
+            return self.framework_op
+        ops = ", ".join(op.removesuffix(".default") for op in self.framework_op.split(", ") if op)
+        return f"{self.call} [{ops}]" if ops and ops != self.call else self.call
 
     def to_text(self) -> str:
-        """``file:line: framework_op: message (use instead: ...)``; parts that are unknown are left out."""
+        """``file:line: call [framework op]: message (use instead: ...)``; parts that are unknown are left out."""
         where = f"{self.file}:{self.line}" if self.file else "<graph>"
-        parts = [where] + ([self.framework_op] if self.framework_op else []) + [self.message]
+        parts = [where] + ([self.what] if self.what else []) + [self.message]
         text = ": ".join(parts)
         return f"{text} (use instead: {self.suggestion})" if self.suggestion else text
 
@@ -159,7 +284,7 @@ def validate(graph: Graph, *, mode: str, profile) -> ValidationReport:
     if profile is not None:
         findings += _check_size(graph, profile)
     seen = set()
-    for severity, finding in findings:
+    for severity, finding in _one_per_call(findings):
         # an op the frontend reported and also kept as a node is one finding, not two
         key = (finding.kind, finding.framework_op, finding.file, finding.line)
         if finding.kind != "unsupported_op" or not finding.file:
@@ -171,18 +296,49 @@ def validate(graph: Graph, *, mode: str, profile) -> ValidationReport:
     return report
 
 
+def _one_per_call(findings: list[tuple[str, Finding]]) -> list[tuple[str, Finding]]:
+    """One unsupported-op finding per call the user wrote: the framework ops one line's call
+    became (``nn.BCEWithLogitsLoss`` -> abs, log1p) are listed in its brackets, in graph order."""
+    groups: dict[tuple, list[Finding]] = {}
+    for severity, finding in findings:
+        if finding.kind == "unsupported_op" and finding.call and finding.file:
+            groups.setdefault((finding.call, finding.file, finding.line), []).append(finding)
+    out = []
+    for severity, finding in findings:
+        group = groups.get((finding.call, finding.file, finding.line)) if finding.kind == "unsupported_op" else None
+        if not group or len(group) == 1:
+            out.append((severity, finding))
+        elif finding is group[0]:
+            ops = list(dict.fromkeys(f.framework_op for f in group))
+            reasons = list(dict.fromkeys(f.message for f in group))
+            suggestions = [f.suggestion for f in group if f.suggestion != DEFAULT_SUGGESTION]
+            out.append((severity, dataclasses.replace(
+                finding, framework_op=", ".join(ops), message="; ".join(reasons),
+                suggestion=suggestions[0] if suggestions else finding.suggestion)))
+    return out
+
+
 def _at(loc: SourceLoc, kind: str, message: str, suggestion: str = "", node: str = "") -> Finding:
-    return Finding(kind, message, loc.framework_op, loc.file, loc.line, suggestion, node)
+    call = getattr(loc, "call", "") or CALLS.get(loc.framework_op, "")
+    return Finding(kind, message, loc.framework_op, loc.file, loc.line, suggestion, node, call)
 
 
 def _check_ops(graph: Graph) -> list[tuple[str, Finding]]:
     """Unsupported ops; nodes that disagree with their op's record (a frontend bug, or a dtype
     the op does not take); values the graph never defines."""
     out = []
+    inherited: set[str] = set()  # outputs of ops refused only because an input is
     for node in graph.nodes:
         record = OPS.get(node.op)
+        if record is None and (node.attrs.get("inherited") or inherited & set(node.inputs)):
+            inherited.update(node.outputs)
+            continue  # refused only because an input is, which is reported where it starts
         if record is None:
-            message = f"op {node.op!r} is not supported on the device"
+            # the op itself is named in front of the message (Finding.what); an IR op the frontend
+            # named otherwise (a graph built by hand) is named here
+            message = "not supported on the device"
+            if node.op != node.loc.framework_op:
+                message = f"op {node.op!r} is {message}"
             if node.attrs.get("reason"):  # a supported op in a form the device lacks (e.g. a grouped conv)
                 message += f": {node.attrs['reason']}"
             out.append(("error", _at(node.loc, "unsupported_op", message,
@@ -226,6 +382,8 @@ def _check_against_record(graph: Graph, node: Node, record: OpRecord) -> list[tu
     op's shape and dtype rules give (shapes come from the framework, so a mismatch is a frontend bug)."""
     out = []
     values = [graph.values[v] for v in node.inputs]
+    if any(d is None for v in values for d in v.shape):
+        return []  # a dynamic input, reported where it starts: no rule can check a shape it does not know
     for index, value in enumerate(values):
         accepted = record.input_dtypes(index)
         if value.dtype in DEVICE_DTYPES and value.dtype not in accepted:
@@ -307,6 +465,8 @@ def _check_shapes(graph: Graph) -> list[tuple[str, Finding]]:
     for node in graph.nodes:
         if any(dynamic(v) for v in node.inputs):
             continue  # inherited: reported where the dynamic dimension came in
+        if node.op not in OPS:
+            continue  # an unsupported op, reported as one: its data-dependent size is why (the suggestion says)
         for v in node.outputs:
             if dynamic(v):
                 message = (f"output {v!r} of {node.op!r} has a dynamic shape {_shape(graph.values[v].shape)}; "

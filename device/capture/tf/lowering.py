@@ -83,7 +83,10 @@ class Lowering:
 
     def _plan(self, tensor: tf.Tensor) -> Plan:
         op = tensor.op
-        if any(t.shape.rank is None for t in [*op.inputs, tensor]):
+        if any(t.shape.rank is None for t in op.inputs):
+            # reported where the unknown rank starts (a py_function, a ragged conversion), not at every later op
+            return self._unsupported(tensor, "an input of unknown rank", inherited=True)
+        if tensor.shape.rank is None:
             return self._unsupported(tensor, "a tensor of unknown rank")
         for match in PATTERNS.get(op.type, ()):
             plan = match(self, tensor)
@@ -97,14 +100,17 @@ class Lowering:
                 return self._unsupported(tensor, str(reason))
         return self._unsupported(tensor)
 
-    def _unsupported(self, tensor: tf.Tensor, reason: str = "") -> Plan:
-        """A node named after the TF op type, for validation to report."""
+    def _unsupported(self, tensor: tf.Tensor, reason: str = "", inherited: bool = False) -> Plan:
+        """A node named after the TF op type, for validation to report (``inherited``: only
+        because an input is already refused, reported there)."""
         op = tensor.op
         data = [t for t in op.inputs]
 
         def build():
             outs = [t for t in op.outputs if t.name not in self.value_of]
             attrs = {"reason": reason} if reason else {}
+            if inherited:
+                attrs["inherited"] = True
             self.emit(op.type, [self.value_of[t.name] for t in data], op, outs, attrs)
         return Plan(data, build)
 
