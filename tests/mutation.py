@@ -175,6 +175,8 @@ def run_group(group: str, rerun: bool) -> int:
     done, total, killed, no_tests, timeout, suspicious, survived, skipped = summaries[-1]
     print(f"== {group}: {done}/{total}  🎉 {killed} 🫥 {no_tests}  ⏰ {timeout}  🤔 {suspicious}  🙁 {survived}  "
           f"🔇 {skipped}   (mutmut's last summary line)")
+    if done != total:  # interrupted: the mutants not checked yet are listed as "not checked"
+        print(f"== {group}: incomplete, {int(total) - int(done)} mutants not checked yet (--rerun {group} resumes)")
     return _report(workdir, env, group)
 
 
