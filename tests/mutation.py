@@ -20,6 +20,8 @@ is 1 when a survivor is neither killed nor listed as equivalent in tests/MUTATIO
 from __future__ import annotations
 
 import argparse
+import ast
+import difflib
 import os
 import re
 import shutil
@@ -137,9 +139,26 @@ def _survivors(workdir: Path, env: dict) -> dict[str, str]:
     return {name: status for name, status in _results(workdir, env).items() if status != "killed"}
 
 
+_SOURCES: dict[Path, dict[str, str]] = {}
+
+
+def _functions(path: Path) -> dict[str, str]:
+    """The source of every function (and method) in mutmut's mutated copy of a module, by name."""
+    if path not in _SOURCES:
+        text = path.read_text(encoding="utf-8")
+        _SOURCES[path] = {node.name: ast.get_source_segment(text, node) or "" for node in ast.walk(ast.parse(text))
+                          if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return _SOURCES[path]
+
+
 def _mutated_line(workdir: Path, env: dict, name: str) -> str:
-    diff = subprocess.run([_mutmut(), "show", name], cwd=workdir, env=env, capture_output=True, text=True).stdout
-    added = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    """The first line the mutant changes (what `mutmut show` prints with a +), read from mutants/."""
+    module = re.match(r"(.*?)\.(x[_ǁ].*)", name)
+    functions = _functions(workdir / "mutants" / (module.group(1).replace(".", "/") + ".py"))
+    mutant = functions.get(module.group(2), "").splitlines()[1:]
+    original = functions.get(re.sub(r"__mutmut_\d+$", "__mutmut_orig", module.group(2)), "").splitlines()[1:]
+    added = [line[1:].strip() for line in difflib.unified_diff(original, mutant, lineterm="", n=0)
+             if line.startswith("+") and not line.startswith("+++")]
     return added[0] if added else ""
 
 
@@ -175,6 +194,8 @@ def run_group(group: str, rerun: bool) -> int:
     done, total, killed, no_tests, timeout, suspicious, survived, skipped = summaries[-1]
     print(f"== {group}: {done}/{total}  🎉 {killed} 🫥 {no_tests}  ⏰ {timeout}  🤔 {suspicious}  🙁 {survived}  "
           f"🔇 {skipped}   (mutmut's last summary line)")
+    if done != total:  # interrupted: the mutants not checked yet are listed as "not checked"
+        print(f"== {group}: incomplete, {int(total) - int(done)} mutants not checked yet (--rerun {group} resumes)")
     return _report(workdir, env, group)
 
 

@@ -208,3 +208,38 @@ def test_model_dir_default_is_given_by_the_caller():
         "model_dir/pytorch_x"
     assert load_params(None, MODEL_DEFAULTS, ["runconfig.model_dir=elsewhere"],
                        model_dir="model_dir/pytorch_x")["runconfig"]["model_dir"] == "elsewhere"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.dropout=abc", "'model.dropout' must be a number, got 'abc'"),
+    ("model.dropout=true", "'model.dropout' must be a number, got True"),  # a bool is not a number
+    ("train_input.shuffle=maybe", "'train_input.shuffle' must be a boolean, got 'maybe'"),
+    ("model.activation_fn=[1]", "'model.activation_fn' must be a string, got [1]"),
+    ("model.hidden_sizes=5", "'model.hidden_sizes' must be a list, got 5"),
+    ("model.hidden_sizes=[3, x]", "'model.hidden_sizes[1]' must be an integer, got 'x'"),
+    ("optimizer.learning_rate=abc", "'optimizer.learning_rate' must be a number or mapping or list, got 'abc'"),
+    ("optimizer.loss_scaling_factor=[1]", "'optimizer.loss_scaling_factor' must be a number or string, got [1]"),
+    ("runconfig=5", "'runconfig' must be a mapping of keys, got 5"),
+])
+def test_a_wrong_type_names_the_expected_kind(override, message):
+    with pytest.raises(UserError) as e:
+        load_params(None, MODEL_DEFAULTS, [override])
+    assert str(e.value) == f"command line {override!r}: {message}"
+
+
+def test_ranges_read_as_words():
+    from common.params import Range
+
+    assert [str(r) for r in (Range(0), Range(0, low_open=True), Range(high=5), Range(high=5, high_open=True),
+                             Range(0, 1), Range(0.0, 1.0, high_open=True), Range(0, 1, low_open=True),
+                             Range(1, special=(-1, 0)))] == [
+        "at least 0", "greater than 0", "at most 5", "below 5", "in [0, 1]", "in [0, 1)", "in (0, 1]",
+        "at least 1 (or -1) (or 0)"]
+
+
+def test_a_misspelt_key_of_another_section_is_found_by_its_last_part():
+    """The dotted name matches nothing closely; its last part is close to a key of another section."""
+    with pytest.raises(UserError) as e:
+        load_params(None, MODEL_DEFAULTS, ["model.nesterof=true"])
+    assert str(e.value) == ("command line 'model.nesterof=true': unknown key 'model.nesterof' "
+                            "(did you mean 'optimizer.nesterov'?)")

@@ -149,3 +149,92 @@ def test_bert_large_calibration_is_the_figure_the_readme_states():
     bounds = Counter(k.bound_by for k in cost.kernels if k.bound_by != "free")
     assert bounds == {"memory": 171, "fabric": 98, "compute": 3}
     assert cost.bound_by == "memory"
+
+
+def test_every_kernel_row_carries_its_own_work_and_bytes():
+    """The per-kernel rows of the report (what `zoo report` prints) hold the training figures of
+    each kernel; a free (layout) kernel holds its bytes, no PEs and no time."""
+    graph = cnn_graph()
+    kernels, placement, cost = _estimate(graph, training=True)
+    kinds = set()
+    for k, c in zip(kernels, cost.kernels):
+        kinds.add(k.kind)
+        assert (c.name, c.kind) == (k.name, k.kind)
+        assert (c.flops, c.sram_bytes) == (k.flops(True), k.sram_bytes(True))
+        assert c.fabric_bytes == 2 * (k.input_bytes + k.activation_bytes)
+        assert c.stream_bytes == 0.0  # pipelined: weights stay on the fabric
+        if k.free:
+            assert (c.pes, c.compute_s, c.sram_s, c.fabric_s, c.stream_s, c.time_s, c.bound_by) == (
+                0, 0.0, 0.0, 0.0, 0.0, 0.0, "free")
+        else:
+            assert c.pes == placement.get(k.name).pes > 0 and c.bound_by != "free"
+    assert "layout" in kinds
+    data = cost.to_dict()
+    assert (data["profile"], data["precision"], data["training"], data["batch_size"]) == ("small", "float32",
+                                                                                        True, 4)
+    assert data["iteration_by_bound"] == cost.iteration_by_bound and data["iteration_by_bound"]
+    assert data["compute_utilisation_pct"] == cost.compute_utilisation_pct > 0
+    assert data["kernels"][4] == {**cost.kernels[4].__dict__}
+
+
+def test_float32_computes_at_the_float32_rate():
+    """fp32 graphs: 4 flops per cycle per PE in every row and in the peak (16-bit: 8)."""
+    kernels, placement, cost = _estimate(mlp_graph(precision="float32"))
+    profile = get_profile("small")
+    assert cost.precision == "float32" and cost.peak_flops == profile.pes * 4 * 0.975e9
+    for k, c in zip(kernels, cost.kernels):
+        assert c.compute_s == pytest.approx(k.flops(True) / (placement.get(k.name).pes * 4 * 0.975e9))
+
+
+def test_a_kernel_on_a_single_pe_is_costed():
+    """One PE is a (slow) rectangle, not a free kernel."""
+    import dataclasses
+
+    graph = mlp_graph()
+    profile = get_profile("small")
+    kernels = match(graph)
+    placement = place(kernels, profile, "pipelined", graph.optimizer, training=True, precision=graph.precision)
+    placement.kernels[0] = dataclasses.replace(placement.kernels[0], w=1, h=1)
+    row = estimate(graph, kernels, placement, profile, training=True).kernels[0]
+    assert row.pes == 1 and row.bound_by != "free"
+    assert row.compute_s == pytest.approx(kernels[0].flops(True) / (4 * 0.975e9))
+
+
+def test_weight_streaming_eval_streams_the_weights_once_and_its_bubble_is_the_first_layers():
+    """Forward only: 1x the weights per kernel, and no gradients to wait for at the boundary;
+    training: 3x, and the bubble adds the last kernel's gradients (a graph ending in a dense)."""
+    b = GraphBuilder()
+    y = b.dense(b.dense(b.input("x", (8, 512)), 512, "relu", name="a"), 256, name="b")
+    b.graph.outputs["y"] = y
+    b.graph.optimizer = optimizer("sgd")
+    kernels, _, evaluate = _estimate(b.graph, "tiny", "weight_streaming", training=False)
+    first, last = kernels[0].weight_bytes, kernels[-1].weight_bytes
+    assert [c.stream_bytes for c in evaluate.kernels] == [first, last]
+    assert evaluate.bubble_s == first / get_profile("tiny").external_link_bytes_s  # exactly: no gradient bytes
+    _, _, train = _estimate(b.graph, "tiny", "weight_streaming", training=True)
+    assert [c.stream_bytes for c in train.kernels] == [3 * first, 3 * last]
+    assert train.bubble_s == pytest.approx((first + last) / 150e9)
+
+
+@pytest.mark.parametrize("mode", ["pipelined", "weight_streaming"])
+def test_a_graph_of_layout_only_takes_no_time(mode):
+    """Nothing but a reshape: no kernel works, so compute is unbounded and the input link is the limit."""
+    b = GraphBuilder(precision="float16")
+    b.graph.outputs["y"] = b.op("reshape", [b.input("x", (4, 6), "float16")], (4, 2, 3), "float16",
+                                attrs={"shape": [4, 2, 3]})
+    _, _, cost = _estimate(b.graph, mode=mode, training=False)
+    assert (cost.iteration_s, cost.bubble_s) == (0.0, 0.0)
+    assert cost.compute_samples_per_s == float("inf")
+    assert cost.input_bytes_per_sample == 6 * 2  # float16: 2 bytes an element
+    assert cost.samples_per_s == cost.transmission_samples_per_s == 1.2e12 / 8 / 12
+    assert cost.iteration_by_bound == {} and cost.compute_utilisation_pct == 0.0 and cost.bound_by == "input"
+
+
+def test_a_graph_without_inputs_is_not_bound_by_the_input_link():
+    """No bytes to feed: transmission is unbounded and the compute sets the estimate."""
+    b = GraphBuilder()
+    b.graph.outputs["y"] = b.op("relu", [b.param("w", (4, 4))], (4, 4))
+    _, _, cost = _estimate(b.graph, training=False)
+    assert cost.input_bytes_per_sample == 0 and cost.transmission_samples_per_s == float("inf")
+    assert cost.samples_per_s == cost.compute_samples_per_s < float("inf")
+    assert cost.bound_by != "input"

@@ -294,3 +294,24 @@ def test_a_state_without_a_step_or_a_count_of_finite_steps_starts_them_at_zero()
     for name in params:  # the same first Adam step (its bias correction counts from the step)
         np.testing.assert_array_equal(params[name], fresh_params[name])
     assert ours.loss_scale == fresh.loss_scale == 16.0
+
+
+def test_without_a_weight_decay_setting_nothing_decays():
+    assert not OptimizerSpec("adamw", "torch", {"lr": 0.1}).decays("layer.weight")
+    assert OptimizerSpec("adamw", "torch", {"weight_decay": 0.1}).decays("layer.weight")
+
+
+def test_nesterov_rounds_in_the_order_of_its_framework():
+    """torch: p - lr * (g + m * buf); TF's ApplyMomentum: p - (g * lr + buf * m * lr), in float32.
+    The two orders differ in the last bit for some elements: each semantics keeps its own."""
+    rng = np.random.default_rng(0)
+    p0, g = rng.standard_normal((64, 32)).astype(np.float32), rng.standard_normal((64, 32)).astype(np.float32)
+    lr, m = np.float32(0.1), np.float32(0.8)
+    buf = g  # the first step: buf = m * 0 + g
+    expected = {"torch": p0 - lr * (g + m * buf), "tf": p0 - (g * lr + buf * m * lr)}
+    assert (expected["torch"] != expected["tf"]).any()
+    for semantics, want in expected.items():
+        params = {"w": p0.copy()}
+        Optimizer(OptimizerSpec("momentum", semantics, {"momentum": 0.8, "nesterov": True}), params).step(
+            params, {"w": g}, 0.1)
+        np.testing.assert_array_equal(params["w"], want, err_msg=semantics)

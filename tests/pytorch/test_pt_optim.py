@@ -166,3 +166,29 @@ def test_adam_follows_its_betas_and_epsilon(kind):
 
 def test_common_defaults_are_a_valid_schedule():
     assert build_schedule(COMMON_DEFAULTS["optimizer"]["learning_rate"].default)(0) == 0.001
+
+
+@pytest.mark.parametrize("kind", ["sgd", "momentum", "adam", "adamw"])
+def test_the_learning_rate_is_zero_until_the_schedule_sets_it(kind):
+    """A step before ScheduledLR sets the rate moves nothing (not torch's default lr, 1e-3)."""
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    optimizer = build_optimizer(model, optimizer_params(optimizer_type=kind, weight_decay=0.0))
+    before = [p.detach().clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    optimizer.step()
+    assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before))
+
+
+def test_adamw_without_weight_decay_does_not_decay():
+    """One group without weight decay: its 0 is explicit (torch's AdamW would decay by 0.01)."""
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    optimizer = build_optimizer(model, optimizer_params(optimizer_type="adamw", weight_decay=0.0))
+    optimizer.param_groups[0]["lr"] = 0.1
+    before = [p.detach().clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before))
