@@ -6,13 +6,14 @@ runs them with `python -m common.readme_check`; here each checked table is only 
 """
 
 import os
+import platform
 import sys
 import textwrap
 
 import pytest
 
 from common.errors import UserError
-from common.readme_check import ROOT, main, parse_tables, readmes
+from common.readme_check import ROOT, machine, main, parse_tables, readmes
 
 FAKE_RUN = """\
 import argparse, os
@@ -30,14 +31,14 @@ train.close(), evaluate.close()
 """
 
 
-def readme(tmp_path, rows, header="| step | test accuracy (all 360) | test loss | training loss |"):
+def readme(tmp_path, rows, header="| step | test accuracy (all 360) | test loss | training loss |", measured=""):
     script = tmp_path / "fake_run.py"
     script.write_text(FAKE_RUN)
     path = tmp_path / "README.md"
     path.write_text(textwrap.dedent(f"""\
         # a model
 
-            $ PINNED=2 python {script} --mode train_and_eval
+            $ PINNED=2 python {script} --mode train_and_eval{measured}
 
         {header}
         |---|---|---|---|
@@ -112,15 +113,16 @@ def test_a_percentage_must_say_so(tmp_path):
 
 
 def test_the_zoo_readmes_checked_tables_parse():
-    """What tox -e train reruns: the mnist and unet READMEs hold checked tables of their run.py."""
+    """What tox -e train reruns: the mnist, resnet and unet READMEs hold checked tables of their run.py."""
     tables = [(os.path.relpath(t.path, ROOT), t) for path in readmes() for t in parse_tables(path)]
     assert sorted({path for path, _ in tables}) == [os.path.join(fw, model, "README.md") for fw in ("pytorch", "tf")
-                                                    for model in ("mnist", "unet")]
+                                                    for model in ("mnist", "resnet", "unet")]
     for path, table in tables:
         script = table.command.split(" python ")[1].split()[0]
         assert os.path.isfile(os.path.join(ROOT, script)) and os.path.dirname(script) == os.path.dirname(path)
         assert "THREADS=" in table.command  # the figures depend on the thread count: pinned
-        assert len(table.figures) >= 4
+        assert table.machine, f"{path}:{table.line}: no `# measured on` machine (python -m common.readme_check --update)"
+        assert len(table.figures) >= 3
 
 
 def test_runs_as_a_module():
@@ -129,3 +131,39 @@ def test_runs_as_a_module():
     done = subprocess.run([sys.executable, "-m", "common.readme_check", "--help"], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0 and "--update" in done.stdout
+
+
+def test_the_machine_is_its_architecture_and_widest_vector_unit():
+    kind = machine()
+    assert kind.split()[0] == platform.machine()
+    assert len(kind.split()) <= 2
+
+
+def test_on_the_measuring_kind_of_machine_every_figure_holds_exactly(tmp_path, capsys):
+    path = readme(tmp_path, ["| 500 | 97.78 % | 0.130 | 0.00534 |"], measured=f"  # measured on {machine()}")
+    assert parse_tables(str(path))[0].machine == machine()
+    assert parse_tables(str(path))[0].command.endswith("--mode train_and_eval")
+    assert main([str(path)]) == 1  # 0.12914 is not 0.130 at three decimals
+    assert "step 500 test loss: the README says 0.130" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("row, status", [
+    ("| 500 | 97.22 % | 0.150 | 0.02 |", 0),  # within another CPU's rounding: 0.56 points, 0.021, 0.015
+    ("| 500 | 95.00 % | 0.129 | 0.00534 |", 1),  # 2.78 points of accuracy
+    ("| 500 | 97.78 % | 0.200 | 0.00534 |", 1),  # 0.07 of a test loss of 0.2: above 30 %
+    ("| 500 | 97.78 % | 0.129 | 0.03 |", 1),  # 0.025 of a training loss: above 0.02
+])
+def test_on_another_kind_of_machine_figures_hold_within_its_rounding(tmp_path, capsys, row, status):
+    path = readme(tmp_path, [row], measured="  # measured on sparc64 vis3")
+    assert main([str(path)]) == status
+    out = capsys.readouterr().out
+    assert ("measured on sparc64 vis3; this is " + machine()) in out
+
+
+def test_update_writes_the_machine_it_measured_on(tmp_path):
+    path = readme(tmp_path, ["| 500 | 97.22 % | 0.129 | 0.00534 |"], measured="  # measured on sparc64 vis3")
+    assert main(["--update", str(path)]) == 0
+    text = path.read_text()
+    assert f"--mode train_and_eval  # measured on {machine()}\n" in text
+    assert "| 500 | 97.78 % | 0.129 | 0.00534 |" in text  # remeasured exactly, not kept as within tolerance
+    assert main([str(path)]) == 0

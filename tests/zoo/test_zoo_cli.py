@@ -155,7 +155,7 @@ def test_prepare_lists_the_data_sets_and_runs_one(capsys, tmp_path):
 
 def test_prepare_bad_input_is_one_line(capsys, tmp_path):
     code, _, err = run(capsys, "prepare", "imagenet")
-    assert code == 2 and err == "error: no data set 'imagenet' to prepare: bert, mnist (datasets/README.md)\n"
+    assert code == 2 and err == "error: no data set 'imagenet' to prepare: bert, imagefolder, mnist (datasets/README.md)\n"
     code, _, err = run(capsys, "prepare", "mnist", "--source", str(tmp_path), "--data_dir", str(tmp_path / "d"))
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1
 
@@ -190,8 +190,8 @@ def test_train_needs_the_loss_to_fall_on_cpu_and_emulator(capsys, monkeypatch):
 
 
 def test_compile_of_an_unknown_model_is_one_line(capsys):
-    code, _, err = run(capsys, "compile", "pytorch/resnet")
-    assert code == 2 and err.startswith("error: no model 'pytorch/resnet'")
+    code, _, err = run(capsys, "compile", "pytorch/no_such_model")
+    assert code == 2 and err.startswith("error: no model 'pytorch/no_such_model'")
 
 
 def test_python_m_common_zoo_still_works():
