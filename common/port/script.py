@@ -35,7 +35,7 @@ from typing import Any
 
 from common.port.capture import NotBuilt, one_line, quiet
 from common.port.source import NOT_LITERAL, Source, keyword, literal
-from common.port.static import KERAS_BUILDERS, Reader
+from common.port.static import Construction, Reader, assignment_targets, find_construction
 
 # builtins a setting or a model's construction may call
 SAFE_BUILTINS = {"int", "float", "str", "bool", "dict", "list", "tuple", "set", "frozenset", "range", "len", "min",
@@ -59,7 +59,6 @@ SEQUENCE_ATTRIBUTES = ("block_size", "max_seq_len", "max_seq_length", "seq_len",
                        "n_ctx", "max_position_embeddings", "max_length", "sequence_length")
 # methods that read an object without changing it
 PURE_METHODS = {"get", "keys", "items", "values", "copy", "index", "count", "__len__", "to_dict", "size", "dim"}
-MODEL_NAMES = ("model", "net", "network", "classifier", "m")
 # torchvision data sets: (channels, height, width) of one image as the data set gives it
 TORCHVISION_SHAPES = {"MNIST": (1, 28, 28), "FashionMNIST": (1, 28, 28), "KMNIST": (1, 28, 28), "QMNIST": (1, 28, 28),
                       "EMNIST": (1, 28, 28), "CIFAR10": (3, 32, 32), "CIFAR100": (3, 32, 32), "SVHN": (3, 32, 32),
@@ -311,7 +310,7 @@ class Slice:
         scopes = [scope] if scope is self.src.tree else [scope, self.src.tree]
         for s in scopes:
             bound = [n.lineno for n in _scope_statements(s) if isinstance(n, (ast.Assign, ast.AnnAssign)) and
-                     n.lineno < line and any(isinstance(t, ast.Name) and t.id == name for t in _targets(n))]
+                     n.lineno < line and any(isinstance(t, ast.Name) and t.id == name for t in assignment_targets(n))]
             start = max(bound, default=0)
             for stmt in _scope_statements(s):
                 if not start < stmt.lineno < line or isinstance(stmt, (ast.If, ast.For, ast.While, ast.With,
@@ -333,7 +332,7 @@ class Slice:
         if self.depth > 40:
             raise Undetermined(f"{name}: too many steps back to find its value")
         assigns = [n for n in _scope_statements(scope) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))
-                   and n.lineno < line and any(isinstance(t, ast.Name) and t.id == name for t in _targets(n))]
+                   and n.lineno < line and any(isinstance(t, ast.Name) and t.id == name for t in assignment_targets(n))]
         if assigns:
             stmt = max(assigns, key=lambda n: n.lineno)
             if isinstance(stmt, ast.AugAssign) or stmt.value is None:
@@ -341,7 +340,7 @@ class Slice:
             if self.args is not None and isinstance(stmt.value, ast.Call) and \
                     isinstance(stmt.value.func, ast.Attribute) and stmt.value.func.attr == "parse_args":
                 return self.args  # argparse's defaults: the script run with no arguments
-            if any(isinstance(t, (ast.Tuple, ast.List)) for t in _targets(stmt)):
+            if any(isinstance(t, (ast.Tuple, ast.List)) for t in assignment_targets(stmt)):
                 raise Undetermined(f"{name} comes from {self.src.segment(stmt.value)} ({self.src.shown}:{stmt.lineno})")
             if id(stmt) not in self.cache:
                 self.depth += 1
@@ -372,16 +371,6 @@ def _head(node: ast.AST) -> str:
     return node.id if isinstance(node, ast.Name) else ""
 
 
-def _targets(stmt) -> list[ast.AST]:
-    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-    out = []
-    for t in targets:
-        out.append(t)
-        if isinstance(t, (ast.Tuple, ast.List)):
-            out.extend(t.elts)
-    return out
-
-
 def _scope_statements(scope: ast.AST):
     """Every statement of a function or module, nested blocks included, nested functions and classes not."""
     stack = list(scope.body)
@@ -397,62 +386,6 @@ def _scope_statements(scope: ast.AST):
 
 
 # --- finding the model, its data and its loss -------------------------------------------
-
-# method calls around a construction that only move or mode-switch the model
-_MOVES = {"to", "cuda", "cpu", "train", "eval", "float"}
-
-
-def _unwrap_moves(expr: ast.AST) -> ast.AST:
-    """``Net().to(device).train()`` -> ``Net()``; ``.to(torch.float64)`` and ``.double()`` stay."""
-    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _MOVES:
-        if expr.func.attr == "to" and any(w in ast.unparse(a) for a in expr.args for w in ("float", "double", "half")):
-            break
-        expr = expr.func.value
-    return expr
-
-
-@dataclass
-class Construction:
-    src: Source
-    stmt: ast.AST
-    expr: ast.AST
-    name: str  # the variable the model is bound to
-
-
-def find_construction(reader: Reader) -> Construction | None:
-    """The assignment that builds the model: a model class of these files, a torchvision model,
-    a Keras model, or a function of these files that returns one."""
-    model_classes = {c.name for _, c in reader.model_classes()}
-    builders = {fn.name for n, r in reader.marks.items() if r == "model" for fn in [n]
-                if isinstance(fn, ast.FunctionDef)}
-    found = []
-    for src in reader.sources:
-        for stmt in ast.walk(src.tree):
-            if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None:
-                continue
-            targets = [t for t in _targets(stmt) if isinstance(t, ast.Name)]
-            if len(targets) != 1:
-                continue
-            expr = _unwrap_moves(stmt.value)
-            while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and \
-                    expr.func.attr in ("double", "half", "to"):
-                expr = expr.func.value
-            if not isinstance(expr, ast.Call):
-                continue
-            name = src.call_name(expr)
-            leaf = name.rsplit(".", 1)[-1]
-            if src.enclosing(stmt, ast.ClassDef) is not None:
-                continue  # a layer built inside a model class is part of that model
-            container = name in ("torch.nn.Sequential", "torch.nn.ModuleDict") and targets[0].id.lower() in MODEL_NAMES
-            if leaf in model_classes or container or name.startswith("torchvision.models.") and leaf[:1].islower() or \
-                    name in KERAS_BUILDERS - {"keras.Input", "keras.layers.Input"} or \
-                    leaf in builders and leaf != "model_fn":
-                found.append((targets[0].id.lower() not in MODEL_NAMES, src.path, stmt.lineno,
-                              Construction(src, stmt, _unwrap_moves(stmt.value), targets[0].id)))
-    if not found:
-        return None
-    return min(found, key=lambda f: f[:3])[3]
-
 
 @dataclass
 class BatchPlan:

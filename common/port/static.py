@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from common.port.findings import Finding, Note
@@ -739,8 +740,6 @@ def plain_script_findings(reader: Reader) -> list[Finding]:
     model_at = root_model_class(reader)
     keras_model = _first_call(reader, KERAS_BUILDERS) if framework == "tf" else None
     if model_at is None:
-        from common.port.script import find_construction  # a model that is no class: nn.Sequential(...)
-
         built = find_construction(reader)
         if built is not None:
             model_at = (built.src, built.stmt)
@@ -911,3 +910,73 @@ def _settings(reader: Reader) -> tuple[Source, int, str]:
     src = loop[0] if loop else reader.sources[0]
     return src, 0, "the settings are written into the code"
 
+
+# --- the statement that builds the model (also common/port/script.py's starting point) ---
+
+MODEL_NAMES = ("model", "net", "network", "classifier", "m")
+
+
+def assignment_targets(stmt) -> list[ast.AST]:
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    out = []
+    for t in targets:
+        out.append(t)
+        if isinstance(t, (ast.Tuple, ast.List)):
+            out.extend(t.elts)
+    return out
+
+
+# method calls around a construction that only move or mode-switch the model
+_MOVES = {"to", "cuda", "cpu", "train", "eval", "float"}
+
+
+def _unwrap_moves(expr: ast.AST) -> ast.AST:
+    """``Net().to(device).train()`` -> ``Net()``; ``.to(torch.float64)`` and ``.double()`` stay."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _MOVES:
+        if expr.func.attr == "to" and any(w in ast.unparse(a) for a in expr.args for w in ("float", "double", "half")):
+            break
+        expr = expr.func.value
+    return expr
+
+
+@dataclass
+class Construction:
+    src: Source
+    stmt: ast.AST
+    expr: ast.AST
+    name: str  # the variable the model is bound to
+
+
+def find_construction(reader: Reader) -> Construction | None:
+    """The assignment that builds the model: a model class of these files, a torchvision model,
+    a Keras model, or a function of these files that returns one."""
+    model_classes = {c.name for _, c in reader.model_classes()}
+    builders = {fn.name for n, r in reader.marks.items() if r == "model" for fn in [n]
+                if isinstance(fn, ast.FunctionDef)}
+    found = []
+    for src in reader.sources:
+        for stmt in ast.walk(src.tree):
+            if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None:
+                continue
+            targets = [t for t in assignment_targets(stmt) if isinstance(t, ast.Name)]
+            if len(targets) != 1:
+                continue
+            expr = _unwrap_moves(stmt.value)
+            while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and \
+                    expr.func.attr in ("double", "half", "to"):
+                expr = expr.func.value
+            if not isinstance(expr, ast.Call):
+                continue
+            name = src.call_name(expr)
+            leaf = name.rsplit(".", 1)[-1]
+            if src.enclosing(stmt, ast.ClassDef) is not None:
+                continue  # a layer built inside a model class is part of that model
+            container = name in ("torch.nn.Sequential", "torch.nn.ModuleDict") and targets[0].id.lower() in MODEL_NAMES
+            if leaf in model_classes or container or name.startswith("torchvision.models.") and leaf[:1].islower() or \
+                    name in KERAS_BUILDERS - {"keras.Input", "keras.layers.Input"} or \
+                    leaf in builders and leaf != "model_fn":
+                found.append((targets[0].id.lower() not in MODEL_NAMES, src.path, stmt.lineno,
+                              Construction(src, stmt, _unwrap_moves(stmt.value), targets[0].id)))
+    if not found:
+        return None
+    return min(found, key=lambda f: f[:3])[3]

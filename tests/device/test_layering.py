@@ -159,12 +159,7 @@ def test_import_cycles_are_found():
 
 
 
-# common/port's reader and script builder call each other (static.py imports script.find_construction
-# inside a function); that one is known and left to common/port; any other cycle fails
-KNOWN_CYCLES = [["common.port.script", "common.port.static"]]
-
-
 def test_no_import_cycle_among_the_runners_modules():
     graph = common_import_graph()
     assert "common.tf.device_run" in graph["common.tf.estimator.cs_estimator"]  # a function-level import counts
-    assert [cycle for cycle in import_cycles(graph) if cycle not in KNOWN_CYCLES] == []
+    assert import_cycles(graph) == []
