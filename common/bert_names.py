@@ -215,6 +215,8 @@ def read_bert_weights(path: str) -> dict[str, np.ndarray]:
             if found is not None:
                 torch_name, transpose = found
                 value = np.asarray(value)
+                if value.dtype.name in ("float16", "bfloat16", "float64"):  # as the torch side: float32
+                    value = value.astype(np.float32)
                 weights[torch_name] = value.T if transpose else value
     else:
         variables = _torch_tensors(kind, where)
@@ -262,7 +264,9 @@ def check_compatible(weights: dict[str, np.ndarray], expected_shapes: dict[str, 
     have ``expected_shapes`` (torch names): the first weight of another shape, said in the
     model's terms ("the checkpoint has hidden size 128, this model 64"); another number of
     encoder layers; encoder weights (``bert.``) missing from the checkpoint. Heads missing
-    from the checkpoint are fine: fine-tuning starts them fresh."""
+    from the checkpoint are fine: fine-tuning starts them fresh. Pass the shapes of the
+    weights that will be loaded (a fine-tune that starts its classifier fresh leaves
+    ``classifier.*`` out, so that a checkpoint of another number of classes still fits)."""
     for name, shape in expected_shapes.items():
         if name not in weights:
             continue
@@ -279,7 +283,8 @@ def check_compatible(weights: dict[str, np.ndarray], expected_shapes: dict[str, 
         raise UserError(f"{source} does not fit this model: {what}")
     theirs, ours = _num_layers(weights), _num_layers(expected_shapes)
     if theirs != ours:
-        raise UserError(f"{source} has {theirs} encoder layers, this model {ours} (num_hidden_layers); use a "
+        raise UserError(f"{source} has {theirs} encoder layer{'s' * (theirs != 1)}, this model {ours} "
+                        "(num_hidden_layers); use a "
                         "checkpoint of this model's size, or set num_hidden_layers to the checkpoint's")
     missing = [name for name in expected_shapes if name.startswith("bert.") and name not in weights]
     if missing:

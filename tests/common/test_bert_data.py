@@ -10,14 +10,13 @@ from common.data.text.classification import ClassificationTask, encode_pairs, lo
 from common.data.text.corpus import topic_sentences
 from common.errors import UserError
 
-tok = pytest.importorskip("common.data.text.tokenizer", reason="needs the tokenizers package")
-
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "far", "away", "##s"]
 
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
     """A vocab whose ids are known: the five special tokens 0..4, then WORDS from 5."""
+    tok = pytest.importorskip("common.data.text.tokenizer", reason="needs the tokenizers package")
     path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
     path.write_text("".join(t + "\n" for t in [*tok.BERT_SPECIAL_TOKENS, *WORDS]))
     return tok.read_vocab_txt(path)
@@ -104,6 +103,8 @@ def test_sst2(tmp_path):
     assert (task.name, task.num_classes, task.label_names) == ("sst2", 2, ("negative", "positive"))
     assert task.train == [("the cat sat ", None, 1), ("a dog ran away ", None, 0)]
     assert task.eval == [("the dogs sat ", None, 1)]
+    (tmp_path / "dev.tsv").write_bytes(b"\xef\xbb\xbfsentence\tlabel\r\nthe mat\t0\r\n")  # a BOM, CRLF
+    assert load_task("sst2", str(tmp_path)).eval == [("the mat", None, 0)]
 
 
 def test_mnli(tmp_path):
@@ -198,6 +199,7 @@ def test_mixed_examples_and_bad_lengths(tokenizer):
 def test_default_task_encodes_with_a_trained_vocab(topics_task):
     from common.data.text.corpus import default_corpus
 
+    tok = pytest.importorskip("common.data.text.tokenizer", reason="needs the tokenizers package")
     tokenizer = tok.train_wordpiece(default_corpus()[:10], vocab_size=300)
     arrays = encode_pairs(topics_task.eval[:16], tokenizer, 32)
     assert arrays["input_ids"].shape == (16, 32)

@@ -203,7 +203,7 @@ def test_a_checkpoint_of_the_same_size_fits_without_its_heads():
     (dict(vocab=13), r"the checkpoint has vocab size 13, this model 11"),
     (dict(filter_size=7), r"the checkpoint has filter size 7, this model 6 \(bert.encoder.layer.0.intermediate"),
     (dict(layers=3), r"the checkpoint has 3 encoder layers, this model 2"),
-    (dict(layers=1), r"the checkpoint has 1 encoder layers, this model 2"),
+    (dict(layers=1), r"the checkpoint has 1 encoder layer, this model 2"),
 ])
 def test_a_checkpoint_of_another_size_is_refused(size, message):
     with pytest.raises(UserError, match=message):

@@ -136,7 +136,7 @@ def _read_tsv(path: Path, columns: tuple[str, str | None, str], labels: dict[str
     if not path.is_file():
         raise UserError(f"{path}: no such file")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()  # a byte-order mark is not text
     except UnicodeDecodeError as e:
         raise UserError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     numbered = [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
