@@ -1,7 +1,8 @@
 """pytorch/resnet and tf/resnet compute the same network: given torch's weights, the TF build
 gives torch's logits. This holds only if the two pad alike: a strided conv and the stem's max
 pool pad all four sides in both (tf/resnet's fixed_padding and explicit paddings), where a
-strided "same" would pad an even input at the bottom and right only."""
+strided "same" would pad an even input at the bottom and right only. And both report top-1
+and, above five classes, top-5 accuracy, alike on the same logits."""
 
 import os
 
@@ -68,3 +69,30 @@ def test_tf_resnet_gives_torch_resnets_logits_from_its_weights(block, stem):
                 variables[name].load(value, session)
             got = session.run(logits, {x: images.transpose(0, 2, 3, 1)})  # NCHW -> NHWC
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_both_give_top5_accuracy_above_five_classes_and_agree_on_it():
+    pt_model, pt_utils = twin("pytorch")
+    tf_model, _ = twin("tf")
+    rng = np.random.default_rng(1)
+    logits = rng.permutation(40).reshape(4, 10).astype(np.float32)  # (B, classes), no ties
+    rank = np.argsort(-logits, axis=1)  # each row's classes, largest logit first
+    labels = np.array([rank[0, 0], rank[1, 2], rank[2, 4], rank[3, 5]])  # 1st, 3rd, 5th and 6th largest
+    metric = pt_model.TopKAccuracy(5)
+    metric.update({"logits": torch.from_numpy(logits)}, (None, torch.from_numpy(labels)))
+    assert metric.result() == 3 / 4
+    graph = tf.Graph()
+    with graph.as_default():
+        metrics = tf_model.eval_metrics(tf.constant(labels, tf.int64), tf.constant(logits))
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.local_variables_initializer())
+            session.run([update for _, update in metrics.values()])
+            got = session.run({name: value for name, (value, _) in metrics.items()})
+    assert got == {"accuracy": 1 / 4, "top5_accuracy": 3 / 4}
+
+    # five classes or fewer: top-5 is always 1, so neither framework reports it
+    params = load_params(None, pt_utils.default_params(), ["model.num_classes=5"])
+    assert set(pt_model.ResNetModel(params, torch.device("cpu")).metrics) == {"accuracy"}
+    graph = tf.Graph()
+    with graph.as_default():
+        assert set(tf_model.eval_metrics(tf.constant(labels % 5), tf.constant(logits[:, :5]))) == {"accuracy"}
