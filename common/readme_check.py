@@ -59,6 +59,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # column title -> (the TensorBoard logdir under model_dir, the scalar's tag, the printed scale)
 COLUMNS = {
     "test accuracy": ("eval", "accuracy", 100.0),  # printed as a percentage: "97.78 %"
+    "test top-5 accuracy": ("eval", "top5_accuracy", 100.0),  # the classifiers' with more than 5 classes (resnet)
     "test loss": ("eval", "loss", 1.0),
     "training loss": ("train", "loss", 1.0),
     "test dice": ("eval", "dice_coefficient", 1.0),  # the segmentation models' (unet)

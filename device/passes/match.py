@@ -286,7 +286,12 @@ class _Matcher:
         if len(users) != 1:
             return None
         node = users[0]
-        if node.name in self.taken or node.op not in step.ops or len(node.outputs) != 1:
+        if node.name in self.taken or node.op not in step.ops:
+            return None
+        # a second output (torch's batch norm returns its running statistics, written back
+        # to state) joins the chain only if no node reads it: the kernel then updates the
+        # state where it lives, as a TF batch norm with one output does
+        if any(self.consumers.get(out) or out in self.sinks for out in node.outputs[1:]):
             return None
         if node.name in self.reserved_nodes:  # part of an attention chain
             return None

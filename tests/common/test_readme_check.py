@@ -25,7 +25,7 @@ assert os.environ["PINNED"] == "2"  # NAME=value words of the command reach its 
 train, evaluate = ScalarWriter(os.path.join(args.model_dir, "train")), ScalarWriter(os.path.join(args.model_dir, "eval"))
 train.scalars(500, {"loss": 0.0053412})
 train.scalars(1000, {"loss": 0.00021})
-evaluate.scalars(500, {"accuracy": 352 / 360, "loss": 0.12914})
+evaluate.scalars(500, {"accuracy": 352 / 360, "loss": 0.12914, "top5_accuracy": 359 / 360})
 evaluate.scalars(1000, {"accuracy": 353 / 360, "loss": 0.13691})
 train.close(), evaluate.close()
 """
@@ -68,6 +68,13 @@ def test_a_figure_that_differs_is_named_with_its_line(tmp_path, capsys):
     assert path.read_text() == before  # checking writes nothing
 
 
+def test_top5_accuracy_is_a_column_of_its_own(tmp_path, capsys):
+    header = "| step | test accuracy | test top-5 accuracy (all 360) | training loss |"
+    assert main([str(readme(tmp_path, ["| 500 | 97.78 % | 99.72 % | 0.00534 |"], header=header))]) == 0
+    assert main([str(readme(tmp_path, ["| 500 | 97.78 % | 97.78 % | 0.00534 |"], header=header))]) == 1
+    assert "step 500 test top-5 accuracy: the README says 97.78 %" in capsys.readouterr().err
+
+
 def test_the_printed_precision_decides(tmp_path):
     # 0.12914 is 0.13 at two decimals, but not 0.130 at three
     assert main([str(readme(tmp_path, ["| 500 | 97.8 % | 0.13 | 0.005 |"]))]) == 0
@@ -97,7 +104,7 @@ def test_a_shell_line_with_no_table_below_is_not_checked(tmp_path):
 
 @pytest.mark.parametrize("header, message", [
     ("| steps | test accuracy | test loss | training loss |", "the first column of a checked table is 'step', got 'steps'"),
-    ("| step | top-5 accuracy | test loss | training loss |", "column 'top-5 accuracy' is not one the check"),
+    ("| step | top-3 accuracy | test loss | training loss |", "column 'top-3 accuracy' is not one the check"),
 ])
 def test_a_table_the_check_cannot_read_is_one_line(tmp_path, header, message):
     path = readme(tmp_path, ["| 500 | 97.78 % | 0.129 | 0.00534 |"], header=header)

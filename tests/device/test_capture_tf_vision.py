@@ -1,6 +1,6 @@
 """The TensorFlow frontend on the vision and loss ops: Keras Conv2DTranspose
 (Conv2DBackpropInput), UpSampling2D (nearest: ExpandDims + Tile + Reshape; bilinear:
-ResizeBilinear), AveragePooling2D and GlobalAveragePooling2D, tf.tile / unstack / split,
+ResizeBilinear), max pooling with explicit paddings, AveragePooling2D and GlobalAveragePooling2D, tf.tile / unstack / split,
 BinaryCrossentropy(from_logits=True) (sigmoid_cross_entropy_with_logits, one node), and
 sparse cross-entropy over (N, H, W, C) logits.
 
@@ -64,6 +64,7 @@ def vision_fn(x, labels, targets):  # x: (2, 4, 4, 3), labels: (2, 8, 8), target
     parts = tf.split(x, [1, -1], axis=3)
     extra = tf.reduce_mean(tiled * x) + tf.reduce_mean(channels[0] * channels[2])
     extra += tf.reduce_mean(halves[0] * halves[1]) + tf.reduce_mean(parts[1])
+    extra += tf.reduce_mean(tf.nn.max_pool2d(x, 3, 2, [[0, 0], [1, 1], [1, 1], [0, 0]]))  # EXPLICIT: (2, 2, 2, 3)
     return bce + ce + extra
 
 
@@ -75,6 +76,7 @@ def test_vision_ops_lower_to_their_records_and_match_tf():
     assert set(ops) <= set(OPS) and validate(graph, mode="train", profile=None).ok
     assert ops.count("conv_transpose2d") == 2 and ops.count("resize2d") == 2 and ops.count("tile") == 3
     assert [n.attrs["value"] for n in graph.nodes if n.op == "pad"] == [0.0, 0.5]
+    assert [n.attrs["padding"] for n in graph.nodes if n.op == "max_pool2d"] == ["VALID", [[1, 1], [1, 1]]]
     (bce,) = [n for n in graph.nodes if n.op == "sigmoid_cross_entropy"]  # one node, not seven
     assert bce.loc.framework_op == "sigmoid_cross_entropy_with_logits" and bce.loc.line == _line("tf-bce")
     (transposed,) = [n for n in graph.nodes if n.op == "conv_transpose2d" and n.attrs["padding"] == "SAME"]

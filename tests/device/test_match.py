@@ -174,3 +174,34 @@ def test_a_hand_written_erf_gelu_validates_and_fuses_into_its_dense_kernel():
     assert "unsupported" not in _kinds(kernels)
     erf_kernel = next(k for k in kernels if "erf" in k.ops)
     assert erf_kernel.kind in ("dense", "elementwise") and erf_kernel.flops_fwd > 0
+
+
+def _conv_batch_norm_graph(read_statistics: bool):
+    """conv2d then a batch norm with torch's three outputs (y, running mean, running var)."""
+    b = GraphBuilder()
+    x = b.input("images", (2, 3, 8, 8))
+    w = b.param("conv.weight", (4, 3, 3, 3))
+    gamma, beta = b.param("bn.weight", (4,)), b.param("bn.bias", (4,))
+    mean, var = b.state("bn.running_mean", (4,)), b.state("bn.running_var", (4,))
+    y = b.op("conv2d", [x, w], (2, 4, 8, 8), attrs={"strides": [1, 1], "padding": [[1, 1], [1, 1]],
+                                                    "dilations": [1, 1], "layout": "NCHW", "weight_layout": "OIHW"})
+    outs = [b.graph.add_value(name, shape, "float32") for name, shape in
+            (("bn", (2, 4, 8, 8)), ("bn.new_mean", (4,)), ("bn.new_var", (4,)))]
+    b.graph.add_node("batch_norm", [y, gamma, beta, mean, var], outs, {"axis": 1, "eps": 1e-5, "momentum": 0.1})
+    y = b.op("relu", [outs[0]], (2, 4, 8, 8))
+    if read_statistics:  # something reads the new running mean: it must leave the batch norm's kernel
+        y = b.op("add", [y, outs[1]], (2, 4, 8, 8))
+    y = b.op("reduce_mean", [y], (2, 4), attrs={"axis": [2, 3], "keepdims": False})
+    b.cross_entropy(b.dense(y, 3, name="fc"), b.input("labels", (2,), "int32"))
+    return b.graph
+
+
+def test_a_batch_norm_whose_running_statistics_no_node_reads_fuses_into_its_conv():
+    # torch's batch norm returns its running statistics (written back to state), TF's only y:
+    # the same network must give the same kernels in both
+    kernels = match(_conv_batch_norm_graph(read_statistics=False))
+    conv = next(k for k in kernels if k.kind == "conv")
+    assert conv.ops == ["conv2d", "batch_norm", "relu"] and "batch_norm" not in _kinds(kernels)
+    assert conv.state == ["bn.running_mean", "bn.running_var"]
+    read = match(_conv_batch_norm_graph(read_statistics=True))
+    assert [k.ops for k in read if k.kind == "conv"] == [["conv2d"]] and _kinds(read)["batch_norm"] == 1

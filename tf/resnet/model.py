@@ -5,10 +5,12 @@ and stems). ``model_fn`` follows the Estimator contract (common/tf/estimator): T
 the loss and train_op, EVAL the loss and top-1 (and top-5 where classes > 5) through
 ``host_call`` (how metrics leave the device), PREDICT the classes and probabilities.
 
-Convs and the max pool pad "same". On an even input a strided "same" pads only the bottom
-and right, where torch's ``padding=1`` pads all four sides: the same shapes and weights,
-the windows shifted by a pixel. Explicit padding (ZeroPadding2D, a ``Pad`` op) would match
-torch, but the device does not take ``Pad`` (device/README.md), so "same" it is.
+Padding is torch's, so that both frameworks compute the same network: a stride-1 conv pads
+"same" (odd kernels: (k - 1) / 2 on every side, as torch's ``padding``), a strided conv pads
+explicitly first and then runs "valid" (the TF Model Garden's ``fixed_padding``). A strided
+"same" would pad an even input only at the bottom and right and shift every window by a
+pixel. The max pool takes torch's ``padding=1`` as explicit paddings, where padding never
+wins the maximum.
 """
 
 from typing import Mapping
@@ -21,6 +23,17 @@ from common.tf.estimator import CSEstimatorSpec, EstimatorSpec, ModeKeys
 from common.tf.optim import build_train_op
 
 
+def fixed_padding(x: tf.Tensor, kernel: int) -> tf.Tensor:
+    """(B, H, W, C) -> (B, H + k - 1, W + k - 1, C): zeros around H and W, independent of the input
+    size (the TF Model Garden's ``fixed_padding``), k // 2 on each side for odd k, as torch's
+    ``padding=k // 2``. A 1x1 kernel pads nothing."""
+    begin = (kernel - 1) // 2
+    end = kernel - 1 - begin
+    if begin == end == 0:
+        return x
+    return tf.pad(x, [[0, 0], [begin, end], [begin, end], [0, 0]])
+
+
 class Layers:
     """Keras layers named in order (conv_0, bn_0, ...), so that checkpoints read the same each build."""
 
@@ -29,8 +42,10 @@ class Layers:
 
     def conv(self, x: tf.Tensor, filters: int, kernel: int, stride: int = 1) -> tf.Tensor:
         self.count += 1
-        return keras.layers.Conv2D(filters, kernel, stride, padding="same", use_bias=False,
-                                   name=f"conv_{self.count}")(x)
+        if stride > 1:
+            x = fixed_padding(x, kernel)
+        return keras.layers.Conv2D(filters, kernel, stride, padding="same" if stride == 1 else "valid",
+                                   use_bias=False, name=f"conv_{self.count}")(x)
 
     def bn(self, x: tf.Tensor) -> tf.Tensor:
         return keras.layers.BatchNormalization(momentum=self.p["batch_norm_decay"], epsilon=self.p["batch_norm_epsilon"],
@@ -69,7 +84,7 @@ def resnet(images: tf.Tensor, params: Mapping, training: bool) -> tf.Tensor:
         x = tf.nn.relu(layers.bn(layers.conv(images, p["stem_width"], 3)))  # (B, H, W, stem)
     else:
         x = tf.nn.relu(layers.bn(layers.conv(images, p["stem_width"], 7, 2)))  # (B, H/2, W/2, stem)
-        x = keras.layers.MaxPooling2D(3, 2, padding="same", name="pool")(x)  # (B, H/4, W/4, stem)
+        x = tf.nn.max_pool2d(x, 3, 2, [[0, 0], [1, 1], [1, 1], [0, 0]], name="pool")  # (B, H/4, W/4, stem)
     block = basic_block if p["block"] == "basic" else bottleneck_block
     for stage, (count, width) in enumerate(zip(p["stage_blocks"], p["stage_widths"])):
         for i in range(count):

@@ -323,14 +323,20 @@ def _spatial(values, layout: str) -> list[int]:
     return [int(v) for v in (values[1:3] if layout == "NHWC" else values[2:4])]
 
 
+def _padding(op, layout: str):
+    """"SAME", "VALID", or EXPLICIT's [[top, bottom], [left, right]] (Conv2D, MaxPool)."""
+    padding = op.get_attr("padding").decode()
+    if padding != "EXPLICIT":
+        return padding
+    pads = list(op.get_attr("explicit_paddings"))
+    pairs = [pads[i:i + 2] for i in range(0, 8, 2)]
+    return [[int(v) for v in p] for p in (pairs[1:3] if layout == "NHWC" else pairs[2:4])]
+
+
 def _map_conv2d(low: Lowering, tensor):
     op = tensor.op
     layout = op.get_attr("data_format").decode()
-    padding = op.get_attr("padding").decode()
-    if padding == "EXPLICIT":
-        pads = list(op.get_attr("explicit_paddings"))
-        pairs = [pads[i:i + 2] for i in range(0, 8, 2)]
-        padding = [[int(v) for v in p] for p in (pairs[1:3] if layout == "NHWC" else pairs[2:4])]
+    padding = _padding(op, layout)
     attrs = {"strides": _spatial(op.get_attr("strides"), layout), "padding": padding,
              "dilations": _spatial(op.get_attr("dilations"), layout), "layout": layout,
              "weight_layout": "HWIO"}
@@ -343,7 +349,7 @@ def _map_pool(low: Lowering, tensor):
     layout = op.get_attr("data_format").decode()
     attrs = {"kernel": _spatial(op.get_attr("ksize"), layout),
              "strides": _spatial(op.get_attr("strides"), layout),
-             "padding": op.get_attr("padding").decode(), "layout": layout}
+             "padding": _padding(op, layout), "layout": layout}  # AvgPool has no EXPLICIT
     ir_op = "max_pool2d" if op.type == "MaxPool" else "avg_pool2d"
     x = op.inputs[0]
     return Plan([x], lambda: low.emit(ir_op, [low.value(x)], op, [tensor], attrs))
