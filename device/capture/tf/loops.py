@@ -70,9 +70,12 @@ def handles(low: Lowering, tensor: tf.Tensor) -> bool:
 
 
 def plan(low: Lowering, tensor: tf.Tensor) -> Plan:
-    """The Plan of a tensor ``handles`` accepts; CannotMap if the loop or list is not static. What
-    only shows while it is built (an element never written) is refused then, in the IR."""
-    planned = _plan(low, tensor)
+    """The Plan of a tensor ``handles`` accepts: refused at the user's line if the loop or list is
+    not static, also when that shows only while it is built (an element never written)."""
+    try:
+        planned = _plan(low, tensor)
+    except CannotMap as reason:
+        return refusal(low, tensor, str(reason))
 
     def build():
         first, values = len(low.graph.nodes), set(low.graph.values)
@@ -83,15 +86,36 @@ def plan(low: Lowering, tensor: tf.Tensor) -> Plan:
             for name in set(low.graph.values) - values:
                 del low.graph.values[name]
                 low.graph.constants.pop(name, None)
-            _refuse(low, tensor, str(reason) if isinstance(reason, CannotMap) else
-                    f"it could not be unrolled ({type(reason).__name__}: {reason})")
+            message = str(reason) if isinstance(reason, CannotMap) else \
+                f"it could not be unrolled ({type(reason).__name__}: {reason})"
+            _refuse(low, tensor, message, inherited=isinstance(reason, _Inherited))
     return Plan(planned.deps, build)
 
 
-def _refuse(low: Lowering, tensor: tf.Tensor, reason: str) -> None:
+class _Inherited(CannotMap):
+    """Refused only because an input is (a list made by a refused op): reported where it starts."""
+
+
+def refusal(low: Lowering, tensor: tf.Tensor, reason: str) -> Plan:
+    """A refused loop or list op: one IR node named after the TF op, for validation to report."""
+    return Plan([t for t in tensor.op.inputs if t.dtype != tf.variant], lambda: _refuse(low, tensor, reason))
+
+
+def _refuse(low: Lowering, tensor: tf.Tensor, reason: str, inherited: bool = False) -> None:
+    """The node of a refused op; its list and variable outputs are marked done with no value, so
+    that what reads them is refused as inherited instead of named again."""
     op = tensor.op
     inputs = [low.value_of[t.name] for t in op.inputs if low.value_of.get(t.name) in low.graph.values]
-    low.emit(op.type, inputs, op, [t for t in op.outputs if t.name not in low.value_of], {"reason": reason})
+    outputs = []
+    for t in op.outputs:
+        if t.name in low.value_of:
+            continue
+        if t.dtype in (tf.variant, tf.resource):
+            low.value_of[t.name] = t.name
+        else:
+            outputs.append(t)
+    attrs = {"reason": reason, **({"inherited": True} if inherited else {})}
+    low.emit(op.type, inputs, op, outputs, attrs)
 
 
 def _plan(low: Lowering, tensor: tf.Tensor) -> Plan:
@@ -119,7 +143,7 @@ def _set_list(low: Lowering, tensor: tf.Tensor, items: TensorList) -> None:
 
 def _list_of(low: Lowering, tensor: tf.Tensor) -> TensorList:
     if tensor.name not in low.lists:  # made by an op the device lacks: that op is the finding
-        raise CannotMap("a TensorList made by an unsupported op")
+        raise _Inherited("a TensorList made by an unsupported op")
     return low.lists[tensor.name]
 
 
@@ -373,12 +397,13 @@ def _run_body(low: Lowering, op: tf.Operation, iteration: _Iteration, state: lis
     for read, index in iteration.reads.items():
         child.value_of[read.name] = state[index]
     data = [t for t, number in zip(iteration.outputs, _fold(iteration.graph, iteration.outputs)) if number is None]
-    first = len(low.graph.nodes)
+    first, values = len(low.graph.nodes), set(low.graph.values)
     try:
         child._lower(data)
     finally:
         child.close()
-    low.unrolled.update(v for n in low.graph.nodes[first:] for v in (n.name, *n.outputs))
+    low.unrolled.update(n.name for n in low.graph.nodes[first:])
+    low.unrolled.update(set(low.graph.values) - values)  # outputs, and the constants the body read
     numbers = _fold(iteration.graph, iteration.outputs)
     state = [child.lists[t.name] if t.name in child.lists else child.value_of.get(t.name) if number is None else None
              for t, number in zip(iteration.outputs, numbers)]

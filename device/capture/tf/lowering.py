@@ -94,10 +94,7 @@ class Lowering:
         if tensor.shape.rank is None:
             return self._unsupported(tensor, "a tensor of unknown rank")
         if loops.handles(self, tensor):  # a while loop, unrolled; its TensorLists
-            try:
-                return loops.plan(self, tensor)
-            except CannotMap as reason:
-                return self._unsupported(tensor, str(reason))
+            return loops.plan(self, tensor)
         for match in PATTERNS.get(op.type, ()):
             plan = match(self, tensor)
             if plan is not None:
