@@ -63,7 +63,26 @@ CASES = {
     "gru-initial-state": ("GRU", {"initial_state": True}),
     "rnn-tanh": ("RNN", {"num_layers": 2}),
     "rnn-relu-bidirectional": ("RNN", {"nonlinearity": "relu", "bidirectional": True}),
+    "rnn-batch-first-no-bias-initial-state": ("RNN", {"batch_first": True, "bias": False, "initial_state": True}),
 }
+
+# every argument of the aten ops, walked from torch's schema: the layer option that sets it away
+# from its default, implemented and checked by a case above (dropout and train: the dropout test)
+OPTIONS = {"input": None, "params": None, "hx": "initial_state", "has_biases": "bias", "num_layers": "num_layers",
+           "bidirectional": "bidirectional", "batch_first": "batch_first", "dropout": "dropout", "train": "dropout"}
+OPS = {"LSTM": torch.ops.aten.lstm.input, "GRU": torch.ops.aten.gru.input, "RNN": torch.ops.aten.rnn_tanh.input,
+       "RNN-relu": torch.ops.aten.rnn_relu.input}
+
+
+@pytest.mark.parametrize("kind", list(OPS))
+def test_every_schema_argument_is_implemented_by_a_case(kind):
+    op = OPS[kind]
+    assert {a.name for a in op._schema.arguments} == set(OPTIONS), f"{op}: add a case for each new argument"
+    for argument, option in OPTIONS.items():
+        if option in (None, "dropout"):  # operands; dropout and train: test_dropout_between_layers_...
+            continue
+        layer = kind.split("-")[0]
+        assert any(k == layer and option in options for k, options in CASES.values()), (kind, argument)
 
 
 @pytest.mark.parametrize("case", list(CASES))
