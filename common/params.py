@@ -314,8 +314,12 @@ def _all_paths(spec: Mapping, prefix: tuple = ()) -> list[tuple]:
 
 
 def _closest(key_path: tuple, candidates: list[tuple]) -> str | None:
-    """The dotted candidate closest to ``key_path``, or one with the same last component."""
-    names = [".".join(map(str, p)) for p in candidates]
+    """The dotted candidate closest to ``key_path``, or one with the same last component.
+
+    Never the key's own section (nor a section above it): 'train_input.seed' is close to
+    'train_input' as text, but the section is where the unknown key already is."""
+    ancestors = {tuple(key_path[:i]) for i in range(1, len(key_path))}
+    names = [".".join(map(str, p)) for p in candidates if tuple(p) not in ancestors]
     close = difflib.get_close_matches(".".join(map(str, key_path)), names, n=1, cutoff=0.6)
     if not close:  # the last component alone may match a key in another section
         leaf = str(key_path[-1])

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from device.ops.arrays import erfc, unary
+from device.ops.arrays import erfc, select_or_zero, unary
 from device.ops.record import FLOAT, OpRecord, per_element, reads_nothing, same_shape
 
 _SELU_ALPHA = 1.6732632423543772848170429916717  # torch.nn.SELU's constants
@@ -31,7 +31,7 @@ def _relu_backward(saved, grads, attrs, needs):
     # where, not a multiply by 0/1, as torch's threshold_backward: a NaN arriving from a
     # branch that where() masked out (log(0) * 0) stops here, as in the framework
     g = grads[0]
-    return [np.where(saved > 0, g, g.dtype.type(0))]
+    return [select_or_zero(saved > 0, g)]
 
 
 def _gelu_forward(inputs, attrs, ctx):

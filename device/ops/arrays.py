@@ -143,20 +143,31 @@ def windows(xp, kernel, strides, dilations):
         xp, (n, ho, wo, kh, kw, c), (s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c), writeable=False)
 
 
-def col2im(dwin, padded_shape, strides, dilations, dtype):
-    """Adjoint of windows(): sum each window's gradient (N, Ho, Wo, kh, kw, C) into place.
+def col2im(taps, padded_shape, strides, dilations, dtype):
+    """Adjoint of windows(): sum each window's gradient into place, given tap by tap as
+    (kh, kw, N, Ho, Wo, C) (each tap's slab contiguous, so each add runs over whole rows).
 
     One strided add per kernel tap (kh * kw of them), never a loop over pixels.
     """
-    _, ho, wo, kh, kw, _ = dwin.shape
+    kh, kw, _, ho, wo, _ = taps.shape
     (sh, sw), (dh, dw) = strides, dilations
     out = np.zeros(padded_shape, dtype=dtype)
     for i in range(kh):
         rows = slice(i * dh, i * dh + sh * (ho - 1) + 1, sh)  # the Ho input rows tap i reads
         for j in range(kw):
             cols = slice(j * dw, j * dw + sw * (wo - 1) + 1, sw)
-            out[:, rows, cols, :] += dwin[:, :, :, i, j, :]
+            out[:, rows, cols, :] += taps[i, j]
     return out
+
+
+def select_or_zero(condition: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """np.where(condition, g, 0) for a float32 ``g`` of condition's shape, bit for bit (a NaN
+    or inf of g where condition is False gives 0), as one AND with a 0 / all-ones mask:
+    several times faster than np.where's per-element branch."""
+    if g.dtype != np.float32 or condition.shape != g.shape:
+        return np.where(condition, g, g.dtype.type(0))
+    mask = np.negative(condition.view(np.uint8), dtype=np.int32)  # 0 or -1 (all bits set)
+    return (np.ascontiguousarray(g).view(np.int32) & mask).view(np.float32)
 
 
 def crop(xp, pads):

@@ -18,6 +18,11 @@ from device.ops.arrays import col2im, crop, from_nhwc, padding_pairs, pair, to_n
 from device.ops.record import FLOAT, OpRecord, Shape, Work, contraction, reads_nothing
 
 
+def _contiguous(y, layout):
+    """An NHWC result in ``layout``, contiguous."""
+    return np.ascontiguousarray(from_nhwc(y, layout))
+
+
 def _conv2d_forward(inputs, attrs, ctx):
     layout = attrs.get("layout", "NCHW")
     x = to_nhwc(inputs[0], layout)  # (N, H, W, C)
@@ -31,7 +36,8 @@ def _conv2d_forward(inputs, attrs, ctx):
     cols = win.reshape(n * ho * wo, kh * kw * c)  # im2col: one row per output pixel
     w2 = w.reshape(kh * kw * c, o)
     y = (cols @ w2).reshape(n, ho, wo, o)
-    return [from_nhwc(y, layout)], (cols, w2, w.shape, win.shape, xp.shape, pads, strides, dilations)
+    # contiguous in the user's layout: what follows (batch norm, elementwise) runs over whole rows
+    return [_contiguous(y, layout)], (cols, w2, w.shape, win.shape, xp.shape, pads, strides, dilations)
 
 
 def _conv2d_backward(saved, grads, attrs, needs):
@@ -40,8 +46,10 @@ def _conv2d_backward(saved, grads, attrs, needs):
     g2 = to_nhwc(grads[0], layout).reshape(cols.shape[0], -1)  # (N*Ho*Wo, O)
     dx = dw = None
     if needs[0]:
-        dwin = (g2 @ w2.T).reshape(win_shape)  # (N, Ho, Wo, kh, kw, C)
-        dx = from_nhwc(crop(col2im(dwin, padded_shape, strides, dilations, g2.dtype), pads), layout)
+        n, ho, wo, kh, kw, c = win_shape
+        # one batched GEMM, tap by tap: (kh * kw, N*Ho*Wo, C), each tap's slab contiguous
+        taps = np.matmul(g2, w2.reshape(kh * kw, c, -1).transpose(0, 2, 1)).reshape(kh, kw, n, ho, wo, c)
+        dx = _contiguous(crop(col2im(taps, padded_shape, strides, dilations, g2.dtype), pads), layout)
     if needs[1]:
         dw = (cols.T @ g2).reshape(w_shape)  # (kh, kw, C, O)
         if attrs.get("weight_layout", "OIHW") != "HWIO":
@@ -66,7 +74,7 @@ def _max_pool2d_forward(inputs, attrs, ctx):
     flat = win.reshape(n, ho, wo, kh * kw, c)
     idx = flat.argmax(axis=3)[:, :, :, None, :]  # the first maximum gets the gradient, as in torch
     y = np.take_along_axis(flat, idx, axis=3)[:, :, :, 0, :]
-    return [from_nhwc(y, layout)], (idx, win.shape, padded_shape, pads, strides)
+    return [_contiguous(y, layout)], (idx, win.shape, padded_shape, pads, strides)
 
 
 def _max_pool2d_backward(saved, grads, attrs, needs):
@@ -74,10 +82,10 @@ def _max_pool2d_backward(saved, grads, attrs, needs):
     layout = attrs.get("layout", "NCHW")
     g = to_nhwc(grads[0], layout)  # (N, Ho, Wo, C)
     n, ho, wo, kh, kw, c = win_shape
-    dwin = np.zeros((n, ho, wo, kh * kw, c), dtype=g.dtype)
-    np.put_along_axis(dwin, idx, g[:, :, :, None, :], axis=3)
-    dxp = col2im(dwin.reshape(win_shape), padded_shape, strides, (1, 1), g.dtype)
-    return [from_nhwc(crop(dxp, pads), layout)]
+    taps = np.zeros((kh * kw, n, ho, wo, c), dtype=g.dtype)
+    np.put_along_axis(taps, idx.transpose(3, 0, 1, 2, 4), g[None], axis=0)  # the maximum's tap gets g
+    dxp = col2im(taps.reshape(kh, kw, n, ho, wo, c), padded_shape, strides, (1, 1), g.dtype)
+    return [_contiguous(crop(dxp, pads), layout)]
 
 
 def _avg_pool_count(x_hw, attrs, pads, strides, dtype):
@@ -100,16 +108,17 @@ def _avg_pool2d_forward(inputs, attrs, ctx):
     win, padded_shape, pads, strides = _pool_setup(x, attrs, 0)
     count = _avg_pool_count(x.shape[1:3], attrs, pads, strides, x.dtype)
     y = win.sum(axis=(3, 4)) / count  # (N, Ho, Wo, C)
-    return [from_nhwc(y, layout)], (count, win.shape, padded_shape, pads, strides)
+    return [_contiguous(y, layout)], (count, win.shape, padded_shape, pads, strides)
 
 
 def _avg_pool2d_backward(saved, grads, attrs, needs):
     count, win_shape, padded_shape, pads, strides = saved
     layout = attrs.get("layout", "NCHW")
     g = to_nhwc(grads[0], layout) / count  # (N, Ho, Wo, C)
-    dwin = np.broadcast_to(g[:, :, :, None, None, :], win_shape)
-    dxp = col2im(dwin, padded_shape, strides, (1, 1), g.dtype)
-    return [from_nhwc(crop(dxp, pads), layout)]
+    n, ho, wo, kh, kw, c = win_shape
+    taps = np.broadcast_to(g, (kh, kw, n, ho, wo, c))  # every tap of a window gets its output's g
+    dxp = col2im(taps, padded_shape, strides, (1, 1), g.dtype)
+    return [_contiguous(crop(dxp, pads), layout)]
 
 
 def _spatial(shape: Shape, layout: str) -> tuple:
@@ -201,10 +210,11 @@ def _conv_transpose2d_forward(inputs, attrs, ctx):
     padded_shape = (n, out_h + sum(pads[0]), out_w + sum(pads[1]), o)
     x2 = x.reshape(n * h * wd, c)
     w2 = w.reshape(kh * kw * o, c)
-    # the input gradient of a convolution: each input pixel scatters its kernel-sized patch
-    patches = (x2 @ w2.T).reshape(n, h, wd, kh, kw, o)
-    y = crop(col2im(patches, padded_shape, strides, dilations, x.dtype), pads)
-    return [from_nhwc(np.ascontiguousarray(y), layout)], (x2, w2, w.shape, x.shape, pads, strides, dilations)
+    # the input gradient of a convolution: each input pixel scatters its kernel-sized patch,
+    # computed tap by tap in one batched GEMM: (kh * kw, N*H*W, C_out)
+    taps = np.matmul(x2, w2.reshape(kh * kw, o, c).transpose(0, 2, 1)).reshape(kh, kw, n, h, wd, o)
+    y = crop(col2im(taps, padded_shape, strides, dilations, x.dtype), pads)
+    return [_contiguous(y, layout)], (x2, w2, w.shape, x.shape, pads, strides, dilations)
 
 
 def _conv_transpose2d_backward(saved, grads, attrs, needs):
@@ -219,7 +229,7 @@ def _conv_transpose2d_backward(saved, grads, attrs, needs):
     cols = win.reshape(n * h * wd, kh * kw * o)
     dx = dw = None
     if needs[0]:
-        dx = from_nhwc((cols @ w2).reshape(x_shape), layout)
+        dx = _contiguous((cols @ w2).reshape(x_shape), layout)
     if needs[1]:
         dw = (cols.T @ x2).reshape(w_shape)  # (kh, kw, C_out, C_in)
         if attrs.get("weight_layout", "IOHW") != "HWOI":

@@ -36,6 +36,7 @@ from device.dtypes import EMULATOR_STORAGE, FLOATS, HALF_PRECISIONS, PRECISIONS,
 from device.ir import Graph, Node
 from device.ops import OPS
 from device.ops.record import Backward, Forward, KernelContext
+from device.runtime.memory import keep_freed_memory
 from device.runtime.optimizers import Optimizer
 from zoo_base.errors import UserError
 
@@ -104,6 +105,7 @@ class Program:
         self._backward_plan = [step for step in reversed(self._plan) if step.differentiate]
         self._rng = np.random.default_rng(seed)
         self.optimizer = Optimizer(graph.optimizer, self._weights) if graph.optimizer else None
+        keep_freed_memory()  # the kernels' temporaries reuse freed memory, step after step
 
     # ------------------------------------------------------------------ compilation
 

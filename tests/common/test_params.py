@@ -44,6 +44,21 @@ def test_key_in_the_wrong_section_suggests_its_section(tmp_path):
         load_params(path, MODEL_DEFAULTS)
 
 
+def test_an_unknown_key_is_never_offered_its_own_section(tmp_path):
+    # 'train_input.seed' is close to 'train_input' as text; the section is where it already is
+    path = write(tmp_path, "train_input:\n  seed: 3\n")
+    with pytest.raises(UserError) as e:
+        load_params(path, MODEL_DEFAULTS)
+    assert "unknown key 'train_input.seed'" in str(e.value)
+    assert "did you mean 'train_input'?" not in str(e.value)
+
+
+def test_a_misspelt_section_is_offered_the_section(tmp_path):
+    path = write(tmp_path, "trian_input:\n  batch_size: 3\n")
+    with pytest.raises(UserError, match=r"unknown key 'trian_input' \(did you mean 'train_input'\?\)"):
+        load_params(path, MODEL_DEFAULTS)
+
+
 def test_wrong_type_names_key_and_line(tmp_path):
     path = write(tmp_path, "runconfig:\n  max_steps: ten\n")
     with pytest.raises(UserError, match=r"params.yaml:2: 'runconfig.max_steps' must be an integer, got 'ten'"):

@@ -8,6 +8,8 @@
 - ``prepare``: what ``datasets/prepare_bert.py`` runs (sharded, restartable).
 - ``tfrecord``: the TFRecord writer and the tf.data reader (imports TensorFlow).
 - ``torch_dataset``: the torch Dataset over the HDF5 shards (imports torch).
+- ``classification``: sentence (pair) classification tasks for fine-tuning: a task from
+  the default corpus with true labels, GLUE SST-2 and MNLI readers, and their encoding.
 
 Only ``corpus`` is imported here, so ``import common.data.text`` needs neither a
 framework nor ``tokenizers``; import the other modules by name.
