@@ -279,12 +279,10 @@ class _Function:
     static, as the IR needs them (a read of a resource placeholder has no shape of its own).
     """
 
-    def __init__(self, tf_graph: tf.Graph, name: str, loop: tf.Operation):
-        definition = tf_graph.as_graph_def().library.function
-        fdef = next((f for f in definition if f.signature.name == name), None)
-        if fdef is None:
+    def __init__(self, library: dict, name: str, loop: tf.Operation):
+        if name not in library:
             raise CannotMap(f"the loop's function {name!r} is not in the graph")
-        func = function_def_to_graph(fdef, input_shapes=[t.shape for t in loop.inputs])  # loop variables: static
+        func = function_def_to_graph(library[name], input_shapes=[t.shape for t in loop.inputs])  # static
         self.graph_def = func.as_graph_def()
         self.inputs = [t.name for t in func.inputs]
         self.outputs = [t.name for t in func.outputs]
@@ -336,8 +334,9 @@ def _fold(graph: tf.Graph, tensors: list[tf.Tensor]) -> list:
 
 def _trip(low: Lowering, op: tf.Operation) -> list[_Iteration]:
     """Every iteration of a static loop, with the numbers known at its start; CannotMap if the loop is not static."""
-    cond = _Function(low.tf_graph, op.get_attr("cond").name, op)
-    body = _Function(low.tf_graph, op.get_attr("body").name, op)
+    library = {f.signature.name: f for f in low.tf_graph.as_graph_def().library.function}
+    cond = _Function(library, op.get_attr("cond").name, op)
+    body = _Function(library, op.get_attr("body").name, op)
     known = [None if t.dtype in (tf.resource, tf.variant) else low.const(t) for t in op.inputs]
     iterations = []
     while True:
