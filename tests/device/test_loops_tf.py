@@ -113,7 +113,8 @@ def test_unrolled_loop_keeps_only_what_the_loss_reads():
 
 def dynamic_loop(x):
     steps = tf.reduce_max(tf.cast(x[:, :, 0] > 0, tf.int32) * tf.range(SEQ))  # a count read from the data
-    _, h = tf.while_loop(lambda i, h: i < steps, lambda i, h: (i + 1, tf.tanh(h)), (tf.constant(0), x[:, 0]))  # <dynamic>
+    step = lambda i, h: (i + 1, tf.tanh(h))  # noqa: E731
+    _, h = tf.while_loop(lambda i, h: i < steps, step, (tf.constant(0), x[:, 0]))  # <dynamic>
     return h
 
 
