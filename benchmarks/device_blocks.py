@@ -5,7 +5,8 @@
 Rows: the pytorch/mnist MLP and the family blocks of the parity tests, at benchmark sizes:
 the vision blocks of tests/device/test_family_blocks_vision.py (copied below, wider) on
 batches of 32 images 3x32x32 (UNet: 8); the language blocks of
-tests/device/test_family_blocks_language_torch.py (imported) on 48 sequences, its first
+tests/device/test_family_blocks_language_torch.py and the recurrent classifiers of
+tests/device/test_family_blocks_recurrent_torch.py (imported) on 48 sequences, their first
 test batch tiled 16 times.
 
 Per row, both contenders train the same model from the same weights with Adam: PyTorch
@@ -151,6 +152,14 @@ def make_block(name: str):
         model = UNetBlock()
         batch = _images(8, (3, 32, 32), lambda rng: (rng.uniform(size=(8, 1, 32, 32)) > 0.5).astype(np.float32))
         return model, lambda b: nn.BCEWithLogitsLoss()(model(b[0]), b[1]), batch, "batch 8, 3x32x32"
+    if name in ("lstm", "gru"):
+        from tests.device import recurrent_blocks, test_family_blocks_recurrent_torch as recurrent
+
+        model = recurrent.TorchClassifier(name.upper())
+        ids, labels = recurrent_blocks.classifier_batches()[0]
+        batch = [torch.from_numpy(np.tile(ids, (16, 1))), torch.from_numpy(np.tile(labels, 16))]
+        return model, _classify(model), batch, (f"48 x {ids.shape[1]} tokens, {recurrent_blocks.LAYERS} layers of "
+                                                f"{recurrent_blocks.HIDDEN}")
     from tests.device import language_blocks, test_family_blocks_language_torch as language
 
     model, step, make = language.torch_block(name)
@@ -158,7 +167,7 @@ def make_block(name: str):
     return model, step, make(tiled), f"48 x {language_blocks.SEQ} tokens, dim {language_blocks.DIM}"
 
 
-BLOCKS = ("mlp", "resnet-basic", "resnet-bottleneck", "unet", "bert", "gpt", "t5")
+BLOCKS = ("mlp", "resnet-basic", "resnet-bottleneck", "unet", "bert", "gpt", "t5", "lstm", "gru")
 
 
 class Row:

@@ -44,6 +44,7 @@ import operator
 import os
 import re
 import traceback
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -53,6 +54,7 @@ import torch.fx
 from torch.export.graph_signature import InputKind, OutputKind
 
 from device.capture.frames import ZOO_DIRS
+from device.capture.torch_recurrent import LOWERINGS as _RECURRENT_LOWERINGS, packed_sequence_hint
 from device.dtypes import NUMPY_STORAGE
 from device.ir import Graph, SourceLoc
 from device.optimizer import DEFAULT_INITIAL_LOSS_SCALE, DEFAULT_STEPS_PER_INCREASE, OptimizerSpec
@@ -78,6 +80,8 @@ _KEPT_WHOLE = (
     # no kernel: kept whole so that validation names the user's op, not the indexing it decomposes to
     _aten.reflection_pad2d.default,
     _aten.replication_pad2d.default,
+    # recurrent layers, unrolled by torch_recurrent.py (torch's decomposition drops their dropout)
+    _aten.lstm.input, _aten.gru.input, _aten.rnn_tanh.input, _aten.rnn_relu.input,
 )
 
 _DTYPES = {
@@ -125,7 +129,10 @@ def capture(step_fn: Callable, module: torch.nn.Module, batch, *, optimizer: tor
     modes = {m: m.training for m in module.modules()}
     module.train()
     try:
-        with _every_frame():
+        with _every_frame(), warnings.catch_warnings():
+            # nn.LSTM / GRU / RNN re-assign their list of weights on every call: export warns, but the
+            # capture reads those weights by their parameter names
+            warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights")
             exported = torch.export.export(wrapper, tuple(batch), strict=False)
     except UserError:
         raise
@@ -233,7 +240,8 @@ def _export_failure(error: Exception) -> str:
         if not frame.filename.startswith("<") and not any(real.startswith(d + os.sep) for d in _INTERNAL_DIRS):
             where = f"{frame.filename}:{frame.lineno}: {(frame.line or '').strip()}: "
             break
-    hint = next((h for key, h in _EXPORT_HINTS if key in text.lower() or key in type(error).__name__.lower()), "")
+    hint = packed_sequence_hint(error) or next(
+        (h for key, h in _EXPORT_HINTS if key in text.lower() or key in type(error).__name__.lower()), "")
     return f"{where}torch.export could not capture the training step: {first}" + (f" ({hint})" if hint else "")
 
 
@@ -1579,6 +1587,7 @@ _LOWERINGS.update({
     "aten.index_select.default": _index_select,
     "aten.index.Tensor": _index,
 })
+_LOWERINGS.update(_RECURRENT_LOWERINGS)  # nn.LSTM, nn.GRU, nn.RNN
 
 
 def _first_names(module: torch.nn.Module) -> dict[int, str]:

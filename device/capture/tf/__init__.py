@@ -14,6 +14,7 @@ The frontend, one file per concern:
     mappings.py    one TF op type -> one or a few IR ops (the table a new op is added to)
     patterns.py    several TF ops -> one IR op: Keras Dropout, Embedding, LayerNormalization,
                    BatchNormalization, gelu written out in ops
+    loops.py       a static-length tf.while_loop (Keras LSTM, GRU) unrolled; its TensorLists
     constants.py   folding stateless subgraphs of constants into values
     optimizer.py   the Apply ops train_op runs -> OptimizerSpec
     variables.py   weights, state and optimizer slots between a session and the emulator

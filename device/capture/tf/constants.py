@@ -40,7 +40,7 @@ class ConstantFolder:
         if tensor.name in self.cache:
             return self.cache[tensor.name]
         value = None
-        if tensor.name not in self.inputs and tensor.dtype != tf.resource:
+        if tensor.name not in self.inputs and tensor.dtype not in (tf.resource, tf.variant):
             if tensor.op.type in ("Const", "Shape", "Size", "Rank"):
                 value = tf.get_static_value(tensor)
             elif tensor.op.type in ("ZerosLike", "OnesLike") and tensor.shape.is_fully_defined():

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from device import ir
+from device.capture.tf import loops
 from device.capture.tf.constants import ConstantFolder
 from device.capture.tf.mappings import MAPPINGS
 from device.capture.tf.patterns import PATTERNS
@@ -44,6 +45,9 @@ class Lowering:
         self.moving_averages: dict[str, tuple[tf.Operation, float]] | None = None
         self._fresh = 0
         self.locs: dict[str, ir.SourceLoc] = {}
+        self.lists: dict[str, loops.TensorList] = {}  # TF variant tensor name -> the TensorList it holds
+        self.unrolled: set[str] = set()  # IR nodes and values of unrolled loops (loops.py)
+        self.trips: dict[str, list] = {}  # While op name -> its iterations (loops.py)
 
     def close(self):
         self.constants.close()
@@ -62,6 +66,7 @@ class Lowering:
         self.graph.outputs = {key: self.value_of[t.name] for key, t in outputs.items()}
         if training:
             self._report_metrics(targets + [self.train_op])
+        loops.drop_unused(self.graph, self.unrolled)
         return self.graph
 
     def _lower(self, targets: list[tf.Tensor]):
@@ -88,6 +93,8 @@ class Lowering:
             return self._unsupported(tensor, "an input of unknown rank", inherited=True)
         if tensor.shape.rank is None:
             return self._unsupported(tensor, "a tensor of unknown rank")
+        if loops.handles(self, tensor):  # a while loop, unrolled; its TensorLists
+            return loops.plan(self, tensor)
         for match in PATTERNS.get(op.type, ()):
             plan = match(self, tensor)
             if plan is not None:

@@ -606,6 +606,21 @@ def _map_cumsum(low: Lowering, tensor):
     return Plan([x], lambda: low.emit("cumsum", [low.value(x)], op, [tensor], attrs))
 
 
+def _map_reverse(low: Lowering, tensor):
+    """tf.reverse (Keras' go_backwards and Bidirectional): a slice with step -1 on each axis reversed."""
+    op = tensor.op
+    x = op.inputs[0]
+    shape = static_shape(x)
+    axes = {int(a) % len(shape) for a in np.reshape(low.attr(op.inputs[1], "the reversed axes"), -1)}
+    if any(shape[a] is None for a in axes):
+        raise CannotMap("reversing an axis of unknown size")
+    # numpy's x[n - 1:-n - 1:-1] is the whole axis backwards (an end of -1 would be the last element)
+    attrs = {"begin": [d - 1 if a in axes else 0 for a, d in enumerate(shape)],
+             "end": [-d - 1 if a in axes else d for a, d in enumerate(shape)],
+             "step": [-1 if a in axes else 1 for a in range(len(shape))]}
+    return Plan([x], lambda: low.emit("slice", [low.value(x)], op, [tensor], attrs))
+
+
 def _map_gather(low: Lowering, tensor):
     op = tensor.op
     params, indices = op.inputs[:2]
@@ -667,6 +682,6 @@ _LANGUAGE_ONE_TO_ONE = {
 MAPPINGS.update({
     **{tf_op: _simple(ir_op) for tf_op, ir_op in _LANGUAGE_ONE_TO_ONE.items()},
     "Select": _map_select, "SelectV2": _map_select, "FloorDiv": _map_floor_div, "Cumsum": _map_cumsum,
-    "GatherV2": _map_gather, "OneHot": _map_one_hot, "BroadcastTo": _map_broadcast_to,
+    "GatherV2": _map_gather, "OneHot": _map_one_hot, "BroadcastTo": _map_broadcast_to, "ReverseV2": _map_reverse,
     "MatrixBandPart": _map_band_part,
 })
