@@ -1,5 +1,12 @@
 """BERT DataLoaders: pretraining examples from HDF5 shards; classification examples from a task.
 
+Classification (model.task classifier): ``classifier_task`` of common/data/text/classification.py,
+corpus_topics (the default: which pydoc topic a sentence of the default corpus comes from;
+tokenized with data_dir's vocab, prepared as above if absent), or GLUE's sst2 / mnli
+(data_dir: the GLUE task's folder; vocab_file: the pretraining data's vocab.txt). A batch
+is (input_ids, input_mask, segment_ids (B, T), labels (B,)), all int64, as Google's
+run_classifier encodes them: [CLS] a [SEP] (b [SEP]).
+
 Pretraining (model.task pretraining) reads ``data_dir/train-*.hdf5`` and
 ``data_dir/eval-*.hdf5``, the shards ``datasets/prepare_bert.py`` writes (Google's
 create_pretraining_data: masked LM + next sentence, common/data/text/). When data_dir
@@ -23,20 +30,24 @@ import logging
 import os
 from typing import Mapping
 
+import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.dataloader import default_collate
 
+from common.data.text.classification import encode_pairs, load_task
 from common.data.text.prepare import prepare_bert
 from common.data.text.pretraining import MaskingConfig
+from common.data.text.tokenizer import read_bert_tokenizer
 from common.data.text.torch_dataset import PretrainingHDF5Dataset
 from common.errors import UserError
 
 logger = logging.getLogger("zoo")
 
-# model.PRETRAINING_FIELDS (the folder's files do not import each other)
+# model.PRETRAINING_FIELDS and model.CLASSIFIER_FIELDS (the folder's files do not import each other)
 PRETRAINING_FIELDS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
                       "masked_lm_weights", "next_sentence_labels")
+CLASSIFIER_FIELDS = ("input_ids", "input_mask", "segment_ids", "labels")
 
 
 def check_lengths(input_params: Mapping, model: Mapping) -> None:
@@ -68,13 +79,14 @@ def check_vocab(path: str, vocab_size: int) -> int:
     return tokens
 
 
-def ensure_prepared(input_params: Mapping) -> None:
-    """Prepare the default corpus's shards in data_dir unless it holds HDF5 shards already."""
+def ensure_prepared(input_params: Mapping, masking: MaskingConfig | None = None) -> None:
+    """Prepare the default corpus's shards in data_dir unless it holds HDF5 shards already
+    (with ``masking``; None: this input's max_sequence_length and max_predictions_per_seq)."""
     data_dir = input_params["data_dir"]
     if glob.glob(os.path.join(data_dir, "*.hdf5")):
         return
-    masking = MaskingConfig(max_seq_length=input_params["max_sequence_length"],
-                            max_predictions_per_seq=input_params["max_predictions_per_seq"])
+    masking = masking or MaskingConfig(max_seq_length=input_params["max_sequence_length"],
+                                       max_predictions_per_seq=input_params["max_predictions_per_seq"])
     lines = []
     results = prepare_bert(data_dir, masking=masking, formats=("hdf5",), log=lines.append)
     examples = sum(r.examples for r in results)
@@ -105,12 +117,34 @@ def pretraining_dataset(input_params: Mapping, model: Mapping, train: bool) -> P
     return dataset
 
 
+def classifier_dataset(input_params: Mapping, model: Mapping, train: bool) -> TensorDataset:
+    check_lengths(input_params, model)
+    name = input_params["classifier_task"]
+    if name == "corpus_topics" and not input_params["vocab_file"]:
+        # the vocab of the pretraining data the model starts from; prepared (at the pretraining
+        # configs' MSL 128, not the classifier's) if data_dir holds none yet
+        ensure_prepared(input_params, MaskingConfig())
+    vocab = vocab_path(input_params)
+    check_vocab(vocab, model["vocab_size"])
+    task = load_task(name, input_params["data_dir"] if name != "corpus_topics" else None)
+    if task.num_classes != model["num_classes"]:
+        raise UserError(f"classifier task {name}: {task.num_classes} classes, but model.num_classes is "
+                        f"{model['num_classes']}")
+    arrays = encode_pairs(task.train if train else task.eval, read_bert_tokenizer(vocab),
+                          input_params["max_sequence_length"])
+    logger.info("data (%s): %s", "train" if train else "eval", task.summary())
+    return TensorDataset(*(torch.from_numpy(arrays[f].astype(np.int64)) for f in CLASSIFIER_FIELDS))
+
+
 def _dataloader(params: Mapping, train: bool) -> DataLoader:
     input_params, model = params["train_input" if train else "eval_input"], params["model"]
-    dataset = pretraining_dataset(input_params, model, train)
+    if model["task"] == "classifier":
+        dataset, collate = classifier_dataset(input_params, model, train), None
+    else:
+        dataset, collate = pretraining_dataset(input_params, model, train), collate_pretraining
     return DataLoader(dataset, batch_size=input_params["batch_size"], shuffle=input_params["shuffle"],
                       drop_last=input_params["drop_last"], num_workers=input_params["num_workers"],
-                      collate_fn=collate_pretraining)
+                      collate_fn=collate)
 
 
 def get_train_dataloader(params: Mapping) -> DataLoader:

@@ -22,6 +22,7 @@ masked_lm_weights (0 on padded predictions), ``sum(w * ce) / (sum(w) + 1e-5)``.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Mapping
 
@@ -30,9 +31,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common.bert_names import check_compatible, read_bert_weights
 from common.errors import UserError
 from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.metrics import Accuracy, Metric
+
+logger = logging.getLogger("zoo")
 
 # the batch of each task, a tuple of tensors in this order (data.py builds them)
 PRETRAINING_FIELDS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
@@ -306,12 +310,43 @@ class BertPretrainingModel(PyTorchBaseModel):
         input_ids, input_mask, segment_ids, positions, masked_lm_ids, masked_lm_weights, nsp_labels = batch
         mlm_logits, nsp_logits = self.model(input_ids, input_mask, segment_ids, positions)  # (B, P, V), (B, 2)
         loss, losses = masked_lm_loss(mlm_logits, masked_lm_ids, masked_lm_weights)
-        outputs = {"mlm_predictions": mlm_logits.argmax(-1), "mlm_losses": losses}  # (B, P) each
         if nsp_logits is not None:
             loss = loss + F.cross_entropy(nsp_logits.float(), nsp_labels)
-            outputs["nsp_logits"] = nsp_logits
+        if self.model.training:  # the metrics' outputs in eval only: no argmax over the vocab in a training step
+            return loss
+        outputs = {"mlm_predictions": mlm_logits.argmax(-1), "mlm_losses": losses}  # (B, P) each
+        if nsp_logits is not None:
+            outputs["nsp_logits"] = nsp_logits  # (B, 2)
         return loss, outputs
 
 
+def load_pretrained(net: BertForClassification, path: str) -> None:
+    """The encoder's weights from a pretraining checkpoint of either framework, shape-checked
+    first; the classifier (and the checkpoint's pretraining heads) left out."""
+    weights = read_bert_weights(path)
+    encoder = {name: tuple(w.shape) for name, w in net.state_dict().items() if name.startswith("bert.")}
+    check_compatible(weights, encoder, source=path)
+    net.load_state_dict({name: torch.from_numpy(weights[name]) for name in encoder}, strict=False)
+    logger.info("fine-tuning from %s: %d encoder weights loaded, the classifier starts fresh", path, len(encoder))
+
+
+class BertClassifierModel(PyTorchBaseModel):
+    def __init__(self, params: Mapping, device: torch.device):
+        p = params["model"]
+        check_sizes(p)
+        net = BertForClassification(p)
+        if p["pretrained_checkpoint"]:
+            load_pretrained(net, p["pretrained_checkpoint"])
+        super().__init__(params, net, device)
+        self.metrics = {"accuracy": Accuracy(output="logits", labels=CLASSIFIER_FIELDS.index("labels"))}
+
+    def __call__(self, batch):
+        input_ids, input_mask, segment_ids, labels = batch  # (B, T) x 3, (B,)
+        logits = self.model(input_ids, input_mask, segment_ids)  # (B, num_classes)
+        return F.cross_entropy(logits.float(), labels), {"logits": logits}
+
+
 def model_fn(params: Mapping, device: torch.device) -> PyTorchBaseModel:
+    if params["model"]["task"] == "classifier":
+        return BertClassifierModel(params, device)
     return BertPretrainingModel(params, device)

@@ -243,3 +243,88 @@ def test_every_weight_gets_a_gradient():
     loss.backward()
     dead = [n for n, w in m.model.named_parameters() if w.grad is None or not w.grad.abs().sum() > 0]
     assert dead == []
+
+
+# --- fine-tuning: the classifier from a pretraining checkpoint -----------------------------------
+
+CLASSIFIER_TINY = os.path.join(CONFIGS, "classifier_tiny.yaml")
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory, data_dir):
+    """A checkpoint of 2 pretraining steps of params_tiny."""
+    model_dir = tmp_path_factory.mktemp("pretrained")
+    train_tiny(model_dir, "--mode", "train", *with_data(data_dir, "runconfig.max_steps=2"))
+    return str(model_dir / "checkpoint_2.mdl")
+
+
+def encoder_weights(state):
+    return {k: v.numpy() for k, v in state.items() if k.startswith("bert.")}
+
+
+def test_the_classifier_starts_from_the_pretrained_encoder(pretrained, data_dir):
+    saved = encoder_weights(torch.load(pretrained, weights_only=True)["model"])
+    params = params_of(CLASSIFIER_TINY, *with_data(data_dir), f"model.pretrained_checkpoint={pretrained}")
+    fine_tuned = model.model_fn(params, torch.device("cpu")).model.state_dict()
+    loaded = encoder_weights(fine_tuned)
+    assert loaded.keys() == saved.keys() and len(loaded) == 2 * 16 + 5 + 2
+    for name, value in saved.items():
+        np.testing.assert_array_equal(loaded[name], value, err_msg=name)
+    assert fine_tuned["classifier.weight"].shape == (4, 64)
+
+
+def test_the_classifier_starts_from_a_google_tf_checkpoint(pretrained, data_dir, tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    from tests.common.test_bert_names import write_tf_checkpoint
+
+    saved = encoder_weights(torch.load(pretrained, weights_only=True)["model"])
+    prefix = write_tf_checkpoint(tf, saved, str(tmp_path / "model.ckpt"))  # model.ckpt-5, with Adam slots
+    params = params_of(CLASSIFIER_TINY, *with_data(data_dir), f"model.pretrained_checkpoint={prefix}")
+    loaded = encoder_weights(model.model_fn(params, torch.device("cpu")).model.state_dict())
+    for name, value in saved.items():
+        np.testing.assert_array_equal(loaded[name], value, err_msg=name)
+
+
+def test_fine_tuning_on_the_emulator_matches_the_cpu(pretrained, data_dir, tmp_path):
+    argv = ["--params", CLASSIFIER_TINY, "--mode", "train", *with_data(data_dir, *NO_DROPOUT),
+            f"model.pretrained_checkpoint={pretrained}", "runconfig.max_steps=3"]
+    main = load_run_module(BERT).main
+    main([*argv, "--model_dir", str(tmp_path / "cpu")])
+    main([*argv, "--model_dir", str(tmp_path / "emulator"), "--device", "emulator"])
+    cpu, emulator = train_losses(tmp_path / "cpu"), train_losses(tmp_path / "emulator")
+    assert len(cpu) == 3 and np.isfinite(cpu).all()
+    np.testing.assert_allclose(emulator, cpu, rtol=1e-4)
+    metrics = main([*argv, "--model_dir", str(tmp_path / "cpu"), "--mode", "eval", "runconfig.eval_steps=2"])
+    assert set(metrics) == {"accuracy", "loss"} and 0 <= metrics["accuracy"] <= 1
+
+
+def test_a_pretrained_checkpoint_of_another_size(pretrained, tmp_path, capsys, data_dir):
+    expect_one_error_line(capsys, ["--params", CLASSIFIER_TINY, "--model_dir", str(tmp_path / "model"),
+                                   *with_data(data_dir), f"model.pretrained_checkpoint={pretrained}",
+                                   "model.hidden_size=32"],
+                          pretrained, "hidden size 64, this model 32")
+
+
+def test_a_task_of_another_number_of_classes(tmp_path, capsys, data_dir):
+    expect_one_error_line(capsys, ["--params", CLASSIFIER_TINY, "--model_dir", str(tmp_path / "model"),
+                                   *with_data(data_dir), "model.num_classes=3"],
+                          "corpus_topics: 4 classes", "model.num_classes is 3")
+
+
+@pytest.mark.parametrize("config, count", [("bert_base_msl128.yaml", 110_106_428), ("bert_base_msl512.yaml", 110_106_428),
+                                           ("bert_large_msl128.yaml", 336_226_108),
+                                           ("bert_large_msl512.yaml", 336_226_108)])
+def test_published_sizes_have_hugging_face_bert_for_pretraining_weights(config, count):
+    # bert-base-uncased / bert-large-uncased as transformers' BertForPreTraining (the decoder tied):
+    # BertModel's 109,482,240 / 335,141,888 weights and the two heads
+    params = params_of(os.path.join(CONFIGS, config))
+    with torch.device("meta"):
+        net = model.BertForPretraining(params["model"])
+    assert sum(p.numel() for p in net.parameters()) == count
+    assert params["model"]["vocab_size"] == 30522
+
+
+def test_every_config_loads():
+    for name in sorted(os.listdir(CONFIGS)):
+        params = params_of(os.path.join(CONFIGS, name))
+        assert (params["model"]["task"] == "classifier") == name.startswith("classifier"), name
