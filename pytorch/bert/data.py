@@ -87,8 +87,8 @@ def ensure_prepared(input_params: Mapping, masking: MaskingConfig | None = None)
         return
     masking = masking or MaskingConfig(max_seq_length=input_params["max_sequence_length"],
                                        max_predictions_per_seq=input_params["max_predictions_per_seq"])
-    lines = []
-    results = prepare_bert(data_dir, masking=masking, formats=("hdf5",), log=lines.append)
+    # prepare_bert's own lines are summed up in the one below (its progress bar stays: a few seconds)
+    results = prepare_bert(data_dir, masking=masking, formats=("hdf5",), log=lambda line: None)
     examples = sum(r.examples for r in results)
     logger.info("data: %s had no HDF5 shards: prepared %s examples there from the default corpus "
                 "(max_seq_length %d, max_predictions_per_seq %d; datasets/prepare_bert.py for other text)",

@@ -105,13 +105,17 @@ class Attention(nn.Module):
         return self.output(self.self(x, additive_mask), x)
 
 
+NONLINEARITIES = {"gelu": F.gelu, "relu": F.relu, "tanh": torch.tanh}  # gelu: the erf form, as Google's
+
+
 class Intermediate(nn.Module):
     def __init__(self, p: Mapping):
         super().__init__()
         self.dense = nn.Linear(p["hidden_size"], p["filter_size"])
+        self.nonlinearity = NONLINEARITIES[p["encoder_nonlinearity"]]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, T, F)
-        return F.gelu(self.dense(x))  # erf GELU (encoder_nonlinearity: gelu)
+        return self.nonlinearity(self.dense(x))
 
 
 class Output(nn.Module):

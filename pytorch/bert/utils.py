@@ -9,7 +9,7 @@ from common.params import AT_LEAST_1, POSITIVE, Typed
 
 TASKS = ("pretraining", "classifier")
 CLASSIFIER_TASKS = ("corpus_topics", "sst2", "mnli")
-NONLINEARITIES = ("gelu",)
+NONLINEARITIES = ("gelu", "relu", "tanh")
 
 
 # A deliberate twin of tf/bert/utils.py (each model folder stands alone when copied);
@@ -38,15 +38,15 @@ def default_params() -> dict:
             "num_hidden_layers": 12,
             "num_heads": 12,
             "filter_size": 3072,  # the feed-forward layer's width
-            "max_position_embeddings": Typed(512, (int,), range=AT_LEAST_1),
+            "max_position_embeddings": 512,
             "type_vocab_size": 2,
             "dropout_rate": 0.1,
             "attention_dropout_rate": 0.1,
             "layer_norm_epsilon": Typed(1.0e-12, (float,), range=POSITIVE),
-            "encoder_nonlinearity": Typed("gelu", (str,), NONLINEARITIES),  # erf GELU, as Google's BERT
+            "encoder_nonlinearity": Typed("gelu", (str,), NONLINEARITIES),  # gelu: the exact (erf) form, as Google's BERT
             "initializer_range": Typed(0.02, (float,), range=POSITIVE),  # std of the weights' normal init
             "disable_nsp": False,  # pretraining without the next-sentence head and loss
-            "num_classes": 2,  # classifier only
+            "num_classes": Typed(2, (int,), range=AT_LEAST_1),  # classifier only
             # classifier: a pretraining checkpoint of either framework (a .mdl or a TF checkpoint prefix)
             "pretrained_checkpoint": Typed(None, (str,)),
         },
@@ -54,21 +54,21 @@ def default_params() -> dict:
         "eval_input": _input(train=False, batch_size=256),
         "optimizer": {
             "optimizer_type": "adamw",
-            # linear warm-up over the first 10 % of the steps, then linear decay to 0, as Google's
+            # linear warm-up over 10,000 steps, then linear decay to 0 at 1 M steps, as Google's run_pretraining
             "learning_rate": [
-                {"scheduler": "Linear", "initial_learning_rate": 0.0, "end_learning_rate": 1.0e-4, "steps": 100},
-                {"scheduler": "Linear", "initial_learning_rate": 1.0e-4, "end_learning_rate": 0.0, "steps": 900},
+                {"scheduler": "Linear", "initial_learning_rate": 0.0, "end_learning_rate": 1.0e-4, "steps": 10000},
+                {"scheduler": "Linear", "initial_learning_rate": 1.0e-4, "end_learning_rate": 0.0, "steps": 990000},
             ],
-            "beta1": 0.9,
             "beta2": 0.999,
             "epsilon": 1.0e-6,
-            "weight_decay": 0.01,  # decoupled (AdamW); none on biases and LayerNorm (weight_decay_exclude)
+            "weight_decay": 0.01,  # decoupled (AdamW), none on biases and LayerNorm
+            "weight_decay_exclude": ["bias", "LayerNorm"],
             "max_gradient_norm": 1.0,
         },
         "runconfig": {
-            "max_steps": 1000,
-            "checkpoint_steps": 500,
-            "log_steps": 50,
+            "max_steps": 1000000,
+            "checkpoint_steps": 10000,
+            "log_steps": 100,
             "keep_checkpoint_max": 2,
             "seed": 0,
         },
