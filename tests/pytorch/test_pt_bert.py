@@ -124,8 +124,11 @@ def test_disable_nsp_drops_the_head_and_its_loss():
     assert "nsp_accuracy" not in m.metrics
     ids, mask, segments, positions = random_batch(params["model"])
     labels, weights = torch.zeros_like(positions), torch.ones(positions.shape)
-    loss, outputs = m((ids, mask, segments, positions, labels, weights, torch.zeros(3, dtype=torch.long)))
-    assert "nsp_logits" not in outputs
+    batch = (ids, mask, segments, positions, labels, weights, torch.zeros(3, dtype=torch.long))
+    assert isinstance(m(batch), torch.Tensor)  # training: the loss alone (no argmax in the training graph)
+    m.model.eval()
+    loss, outputs = m(batch)
+    assert set(outputs) == {"mlm_predictions", "mlm_losses"}
     expected, _ = model.masked_lm_loss(m.model(ids, mask, segments, positions)[0], labels, weights)
     assert loss.item() == pytest.approx(expected.item())
 
@@ -239,7 +242,7 @@ def test_every_weight_gets_a_gradient():
     m = model.model_fn(params, torch.device("cpu"))
     ids, mask, segments, positions = random_batch(params["model"])
     labels, weights = torch.randint(5, 100, positions.shape), torch.ones(positions.shape)
-    loss, _ = m((ids, mask, segments, positions, labels, weights, torch.tensor([0, 1, 0])))
+    loss = m((ids, mask, segments, positions, labels, weights, torch.tensor([0, 1, 0])))
     loss.backward()
     dead = [n for n, w in m.model.named_parameters() if w.grad is None or not w.grad.abs().sum() > 0]
     assert dead == []
