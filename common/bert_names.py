@@ -171,7 +171,7 @@ def _torch_tensors(kind: str, path: str) -> dict:
         from common.convert import load_safetensors
 
         return load_safetensors(path)[0]
-    if path.endswith(".mdl"):
+    if path.lower().endswith(".mdl"):
         from common.pytorch.checkpoint import load_checkpoint
 
         state = load_checkpoint(path)["model"]  # the zoo's runner keeps the model's state_dict there
@@ -188,10 +188,12 @@ def _torch_tensors(kind: str, path: str) -> dict:
 
 
 def _torch_name(name: str) -> str:
-    """A torch name as the table spells it: wrappers' prefixes dropped, old Hugging Face
-    checkpoints' LayerNorm.gamma/beta read as weight/bias."""
+    """A torch name as the table spells it: wrappers' prefixes dropped, a bare BertModel's
+    names under ``bert.``, old Hugging Face checkpoints' LayerNorm.gamma/beta as weight/bias."""
     for prefix in ("module.", "_orig_mod."):  # DataParallel, torch.compile
         name = name.removeprefix(prefix)
+    if name.startswith(("embeddings.", "encoder.", "pooler.")):  # saved from BertModel, not BertFor...
+        name = "bert." + name
     return re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name))
 
 

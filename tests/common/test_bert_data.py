@@ -119,7 +119,8 @@ def test_mnli(tmp_path):
 
 @pytest.mark.parametrize("rows, message", [
     ([("sentence", "label"), ("good", "1"), ("bad", "2")], r"train.tsv:3: unknown label '2' \(expected one of 0, 1\)"),
-    ([("sentence", "score"), ("good", "1")], r"train.tsv:1: no column 'label' in the header \(it has sentence, score\)"),
+    ([("sentence", "score"), ("good", "1")],
+     r"train.tsv:1: no column 'label' in the header \(it has sentence, score\)"),
     ([("sentence", "label"), ("good", "1"), ("bad", "0", "extra")],
      r"train.tsv:3: 3 tab-separated fields, the header has 2"),
     ([("sentence", "label")], r"train.tsv: empty file \(a header and no example\)"),

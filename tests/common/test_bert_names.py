@@ -127,6 +127,10 @@ def test_reads_a_state_dict_of_old_hugging_face_names(tmp_path):
     read = read_bert_weights(str(tmp_path / "pytorch_model.bin"))
     assert sorted(read) == sorted(weights)
     np.testing.assert_array_equal(read["bert.embeddings.LayerNorm.weight"], weights["bert.embeddings.LayerNorm.weight"])
+    # a bare BertModel's state_dict: the same names without "bert."
+    encoder = {n: v for n, v in weights.items() if n.startswith("bert.")}
+    torch.save({n.removeprefix("bert."): torch.from_numpy(v) for n, v in encoder.items()}, tmp_path / "encoder.pt")
+    assert sorted(read_bert_weights(str(tmp_path / "encoder.pt"))) == sorted(encoder)
 
 
 def write_tf_checkpoint(tf, weights, prefix):
