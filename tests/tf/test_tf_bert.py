@@ -206,3 +206,68 @@ def test_a_tfrecord_of_the_wrong_schema(data_dir, tmp_path, capsys):
         writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
     err = refused(capsys, str(bad), tmp_path / "model")
     one_error_line(err, "train-00001-of-00001.tfrecord", "'masked_lm_weights' is missing")
+
+
+# --- fine-tuning a classifier from a pretraining checkpoint -----------------------------------
+
+CLASSIFIER = os.path.join(CONFIGS, "classifier_tiny.yaml")
+
+
+def classifier(data_dir, model_dir, *argv):
+    return load_run_module(BERT).main(["--params", CLASSIFIER, "--model_dir", str(model_dir),
+                                       f"train_input.data_dir={data_dir}", f"eval_input.data_dir={data_dir}", *argv])
+
+
+@pytest.fixture(scope="module")
+def pretrained(data_dir, tmp_path_factory):
+    """A model_dir of params_tiny pretrained for 2 steps."""
+    model_dir = tmp_path_factory.mktemp("pretrained")
+    tiny(data_dir, model_dir, "runconfig.max_steps=2", "runconfig.checkpoint_steps=2")
+    return str(model_dir)
+
+
+def test_the_classifier_fine_tunes_from_a_tf_pretraining_checkpoint(data_dir, pretrained, tmp_path, capsys):
+    from common.bert_names import read_bert_weights
+
+    # learning rate 0: the saved step-1 weights are the ones training started from
+    classifier(data_dir, tmp_path, f"model.pretrained_checkpoint={pretrained}", "runconfig.max_steps=1",
+               "runconfig.checkpoint_steps=1", "optimizer.learning_rate=0.0")
+    assert "of this model's variables start from it" in capsys.readouterr().err
+    source, tuned = read_bert_weights(pretrained), read_bert_weights(str(tmp_path))
+    encoder = [n for n in source if n.startswith("bert.")]
+    assert len(encoder) == 39 and all(np.array_equal(tuned[n], source[n]) for n in encoder)
+    assert {"classifier.weight", "classifier.bias"} <= set(tuned) and not any(n.startswith("cls.") for n in tuned)
+    metrics = classifier(data_dir, tmp_path, "--mode", "eval")
+    assert 0 <= metrics["accuracy"] <= 1 and "loss" in metrics
+
+
+def test_the_classifier_trains_with_a_falling_loss(data_dir, pretrained, tmp_path):
+    classifier(data_dir, tmp_path, f"model.pretrained_checkpoint={pretrained}", "runconfig.max_steps=12",
+               "optimizer.learning_rate=0.003", "model.dropout_rate=0.0")
+    train_losses = losses(tmp_path)
+    assert len(train_losses) == 12 and np.mean(train_losses[-4:]) < np.mean(train_losses[:4])
+
+
+def test_the_classifier_fine_tunes_from_a_pytorch_checkpoint(data_dir, pretrained, tmp_path):
+    torch = pytest.importorskip("torch")
+    from common.bert_names import read_bert_weights
+
+    # a zoo PyTorch checkpoint (checkpoint_N.mdl, Hugging Face names, torch layout) of other values
+    weights = {n: v + 0.5 for n, v in read_bert_weights(pretrained).items()}
+    torch_dir = tmp_path / "torch"
+    torch_dir.mkdir()
+    torch.save({"model": {n: torch.from_numpy(np.ascontiguousarray(v)) for n, v in weights.items()},
+                "optimizer": {}, "lr_scheduler": {}, "global_step": 2}, torch_dir / "checkpoint_2.mdl")
+    classifier(data_dir, tmp_path / "model", f"model.pretrained_checkpoint={torch_dir}", "runconfig.max_steps=1",
+               "runconfig.checkpoint_steps=1", "optimizer.learning_rate=0.0")
+    tuned = read_bert_weights(str(tmp_path / "model"))
+    assert all(np.array_equal(tuned[n], weights[n]) for n in weights if n.startswith("bert."))
+
+
+def test_a_checkpoint_of_another_model_size(data_dir, pretrained, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        classifier(data_dir, tmp_path, f"model.pretrained_checkpoint={pretrained}", "model.hidden_size=32")
+    one_error_line(capsys.readouterr().err, pretrained, "hidden size 64, this model 32")
+    with pytest.raises(SystemExit):
+        classifier(data_dir, tmp_path, f"model.pretrained_checkpoint={pretrained}", "model.num_hidden_layers=3")
+    one_error_line(capsys.readouterr().err, pretrained, "2 encoder layers, this model 3")

@@ -108,8 +108,8 @@ def classifier_input(input_params: Mapping, model: Mapping, train: bool, seed: i
     from common.data.text.classification import encode_pairs, load_task
     from common.data.text.tokenizer import read_bert_tokenizer
 
-    if not input_params["vocab_file"]:
-        prepare_if_missing(input_params)
+    if input_params["classifier_task"] == "corpus_topics" and not input_params["vocab_file"]:
+        prepare_if_missing(input_params)  # data_dir is the pretraining data's, for its vocab.txt
     path = check_vocab(input_params, model)
     task = load_task(input_params["classifier_task"], input_params["data_dir"])
     if task.num_classes != model["num_classes"]:

@@ -27,16 +27,19 @@ norm as tf.nn.moments + tf.nn.batch_normalization (Google's layer_norm), the gat
 batch_dims for the masked positions.
 """
 
+import logging
 import math
 from typing import Mapping
 
 import keras
 import tensorflow as tf
 
+from common.bert_names import check_compatible, read_bert_weights, tf_name_to_torch
 from common.errors import UserError
 from common.tf.estimator import CSEstimatorSpec, EstimatorSpec, ModeKeys
 from common.tf.optim import build_train_op
 
+logger = logging.getLogger("zoo")
 v1 = tf.compat.v1
 
 
@@ -239,6 +242,57 @@ def classifier_fn(features: Mapping, labels: tf.Tensor, mode: str, params: Mappi
     return CSEstimatorSpec(mode, loss=loss, host_call=(classifier_metrics, [labels, logits]))
 
 
+# --- starting from a pretrained checkpoint ------------------------------------------------------
+
+class FromCheckpoint:
+    """A variable-scope custom getter: each variable the checkpoint holds starts from the
+    checkpoint's value instead of its initializer (as Google's init_from_checkpoint, but for
+    either framework's format: common/bert_names.py reads it in PyTorch's names and layout).
+    The classifier's own layer always starts fresh. Each shape is checked as the variable is
+    made, so a checkpoint of another model size stops the run in one line before training."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.weights = read_bert_weights(path)  # {torch name: array in torch layout}
+        self.expected: dict[str, tuple] = {}  # torch name -> shape, of the encoder variables made
+        self.loaded = 0
+
+    def __call__(self, getter, name, *args, shape=None, initializer=None, **kwargs):
+        torch_name, transpose = bert_name(name)
+        if torch_name is not None and not torch_name.startswith("classifier."):
+            torch_shape = tuple(reversed(shape)) if transpose else tuple(shape)
+            if torch_name.startswith("bert."):
+                self.expected[torch_name] = torch_shape
+            if torch_name in self.weights:
+                value = self.weights[torch_name]
+                check_compatible({torch_name: value}, {torch_name: torch_shape}, source=self.path)
+                initializer = v1.constant_initializer(value.T if transpose else value)
+                self.loaded += 1
+        return getter(name, *args, shape=shape, initializer=initializer, **kwargs)
+
+    def check(self) -> None:
+        """After the model is built: the checkpoint's number of layers, and no encoder weight missing."""
+        check_compatible(self.weights, self.expected, source=self.path)
+        logger.info("%s: %d of this model's variables start from it; the rest (the new head) start fresh",
+                    self.path, self.loaded)
+
+
+def bert_name(name: str) -> tuple[str | None, bool]:
+    """(torch name, transpose) of a BERT variable; (None, False) for any other (optimizer slots, the step)."""
+    try:
+        return tf_name_to_torch(name)
+    except UserError:
+        return None, False
+
+
 def model_fn(features: Mapping, labels, mode: str, params: Mapping) -> EstimatorSpec:
-    task = params["model"]["task"]
-    return (pretraining_fn if task == "pretraining" else classifier_fn)(features, labels, mode, params)
+    task_fn = pretraining_fn if params["model"]["task"] == "pretraining" else classifier_fn
+    checkpoint = params["model"]["pretrained_checkpoint"]
+    if mode != ModeKeys.TRAIN or not checkpoint:
+        return task_fn(features, labels, mode, params)
+    # training starts from the checkpoint; a checkpoint of model_dir, once written, restores over it
+    start = FromCheckpoint(checkpoint)
+    with v1.variable_scope(v1.get_variable_scope(), custom_getter=start):
+        spec = task_fn(features, labels, mode, params)
+    start.check()
+    return spec
