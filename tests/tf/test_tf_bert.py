@@ -271,3 +271,9 @@ def test_a_checkpoint_of_another_model_size(data_dir, pretrained, tmp_path, caps
     with pytest.raises(SystemExit):
         classifier(data_dir, tmp_path, f"model.pretrained_checkpoint={pretrained}", "model.num_hidden_layers=3")
     one_error_line(capsys.readouterr().err, pretrained, "2 encoder layers, this model 3")
+
+
+def test_a_task_of_another_number_of_classes(data_dir, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        classifier(data_dir, tmp_path, "model.num_classes=3")
+    one_error_line(capsys.readouterr().err, "corpus_topics: 4 classes, but model.num_classes is 3")
