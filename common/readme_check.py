@@ -63,12 +63,16 @@ COLUMNS = {
     "training loss": ("train", "loss", 1.0),
     "test dice": ("eval", "dice_coefficient", 1.0),  # the segmentation models' (unet)
     "test mean IoU": ("eval", "mean_iou", 1.0),
+    "test MLM accuracy": ("eval", "masked_lm_accuracy", 100.0),  # BERT pretraining (pytorch/bert, tf/bert)
+    "test NSP accuracy": ("eval", "nsp_accuracy", 100.0),
+    "test MLM perplexity": ("eval", "mlm_perplexity", 1.0),
 }
 # column kind -> (absolute, relative) difference a figure may show on another kind of CPU
 FOREIGN_TOLERANCE = {
     "accuracy": (1.5, 0.0),  # percentage points: 5 of 360 test digits
     "loss": (0.02, 0.3),  # whichever is larger; a training loss of 0.0002 is all rounding
     "overlap": (0.05, 0.0),  # Dice, IoU
+    "perplexity": (0.5, 0.3),  # exp(loss): in the hundreds early on, where the loss's share moves it most
 }
 MARKER = re.compile(r"^    \$ (?P<command>.+?)(?:\s+#\s*measured on (?P<machine>\S.*?))?\s*$")
 FIGURE = re.compile(r"^(?P<number>-?\d+(?:\.(?P<decimals>\d+))?)(?P<percent> %)?$")
@@ -114,7 +118,10 @@ def machine() -> str:
 
 
 def _kind(column: str) -> str:
-    return "accuracy" if "accuracy" in column else "loss" if "loss" in column else "overlap"
+    for kind in ("accuracy", "loss", "perplexity"):
+        if kind in column:
+            return kind
+    return "overlap"
 
 
 def holds_elsewhere(figure: "Figure", value: float) -> bool:

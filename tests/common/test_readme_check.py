@@ -167,3 +167,34 @@ def test_update_writes_the_machine_it_measured_on(tmp_path):
     assert f"--mode train_and_eval  # measured on {machine()}\n" in text
     assert "| 500 | 97.78 % | 0.129 | 0.00534 |" in text  # remeasured exactly, not kept as within tolerance
     assert main([str(path)]) == 0
+
+
+BERT_RUN = """\
+import argparse, os
+from common.summaries import ScalarWriter
+parser = argparse.ArgumentParser()
+parser.add_argument("--model_dir")
+args, _ = parser.parse_known_args()
+evaluate = ScalarWriter(os.path.join(args.model_dir, "eval"))
+evaluate.scalars(300, {"masked_lm_accuracy": 0.23456, "nsp_accuracy": 0.6789, "mlm_perplexity": 312.46,
+                       "loss": 6.4})
+evaluate.close()
+"""
+
+
+def test_bert_pretraining_columns_read_their_scalars(tmp_path):
+    script = tmp_path / "bert_run.py"
+    script.write_text(BERT_RUN)
+    path = tmp_path / "README.md"
+    path.write_text(textwrap.dedent(f"""\
+        # BERT
+
+            $ python {script} --mode train_and_eval
+
+        | step | test MLM accuracy (861 sequences) | test NSP accuracy | test MLM perplexity | test loss |
+        |---|---|---|---|---|
+        | 300 | 1.00 % | 1.0 % | 1.0 | 1.00 |
+        """))
+    assert main(["--update", str(path)]) == 0
+    assert "| 300 | 23.46 % | 67.9 % | 312.5 | 6.40 |" in path.read_text()
+    assert main([str(path)]) == 0
