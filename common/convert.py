@@ -207,8 +207,9 @@ def tf_variables(prefix: str) -> dict[str, Any]:
 
     try:
         reader = tf.train.load_checkpoint(prefix)
-        names = sorted(reader.get_variable_to_shape_map())
-        return {name: reader.get_tensor(name) for name in names}
+        dtypes = reader.get_variable_to_dtype_map()
+        # a variant (the runner's saved tf.data iterator position) has no numpy form, and is no weight
+        return {name: reader.get_tensor(name) for name in sorted(dtypes) if dtypes[name] != tf.variant}
     except Exception as e:  # noqa: BLE001 - TF's errors for a damaged checkpoint
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise UserError(f"{prefix}: not a readable TF checkpoint ({first})") from None

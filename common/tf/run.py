@@ -118,7 +118,8 @@ def run(model_fn: Callable, train_input_fn: Callable, eval_input_fn: Callable, d
 
 def _run(args, model_fn, train_input_fn, eval_input_fn, default_params_fn: Callable, model_folder: str) -> Any:
     params = effective_params(args, default_params_fn, model_folder, "tf", mode=_COMPILE_MODES[args.mode])
-    check_precision(params, args.device)
+    if not (args.validate_only or args.compile_only):  # these build for the device, which takes every 16-bit format
+        check_precision(params, args.device)
     _check_device(args.device)
 
     from common.tf.estimator import CerebrasEstimator, RunConfig  # TensorFlow loads here, after the flags

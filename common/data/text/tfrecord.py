@@ -8,6 +8,7 @@ list (masked_lm_weights) and one int64 (next_sentence_labels, 1 = random next).
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.util import deprecation
 
 from common.data.text.pretraining import FEATURES
 from common.errors import UserError
@@ -27,10 +28,17 @@ def write_tfrecord(arrays: dict[str, np.ndarray], path) -> None:
             writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
 
 
+def _records(path):
+    """The file's serialized records, by a plain Python reader rather than tf.data, so that it
+    also works while a TF1 graph is being built (an Estimator's input_fn)."""
+    with deprecation.silence():  # tf_record_iterator's notice that tf.data is the eager way
+        yield from tf.compat.v1.io.tf_record_iterator(str(path))
+
+
 def _first_example(path) -> tf.train.Example:
     try:
-        for record in tf.data.TFRecordDataset(str(path)).take(1):
-            return tf.train.Example.FromString(record.numpy())
+        for record in _records(path):
+            return tf.train.Example.FromString(record)
     except Exception as e:  # tf.errors.DataLossError for a bad record, protobuf's DecodeError for a bad Example
         raise UserError(f"{path}: not a TFRecord file of tf.train.Example ({type(e).__name__})") from None
     raise UserError(f"{path}: empty TFRecord file (no example in it)")
@@ -61,7 +69,7 @@ def check_tfrecord_schema(path, max_seq_length=None, max_predictions_per_seq=Non
 
 def count_tfrecord(path) -> int:
     try:
-        return sum(1 for _ in tf.data.TFRecordDataset(str(path)))
+        return sum(1 for _ in _records(path))
     except tf.errors.OpError as e:
         raise UserError(f"{path}: corrupt TFRecord file ({type(e).__name__})") from None
 
