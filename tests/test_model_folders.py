@@ -71,11 +71,14 @@ def test_model_dir_is_derived_from_framework_folder_and_config():
     assert default_model_dir("tf", "/x/tf/mine", "/y/big.yaml") == os.path.join("model_dir", "tf_mine_big")
 
 
-TWINS = ("mnist", "resnet", "unet")  # folders that exist in both frameworks with the same keys and defaults
+TWINS = ("mnist", "resnet", "unet", "bert")  # folders that exist in both frameworks with the same keys and defaults
 TWIN_CONFIGS = [("mnist", "params.yaml"), ("mnist", "params_tiny.yaml"),
                 ("resnet", "params.yaml"), ("resnet", "params_tiny.yaml"), ("resnet", "resnet18_cifar.yaml"),
                 ("resnet", "resnet50_imagenet.yaml"),
                 ("unet", "params.yaml"), ("unet", "params_tiny.yaml"), ("unet", "unet_512.yaml")]
+TWIN_CONFIGS += [("bert", c) for c in (
+    "params.yaml", "params_tiny.yaml", "bert_base_msl128.yaml", "bert_base_msl512.yaml", "bert_large_msl128.yaml",
+    "bert_large_msl512.yaml", "classifier.yaml", "classifier_tiny.yaml", "classifier_sst2.yaml", "classifier_mnli.yaml")]
 
 
 @pytest.mark.parametrize("name", TWINS)
@@ -110,6 +113,9 @@ def test_the_twins_configs_agree(name, config):
         for section in ("train_input", "eval_input"):
             params[section].pop("num_workers", None)
             params[section].pop("num_parallel_calls", None)
+        pretrained = params["model"].get("pretrained_checkpoint")
+        if pretrained:  # each side fine-tunes its own pretraining run: model_dir/<framework>_bert
+            params["model"]["pretrained_checkpoint"] = pretrained.replace(f"{framework}_", "<framework>_")
         return params
 
     assert effective("pytorch") == effective("tf")
