@@ -86,19 +86,22 @@ class AdamWOptimizer(tf.compat.v1.train.AdamOptimizer):
         self._weight_decay = weight_decay
         self._decay_var_names = decay_var_names
 
-    def _decayed(self, var, apply):
+    def _decayed(self, grad, var, apply):
         if var.op.name not in self._decay_var_names:
             return apply()
         lr = tf.cast(self._lr_t, var.dtype.base_dtype)
-        decay = var.assign_sub(lr * self._weight_decay * var, read_value=False)
+        # after the gradient: it needs the whole forward pass, so no read of this step sees
+        # the decayed variable (else a race, and results that differ from run to run)
+        with tf.control_dependencies([grad]):
+            decay = var.assign_sub(lr * self._weight_decay * var, read_value=False)
         with tf.control_dependencies([decay]):
             return apply()
 
     def _resource_apply_dense(self, grad, var):
-        return self._decayed(var, lambda: super(AdamWOptimizer, self)._resource_apply_dense(grad, var))
+        return self._decayed(grad, var, lambda: super(AdamWOptimizer, self)._resource_apply_dense(grad, var))
 
     def _apply_dense(self, grad, var):
-        return self._decayed(var, lambda: super(AdamWOptimizer, self)._apply_dense(grad, var))
+        return self._decayed(grad, var, lambda: super(AdamWOptimizer, self)._apply_dense(grad, var))
 
 
 def build_optimizer(optimizer_params: Mapping, lr: tf.Tensor, var_list: Sequence[tf.Variable] = ()
