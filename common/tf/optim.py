@@ -103,6 +103,14 @@ class AdamWOptimizer(tf.compat.v1.train.AdamOptimizer):
     def _apply_dense(self, grad, var):
         return self._decayed(grad, var, lambda: super(AdamWOptimizer, self)._apply_dense(grad, var))
 
+    # a gathered variable (an embedding table) gets a sparse gradient: it decays whole all the
+    # same, every row, as torch.optim.AdamW decays the table whose gradient is dense
+    def _resource_apply_sparse(self, grad, var, indices):
+        return self._decayed(grad, var, lambda: super(AdamWOptimizer, self)._resource_apply_sparse(grad, var, indices))
+
+    def _apply_sparse(self, grad, var):
+        return self._decayed(grad.values, var, lambda: super(AdamWOptimizer, self)._apply_sparse(grad, var))
+
 
 def build_optimizer(optimizer_params: Mapping, lr: tf.Tensor, var_list: Sequence[tf.Variable] = ()
                     ) -> tf.compat.v1.train.Optimizer:

@@ -281,3 +281,24 @@ def test_float16_is_refused_on_the_cpu(tf_mnist, tiny_args, capsys):
         tf_mnist.main(tiny_args("mixed_precision.enabled=true", "mixed_precision.dtype=float16"))
     assert exit_info.value.code == 2
     assert "float16 needs --device gpu" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+def test_adamw_decays_a_gathered_table_whole(use_resource):
+    """An embedding table read by a gather gets a sparse gradient (IndexedSlices); AdamW still
+    decays every row, as torch.optim.AdamW does: rows read by the step move by the decay and
+    Adam's first step (lr * sign(g)), the others by the decay alone."""
+    params = load_params(None, {"optimizer": {"optimizer_type": "adamw", "learning_rate": 0.1,
+                                              "weight_decay": 0.5}})
+    graph = tf.Graph()
+    with graph.as_default():
+        table = tf.compat.v1.Variable(np.ones((6, 3), np.float32), name="embedding", use_resource=use_resource)
+        loss = tf.reduce_sum(tf.gather(table, [0, 1, 1]))
+        train_op = build_train_op(loss, params)
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train_op)
+            after = session.run(table)
+    expected = np.full((6, 3), 1 - 0.1 * 0.5, np.float32)
+    expected[:2] -= 0.1
+    np.testing.assert_allclose(after, expected, rtol=1e-6)
