@@ -181,6 +181,25 @@ def torch_block(name):
     return model, step, lambda b: [torch.tensor(b[0]), torch.tensor(np.roll(b[0], -1, axis=1))]
 
 
+def trains_with_torch_losses(graph, model, step, optimizer, batches) -> dict:
+    """Train ``batches`` in torch and on the emulator from the same weights, in float32 and each
+    mixed precision: the emulator's loss at every step within ``check``'s tolerance of torch's.
+    The emulator's programs, by precision, after their steps."""
+    programs = {precision: Program(with_precision(graph, precision), weights_of(model, graph),
+                                   state_of(model, graph), seed=0) for precision in ("float32", *MIXED)}
+    expected = []
+    for batch in batches:
+        optimizer.zero_grad()
+        loss = step(batch)
+        loss.backward()
+        optimizer.step()
+        expected.append(loss.item())
+    for precision, program in programs.items():
+        losses = [program.train_step([t.numpy() for t in batch], LR) for batch in batches]
+        check(losses, expected, precision)
+    return programs
+
+
 @pytest.mark.parametrize("name", ["bert", "gpt", "t5"])
 def test_torch_block_validates_compiles_and_trains_with_torch_loss(name, tmp_path):
     torch.manual_seed(0)
@@ -194,18 +213,7 @@ def test_torch_block_validates_compiles_and_trains_with_torch_loss(name, tmp_pat
     kinds = {k.kind for k in result.kernels}
     assert "attention" in kinds and "unsupported" not in kinds  # the masked attention is one kernel
     initial = weights_of(model, graph)
-    programs = {precision: Program(with_precision(graph, precision), weights_of(model, graph),
-                                   state_of(model, graph), seed=0) for precision in ("float32", *MIXED)}
-    expected = []
-    for batch in batches:
-        optimizer.zero_grad()
-        loss = step(batch)
-        loss.backward()
-        optimizer.step()
-        expected.append(loss.item())
-    for precision, program in programs.items():
-        losses = [program.train_step([t.numpy() for t in batch], LR) for batch in batches]
-        check(losses, expected, precision)
+    programs = trains_with_torch_losses(graph, model, step, optimizer, batches)
     # every weight was updated (the losses above agree step by step; the weights themselves
     # can differ by up to the learning rate where a gradient is zero but for rounding, as
     # the key bias of attention, which Adam scales up: device/README.md, "How close")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.device.language_blocks import LR, MIXED, VOCAB, check, with_precision
+from tests.device.language_blocks import LR, VOCAB
 from tests.device.recurrent_blocks import CLASSES, EMBED, HIDDEN, LAYERS, classifier_batches
 
 torch = pytest.importorskip("torch")
@@ -21,8 +21,9 @@ from torch import nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from device.api import compile_graph, validate_graph  # noqa: E402
-from device.capture.torch import capture, state_of, weights_of  # noqa: E402
+from device.capture.torch import capture, weights_of  # noqa: E402
 from device.runtime.program import Program  # noqa: E402
+from tests.device.test_family_blocks_language_torch import trains_with_torch_losses  # noqa: E402
 
 
 class TorchClassifier(nn.Module):
@@ -66,15 +67,4 @@ def test_recurrent_classifier_validates_compiles_and_trains_with_torch_loss(kind
     for name, param in model.named_parameters():
         np.testing.assert_allclose(grads[name], param.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
 
-    programs = {precision: Program(with_precision(graph, precision), weights_of(model, graph),
-                                   state_of(model, graph), seed=0) for precision in ("float32", *MIXED)}
-    expected = []
-    for batch in batches:
-        optimizer.zero_grad()
-        loss = step(batch)
-        loss.backward()
-        optimizer.step()
-        expected.append(loss.item())
-    for precision, program in programs.items():
-        losses = [program.train_step([t.numpy() for t in batch], LR) for batch in batches]
-        check(losses, expected, precision)
+    trains_with_torch_losses(graph, model, step, optimizer, batches)
