@@ -245,7 +245,7 @@ def test_safetensors_layout_is_the_formats(tmp_path):
 
 
 @pytest.mark.parametrize("src, dst, message", [
-    ("w.pt", "model.ckpt-5", "not a checkpoint the zoo knows"),
+    ("w.pt", "model.ckpt-5", "not a readable PyTorch file"),
     ("w.pt", "out.txt", "not a checkpoint the zoo knows"),
     ("missing.mdl", "out.pt", "missing.mdl: no such file"),
     ("bad.safetensors", "out.pt", "not a readable safetensors file"),
