@@ -142,28 +142,43 @@ def test_bert_tf_checkpoint_has_google_names_and_the_params_beside_it_complete_t
     assert_same_tensors(hf, hf_tensors(tmp_path / "back"))
 
 
-@needs_tf
-def test_tf_bert_evaluates_the_converted_checkpoint_to_hugging_faces_loss(tmp_path):
-    import tensorflow as tf
-
-    from common.data.text.tfrecord import pretraining_dataset
+def evaluate_converted(framework: str, hf_dir, checkpoint: str, tmp_path) -> float:
+    """The eval loss of one batch that ``framework``/bert's runner gives from --checkpoint_path
+    ``checkpoint``, converted from ``hf_dir`` (the model keys as the conversion printed them)."""
     from common.folder import load_run_module
 
-    hf = hf_bert(tmp_path / "hf")
-    prefix = str(tmp_path / "converted" / "model.ckpt-0")
-    line = convert(str(tmp_path / "hf"), prefix)
-    folder = os.path.join(zoo.ROOT, "tf", "bert")
+    line = convert(str(hf_dir), checkpoint)
+    folder = os.path.join(zoo.ROOT, framework, "bert")
     data_dir = str(tmp_path / "data")
     metrics = load_run_module(folder).main([
         "--params", os.path.join(folder, "configs", "params_tiny.yaml"), "--model_dir", str(tmp_path / "model"),
-        "--mode", "eval", "--checkpoint_path", prefix, f"train_input.data_dir={data_dir}",
+        "--mode", "eval", "--checkpoint_path", checkpoint, f"train_input.data_dir={data_dir}",
         f"eval_input.data_dir={data_dir}", "runconfig.eval_steps=1", *model_overrides(line)])
+    return metrics["loss"]
 
-    # the same first eval batch (16 examples, in file order) through Hugging Face's model
-    files = sorted(str(p) for p in (tmp_path / "data").glob("eval-*.tfrecord"))
-    batch = next(iter(pretraining_dataset(files).batch(16)))
-    batch = {k: torch.from_numpy(v.numpy()).long() if v.dtype == tf.int32 else torch.from_numpy(v.numpy())
-             for k, v in batch.items()}
+
+def first_eval_batch(tmp_path, framework: str) -> dict:
+    """The first 16 eval examples (the runners' eval batch: in file order) of the prepared data, as torch tensors."""
+    if framework == "tf":
+        from common.data.text.tfrecord import pretraining_dataset
+
+        files = sorted(str(p) for p in (tmp_path / "data").glob("eval-*.tfrecord"))
+        batch = {k: v.numpy() for k, v in next(iter(pretraining_dataset(files).batch(16))).items()}
+    else:
+        from common.data.text.pretraining import read_hdf5
+
+        first = sorted((tmp_path / "data").glob("eval-*.hdf5"))[0]
+        batch = {k: v[:16] for k, v in read_hdf5(first).items()}
+    return {k: torch.from_numpy(v).long() if v.dtype.kind == "i" else torch.from_numpy(v) for k, v in batch.items()}
+
+
+@pytest.mark.parametrize("framework", ["pytorch", pytest.param("tf", marks=needs_tf)])
+def test_bert_runner_evaluates_the_converted_checkpoint_to_hugging_faces_loss(tmp_path, framework):
+    hf = hf_bert(tmp_path / "hf")
+    checkpoint = str(tmp_path / "converted" / ("checkpoint_0.mdl" if framework == "pytorch" else "model.ckpt-0"))
+    loss = evaluate_converted(framework, tmp_path / "hf", checkpoint, tmp_path)
+
+    batch = first_eval_batch(tmp_path, framework)  # the same batch through Hugging Face's model
     with torch.no_grad():
         out = hf(input_ids=batch["input_ids"], attention_mask=batch["input_mask"],
                  token_type_ids=batch["segment_ids"])
@@ -173,7 +188,7 @@ def test_tf_bert_evaluates_the_converted_checkpoint_to_hugging_faces_loss(tmp_pa
     mlm = (ce * weights).sum() / (weights.sum() + 1e-5)  # Google's MLM loss, as tf/bert's
     nsp = torch.nn.functional.cross_entropy(out.seq_relationship_logits, batch["next_sentence_labels"][:, 0])
     # float32 sums in another order: 1e-7 apart here; a 0.1 % error in the weights moves it by 3e-5
-    np.testing.assert_allclose(metrics["loss"], float(mlm + nsp), rtol=1e-6)
+    np.testing.assert_allclose(loss, float(mlm + nsp), rtol=1e-6)
 
 
 # --- GPT-2 ----------------------------------------------------------------------------------------

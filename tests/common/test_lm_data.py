@@ -114,7 +114,7 @@ def test_examples_hold_the_corpus_tokenized_by_the_written_vocab(tmp_path, text_
 
 def test_both_formats_and_readers_hold_the_same_examples(tmp_path, text_file):
     pytest.importorskip("h5py")
-    tf = pytest.importorskip("tensorflow")
+    pytest.importorskip("tensorflow")
     from common.data.text.lm import lm_dataset, prepare_lm, read_lm_hdf5
 
     prepare_lm(tmp_path, max_seq_length=16, vocab_size=500, input_files=[text_file], num_shards=2,
@@ -127,7 +127,6 @@ def test_both_formats_and_readers_hold_the_same_examples(tmp_path, text_file):
             stacked = np.stack([r[field] for r in records])
             assert stacked.dtype == np.int32
             np.testing.assert_array_equal(stacked, array)
-    del tf
 
 
 def test_torch_dataset_over_the_shards(tmp_path, text_file):
