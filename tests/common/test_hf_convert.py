@@ -256,6 +256,26 @@ def test_gpt2_hugging_face_to_the_zoo_and_back_bit_for_bit(tmp_path, middle):
         assert torch.equal(back(input_ids=input_ids).logits, original(input_ids=input_ids).logits)
 
 
+def test_gpt2_saved_from_a_bare_model_with_older_buffers(tmp_path):
+    """Checkpoints saved from GPT2Model (names without "transformer.") holding the causal-mask
+    buffers older transformers versions stored (attn.bias, attn.masked_bias) read the same."""
+    from common.convert import save_safetensors
+
+    hf_gpt2(tmp_path / "hf")
+    tensors = hf_tensors(tmp_path / "hf")
+    bare = {name.removeprefix("transformer."): t for name, t in tensors.items()}
+    for i in range(2):
+        bare[f"h.{i}.attn.bias"] = torch.ones(1, 1, 40, 40).tril()
+        bare[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "config.json").write_text((tmp_path / "hf" / "config.json").read_text())
+    save_safetensors(bare, str(tmp_path / "old" / "model.safetensors"), {"format": "pt"})
+    convert(str(tmp_path / "hf"), str(tmp_path / "new.mdl"))
+    convert(str(tmp_path / "old"), str(tmp_path / "old.mdl"))
+    assert_same_tensors(torch.load(tmp_path / "old.mdl", weights_only=True)["model"],
+                        torch.load(tmp_path / "new.mdl", weights_only=True)["model"])
+
+
 @needs_tf
 def test_gpt2_tf_checkpoint_has_the_tf_names_and_reads_back(tmp_path):
     import tensorflow as tf
