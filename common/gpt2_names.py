@@ -143,7 +143,7 @@ def read_gpt2_weights(path: str) -> dict[str, np.ndarray]:
     kind, where = _checkpoint_of(path)
     weights: dict[str, np.ndarray] = {}
     if kind == "tf":
-        from common.convert import tf_variables
+        from common.weights_io import tf_variables
 
         variables = tf_variables(where)
         for name, value in variables.items():

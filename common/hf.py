@@ -77,7 +77,7 @@ def _hf_to_zoo_name(family: str, name: str) -> tuple[str | None, bool]:
 
 def read_hf(path: str) -> tuple[str, dict[str, np.ndarray], dict]:
     """(family, weights in zoo PyTorch names and layout, zoo model keys) of a Hugging Face directory."""
-    from common.convert import load_safetensors
+    from common.weights_io import load_safetensors
 
     config_path, weights_path = os.path.join(path, CONFIG), os.path.join(path, WEIGHTS)
     try:
@@ -153,7 +153,7 @@ def _config_from_keys(family: str, keys: dict) -> dict:
 
 def write_hf(path: str, family: str, weights: dict[str, np.ndarray], keys: dict) -> str:
     """config.json + model.safetensors in the directory ``path`` (made if missing); a line saying what."""
-    from common.convert import _torch, save_safetensors
+    from common.weights_io import _torch, save_safetensors
     from common.io import atomic_open
 
     torch = _torch()
@@ -259,7 +259,7 @@ NEITHER = "holds no BERT or GPT-2 weight"
 
 def write_tf_checkpoint(prefix: str, family: str, weights: dict[str, np.ndarray], step: int) -> str:
     """The weights under the TF model's names and layout, with a global step, by a v1 Saver."""
-    from common.convert import _tensorflow
+    from common.weights_io import _tensorflow
 
     tf = _tensorflow()
     v1 = tf.compat.v1
