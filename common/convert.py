@@ -49,7 +49,7 @@ from common.errors import UserError
 from common.io import atomic_open
 # the formats' readers and writers, re-exported here where they have always been imported from
 from common.weights_io import (  # noqa: F401
-    _tensorflow, _torch, load_safetensors, save_safetensors, tf_checkpoint, tf_variables,
+    _torch, load_safetensors, save_safetensors, tf_checkpoint, tf_variables,
 )
 
 PYTORCH = (".mdl", ".pt", ".pth", ".bin")
