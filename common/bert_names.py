@@ -137,7 +137,7 @@ def _checkpoint_of(path: str) -> tuple[str, str]:
         if mdl:
             return "torch", os.path.join(path, mdl[-1][1])
         if any(name == "checkpoint" or name.endswith(".index") for name in os.listdir(path)):
-            from common.convert import tf_checkpoint
+            from common.weights_io import tf_checkpoint
 
             return "tf", tf_checkpoint(path)  # the newest model.ckpt-N
         raise UserError(f"{path}: holds no checkpoint (checkpoint_N.mdl of PyTorch, or model.ckpt-N of TF)")
@@ -168,7 +168,7 @@ def _import_torch(path: str):
 def _torch_tensors(kind: str, path: str) -> dict:
     torch = _import_torch(path)
     if kind == "safetensors":
-        from common.convert import load_safetensors
+        from common.weights_io import load_safetensors
 
         return load_safetensors(path)[0]
     if path.lower().endswith(".mdl"):
@@ -209,7 +209,7 @@ def read_bert_weights(path: str) -> dict[str, np.ndarray]:
     kind, where = _checkpoint_of(path)
     weights: dict[str, np.ndarray] = {}
     if kind == "tf":
-        from common.convert import tf_variables
+        from common.weights_io import tf_variables
 
         variables = tf_variables(where)
         for name, value in variables.items():

@@ -10,118 +10,80 @@
                                               restores an optimizer state, which it does not hold)
     zoo convert model_dir/model.ckpt-4 w.safetensors   a TF checkpoint's variables, by TF's names
 
-What is refused, and why: PyTorch <-> TF (the frameworks name and lay out weights differently:
-a Linear's weight is (out, in), a Dense kernel (in, out); no mapping is defined), writing a TF
-checkpoint (TF writes them from the model's graph: train or evaluate with --checkpoint_path).
+BERT and GPT-2, whose names map between the frameworks (common/bert_names.py,
+common/gpt2_names.py), also convert between PyTorch, TF and Hugging Face directories
+(config.json + model.safetensors, as save_pretrained writes them; common/hf.py):
 
-safetensors is read and written here (the format is a length, a JSON header and the raw
-little-endian bytes; https://github.com/huggingface/safetensors), so no package is needed.
+    zoo convert hf_bert/ run/checkpoint_0.mdl         BertForPreTraining -> pytorch/bert (also .pt, .safetensors)
+    zoo convert hf_bert/ tf_run/model.ckpt-0          ... -> tf/bert: a TF checkpoint, written by a v1 Saver
+                                                      under Google's names; --checkpoint_path reads it
+    zoo convert hf_gpt2/ run/checkpoint_0.mdl         GPT2LMHeadModel -> the zoo's GPT-2 (Conv1D weights
+                                                      transposed to Linear's [out, in]); or -> model.ckpt-0
+    zoo convert run/checkpoint_8.mdl hf_out/          the zoo's BERT or GPT-2 -> a Hugging Face directory
+    zoo convert run/checkpoint_8.mdl tf/model.ckpt-8  PyTorch -> TF (and TF -> .mdl/.pt) for BERT and GPT-2
+
+A destination with no extension (or an empty folder) is a Hugging Face directory; one
+named *.ckpt or *.ckpt-N a TF checkpoint. Converting from Hugging Face prints the model
+keys to set (model.hidden_size=... model.num_heads=...). Converting to Hugging Face takes
+the sizes from the weights and the rest of the config (number of heads, epsilon,
+activation, dropout) from --params FILE, by default the params_train.yaml the runner wrote
+beside the checkpoint. Refused in one line: a Hugging Face model of another type or a
+config the zoo's models do not compute (another activation, relative positions, an untied
+GPT-2 head), weights of another size than the config says, a GPT-J-style model (parallel
+attention, untied head, rotary positions) to Hugging Face's GPT-2, and PyTorch <-> TF
+for any other model (no mapping of names and layouts is defined: a Linear's weight is
+(out, in), a Dense kernel (in, out)).
+
+safetensors is read and written by the zoo itself (common/weights_io.py: the format is a
+length, a JSON header and the raw little-endian bytes; https://github.com/huggingface/safetensors),
+so no package is needed.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import struct
+import re
 from typing import Any
 
 from common.errors import UserError
 from common.io import atomic_open
-
-# safetensors dtype codes <-> torch dtypes (by name, so that this module loads without torch)
-_SAFETENSORS = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
-                "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
-_HEADER_LIMIT = 100 * 2**20  # a header larger than this is not a safetensors file
+# the formats' readers and writers, re-exported here where they have always been imported from
+from common.weights_io import (  # noqa: F401
+    _torch, load_safetensors, save_safetensors, tf_checkpoint, tf_variables,
+)
 
 PYTORCH = (".mdl", ".pt", ".pth", ".bin")
 SAFETENSORS = (".safetensors",)
 
 
-def kind_of(path: str) -> str:
-    """"mdl" (a zoo PyTorch checkpoint), "state_dict", "safetensors", "tf" (a TF checkpoint), or raise."""
-    if os.path.isdir(path) or _tf_prefix(path):
+def kind_of(path: str, destination: bool = False) -> str:
+    """"mdl" (a zoo PyTorch checkpoint), "state_dict", "safetensors", "tf" (a TF checkpoint), "hf" (a
+    Hugging Face directory), or raise. A ``destination`` need not exist: a name with no extension (or
+    an empty folder) is a Hugging Face directory, *.ckpt or *.ckpt-N a TF checkpoint."""
+    from common.hf import is_hf_dir
+
+    if is_hf_dir(path):
+        return "hf"
+    if destination and os.path.isdir(path) and not os.listdir(path):
+        return "hf"
+    if os.path.isdir(path) or _tf_prefix(path) or destination and _TF_NAME.search(os.path.basename(path)):
         return "tf"
     ext = os.path.splitext(path)[1].lower()
     if ext in SAFETENSORS:
         return "safetensors"
     if ext in PYTORCH:
         return "mdl" if ext == ".mdl" else "state_dict"
-    raise UserError(f"{path}: not a checkpoint the zoo knows (.mdl, .pt/.pth/.bin, .safetensors, or a TF "
-                    "checkpoint such as model_dir/model.ckpt-4)")
+    if destination and not ext and not os.path.exists(path):
+        return "hf"
+    raise UserError(f"{path}: not a checkpoint the zoo knows (.mdl, .pt/.pth/.bin, .safetensors, a TF "
+                    "checkpoint such as model_dir/model.ckpt-4, or a Hugging Face directory with config.json)")
+
+
+_TF_NAME = re.compile(r"\.ckpt(-\d+)?$")
 
 
 def _tf_prefix(path: str) -> bool:
     return os.path.isfile(path + ".index") or path.endswith(".index") and os.path.isfile(path)
-
-
-# --- safetensors --------------------------------------------------------------------------
-
-def save_safetensors(tensors: dict[str, Any], path: str, metadata: dict[str, str] | None = None) -> None:
-    """Write torch tensors as safetensors (row-major, little-endian, 8-byte aligned header)."""
-    torch = _torch()
-
-    codes = {v: k for k, v in _SAFETENSORS.items()}
-    header: dict[str, Any] = {"__metadata__": dict(metadata or {})}
-    blobs, offset = [], 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().cpu().contiguous()
-        dtype = str(t.dtype).removeprefix("torch.")
-        if dtype not in codes:
-            raise UserError(f"{name}: dtype {dtype} has no safetensors code")
-        array = (t.view(torch.int16) if dtype == "bfloat16" else t).numpy()  # numpy has no bfloat16: its bits
-        raw = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
-        header[name] = {"dtype": codes[dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with atomic_open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for blob in blobs:
-            f.write(blob)
-
-
-def load_safetensors(path: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """(tensors, metadata) of a safetensors file; a malformed one is a UserError naming it."""
-    import numpy as np
-
-    with open(path, "rb") as f:
-        data = f.read()
-    arrays = {}
-    try:
-        (size,) = struct.unpack("<Q", data[:8])
-        if size > _HEADER_LIMIT or 8 + size > len(data):
-            raise ValueError("the header length is past the end of the file")
-        header = json.loads(data[8:8 + size])
-        body = memoryview(data)[8 + size:]
-        metadata = header.pop("__metadata__", {}) or {}
-        for name, info in header.items():
-            dtype = _SAFETENSORS[info["dtype"]]
-            begin, end = info["data_offsets"]
-            if not 0 <= begin <= end <= len(body):
-                raise ValueError(f"{name}'s bytes lie outside the file")
-            storage = "int16" if dtype == "bfloat16" else dtype  # numpy has no bfloat16: its bits
-            array = np.frombuffer(body[begin:end], dtype=np.dtype(storage).newbyteorder("<")).reshape(info["shape"])
-            arrays[name] = (array.astype(np.dtype(storage)), dtype)
-    except (ValueError, KeyError, TypeError, struct.error, json.JSONDecodeError) as e:
-        raise UserError(f"{path}: not a readable safetensors file ({e})") from None
-    torch = _torch()
-    tensors = {}
-    for name, (array, dtype) in arrays.items():
-        tensor = torch.from_numpy(array.copy())
-        tensors[name] = tensor.view(torch.bfloat16) if dtype == "bfloat16" else tensor
-    return tensors, metadata
-
-
-def _torch():
-    """torch, which reading and writing PyTorch weights needs; a UserError where it is not installed."""
-    try:
-        import torch
-    except ImportError:
-        raise UserError("converting PyTorch weights needs torch, which is not installed here "
-                        "(pip install -e \".[pytorch]\")") from None
-    return torch
 
 
 # --- reading and writing PyTorch weights ----------------------------------------------------
@@ -176,49 +138,20 @@ def write_weights(weights: dict[str, Any], metadata: dict[str, str], path: str) 
             "which it does not hold)")
 
 
-# --- TF checkpoints -----------------------------------------------------------------------
-
-def tf_checkpoint(path: str) -> str:
-    """The prefix of the TF checkpoint ``path`` names: itself, or a model_dir's newest."""
-    if os.path.isdir(path):
-        _tensorflow()
-        from common.tf.estimator import checkpoints
-
-        found = checkpoints.latest_checkpoint(path)
-        if found is None:
-            raise UserError(f"{path}: no TF checkpoint (model.ckpt-N) in this folder")
-        return found
-    return path[:-len(".index")] if path.endswith(".index") else path
-
-
-def _tensorflow():
-    """TensorFlow, which reading a TF checkpoint needs; a UserError where it is not installed."""
-    try:
-        import common.tf.run  # noqa: F401 - TensorFlow's first import, its CUDA start-up lines kept out of stderr
-        import tensorflow as tf
-    except ImportError:
-        raise UserError("reading a TF checkpoint needs TensorFlow, which is not installed here "
-                        "(pip install -e \".[tf]\")") from None
-    return tf
-
-
-def tf_variables(prefix: str) -> dict[str, Any]:
-    tf = _tensorflow()
-
-    try:
-        reader = tf.train.load_checkpoint(prefix)
-        dtypes = reader.get_variable_to_dtype_map()
-        # a variant (the runner's saved tf.data iterator position) has no numpy form, and is no weight
-        return {name: reader.get_tensor(name) for name in sorted(dtypes) if dtypes[name] != tf.variant}
-    except Exception as e:  # noqa: BLE001 - TF's errors for a damaged checkpoint
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise UserError(f"{prefix}: not a readable TF checkpoint ({first})") from None
-
-
 # --- the command --------------------------------------------------------------------------
 
 def listing(path: str) -> list[str]:
     kind = kind_of(path)
+    if kind == "hf":
+        from common import hf
+
+        family, weights, keys = hf.read_hf(path)
+        tensors, _ = load_safetensors(os.path.join(path, hf.WEIGHTS))
+        count = sum(int(t.numel()) for t in tensors.values())
+        lines = [f"{path}: Hugging Face {hf.ARCHITECTURE[family]}, {len(tensors)} tensors, {count:,} values",
+                 f"  the zoo's {family}: {hf.key_overrides(family, keys)}"]
+        lines += [f"  {name}  {list(t.shape)}  {str(t.dtype).removeprefix('torch.')}" for name, t in tensors.items()]
+        return lines
     if kind == "tf":
         prefix = tf_checkpoint(path)
         variables = tf_variables(prefix)
@@ -234,8 +167,14 @@ def listing(path: str) -> list[str]:
     return lines
 
 
-def convert(src: str, dst: str) -> str:
-    source, target = kind_of(src), kind_of(dst)
+def convert(src: str, dst: str, params: str | None = None) -> str:
+    """Convert ``src`` into ``dst`` (the kinds of ``kind_of``); ``params``: the zoo params file whose
+    model keys complete a Hugging Face config (see the module docstring). Returns what was written."""
+    source, target = kind_of(src), kind_of(dst, destination=True)
+    if os.path.abspath(src) == os.path.abspath(dst):
+        raise UserError(f"{dst}: the same file as the source")
+    if "hf" in (source, target) or source != target and "tf" in (source, target) and target != "safetensors":
+        return _convert_named(src, dst, source, target, params)
     if source == "tf":
         if target == "tf":
             raise UserError("TF to TF: copy the model.ckpt-N files; nothing to convert")
@@ -252,10 +191,39 @@ def convert(src: str, dst: str) -> str:
                    if getattr(value, "dtype", None) is not None and value.dtype.kind in "fiub"}
         save_safetensors(tensors, dst, {"source": os.path.basename(prefix), "framework": "tf"})
         return f"{dst}: {len(tensors)} variables of {prefix} (safetensors, TF's names and layouts)"
-    if target == "tf":
-        raise UserError(f"{dst}: the zoo does not write TF checkpoints from other files: a TF checkpoint is written "
-                        "by the model's graph, and PyTorch and TF name and lay out weights differently")
-    if os.path.abspath(src) == os.path.abspath(dst):
-        raise UserError(f"{dst}: the same file as the source")
     weights, metadata = read_weights(src)
     return write_weights(weights, metadata, dst)
+
+
+def _convert_named(src: str, dst: str, source: str, target: str, params: str | None) -> str:
+    """BERT and GPT-2 between PyTorch, TF and Hugging Face, through the zoo's PyTorch names and layout."""
+    import numpy as np
+
+    from common import hf
+
+    if source == target:
+        raise UserError(f"{dst}: Hugging Face to Hugging Face: copy the folder; nothing to convert")
+    keys = None
+    if source == "hf":
+        family, weights, keys = hf.read_hf(src)
+    else:
+        try:
+            family, weights = hf.read_zoo(src)
+        except UserError as e:
+            if hf.NEITHER not in str(e) or target == "hf":
+                raise
+            raise UserError(f"{e}; PyTorch <-> TF of other models: the zoo does not define the mapping of names "
+                            "and layouts (a Linear's weight is (out, in), a Dense kernel (in, out))") from None
+    if target == "hf":
+        if keys is None:
+            keys = hf.keys_for(family, weights, params or hf.params_beside(src), src)
+        return hf.write_hf(dst, family, weights, keys)
+    if target == "tf":
+        step = re.search(r"-(\d+)$", dst)
+        prefix = hf.write_tf_checkpoint(dst, family, weights, int(step.group(1)) if step else 0)
+        line = (f"{prefix}: TF checkpoint, {len(weights)} {family} variables by the TF model's names "
+                f"(--checkpoint_path reads it)")
+    else:
+        torch = _torch()
+        line = write_weights({n: torch.from_numpy(np.ascontiguousarray(a)) for n, a in weights.items()}, {}, dst)
+    return line + (f"; the model: {hf.key_overrides(family, keys)}" if keys is not None else "")

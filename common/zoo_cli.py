@@ -6,7 +6,7 @@
     zoo prepare [DATASET ...]            put a data set on local disk (datasets/prepare_<name>.py)
     zoo compile [MODEL ...]              validate and compile each folder's tiny config (tox -e compile)
     zoo train [MODEL ...]                train each tiny config on cpu and the emulator (tox -e train)
-    zoo convert SRC [DST]                list or convert a checkpoint (.mdl, .pt, .safetensors, TF)
+    zoo convert SRC [DST]                list or convert a checkpoint (.mdl, .pt, .safetensors, TF, Hugging Face)
     zoo config check FILE                load a params file against its folder's defaults
     zoo port check PATH                  what stands between your code and the wafer, in fix order
     zoo completion bash|zsh              shell completion: eval "$(zoo completion bash)"
@@ -359,7 +359,7 @@ def cmd_convert(args) -> int:
         return 0
     if os.path.exists(args.dst) and not args.force:
         raise UserError(f"{args.dst} exists: --force to replace it")
-    print(convert.convert(args.src, args.dst))
+    print(convert.convert(args.src, args.dst, params=args.params))
     return 0
 
 
@@ -518,9 +518,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("convert", help="list or convert a checkpoint",
                             description=_doc_block("common.convert"), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("src", metavar="SRC", help=".mdl, .pt/.pth/.bin, .safetensors, a TF model.ckpt-N or model_dir")
-    p.add_argument("dst", metavar="DST", nargs="?", help="the file to write (its extension says the format); "
-                                                          "without it, list SRC")
+    p.add_argument("src", metavar="SRC", help=".mdl, .pt/.pth/.bin, .safetensors, a TF model.ckpt-N or model_dir, "
+                                              "a Hugging Face directory")
+    p.add_argument("dst", metavar="DST", nargs="?", help="the file to write (its extension says the format; none: a "
+                                                          "Hugging Face directory); without it, list SRC")
+    p.add_argument("--params", help="to Hugging Face: the zoo params file of the model (default: the "
+                                    "params_train.yaml beside SRC)")
     p.add_argument("--force", action="store_true", help="replace DST if it exists")
     p.set_defaults(func=cmd_convert)
 

@@ -6,6 +6,7 @@
   and readers of vocab.txt, GPT-2's encoder.json + vocab.bpe and tokenizer.json.
 - ``pretraining``: Google BERT's masked-LM + next-sentence examples; HDF5 files (h5py).
 - ``prepare``: what ``datasets/prepare_bert.py`` runs (sharded, restartable).
+- ``lm``: GPT-2 language-model data (packed next-token windows): ``datasets/prepare_gpt2.py``'s work and its readers.
 - ``tfrecord``: the TFRecord writer and the tf.data reader (imports TensorFlow).
 - ``torch_dataset``: the torch Dataset over the HDF5 shards (imports torch).
 - ``classification``: sentence (pair) classification tasks for fine-tuning: a task from

@@ -1,0 +1,356 @@
+"""Hugging Face model directories (config.json + model.safetensors, as ``save_pretrained`` writes
+them) read into and written from the zoo's BERT and GPT-2 weights, offline, without ``transformers``.
+
+The pivot between every format is a *family* ("bert" or "gpt2"), the weights as numpy arrays
+in the zoo's PyTorch names and layout (common/bert_names.py, common/gpt2_names.py), and the
+zoo's model keys (``hidden_size``, ``num_heads``, ... of the folder's params):
+
+- ``read_hf(path)``: a directory of ``BertForPreTraining`` (or another ``model_type: bert``
+  model: its BERT weights) or ``GPT2LMHeadModel``; its config.json becomes the zoo keys.
+  A config the zoo's models cannot reproduce (another activation, relative positions, an
+  untied GPT-2 head, ...) is refused in one line naming the key.
+- ``write_hf(path, family, weights, keys)``: config.json and model.safetensors that
+  ``BertForPreTraining.from_pretrained`` / ``GPT2LMHeadModel.from_pretrained`` read. The
+  tied output projections (BERT's ``cls.predictions.decoder``, GPT-2's ``lm_head``) are not
+  stored, as save_pretrained does not store them.
+- ``read_zoo(path)``: a zoo checkpoint of either framework, its family told by its names.
+- ``write_tf_checkpoint(prefix, family, weights, step)``: a TF checkpoint by the TF models'
+  variable names, written by a v1 Saver from variables of those names in a small graph (no
+  model code), so that ``--checkpoint_path`` of tf/bert (and tf/gpt2) reads it.
+- ``zoo_keys(params_path, family)``: the model keys of a zoo params file, the folder's
+  defaults filled in (the number of heads and the epsilon are not in the weights).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+
+import numpy as np
+
+from common import bert_names, gpt2_names
+from common.errors import UserError
+
+CONFIG, WEIGHTS = "config.json", "model.safetensors"
+FAMILIES = ("bert", "gpt2")
+ARCHITECTURE = {"bert": "BertForPreTraining", "gpt2": "GPT2LMHeadModel"}
+
+# The zoo key <- Hugging Face config key, per family; values copied as they are.
+_BERT_KEYS = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_hidden_layers": "num_hidden_layers",
+              "num_heads": "num_attention_heads", "filter_size": "intermediate_size",
+              "max_position_embeddings": "max_position_embeddings", "type_vocab_size": "type_vocab_size",
+              "layer_norm_epsilon": "layer_norm_eps", "encoder_nonlinearity": "hidden_act",
+              "initializer_range": "initializer_range", "dropout_rate": "hidden_dropout_prob",
+              "attention_dropout_rate": "attention_probs_dropout_prob"}
+_GPT2_KEYS = {"vocab_size": "vocab_size", "hidden_size": "n_embd", "num_hidden_layers": "n_layer",
+              "num_heads": "n_head", "filter_size": "n_inner", "max_position_embeddings": "n_positions",
+              "layer_norm_epsilon": "layer_norm_epsilon", "nonlinearity": "activation_function",
+              "initializer_range": "initializer_range", "embedding_dropout_rate": "embd_pdrop",
+              "dropout_rate": "resid_pdrop", "attention_dropout_rate": "attn_pdrop"}
+KEYS = {"bert": _BERT_KEYS, "gpt2": _GPT2_KEYS}
+# Activations both sides compute the same way (Hugging Face's "gelu" is the erf form, "gelu_new" the tanh one)
+_ACTIVATIONS = {"bert": ("gelu", "relu", "tanh"), "gpt2": ("gelu_new", "gelu", "relu")}
+# GPT-2 model keys of the zoo that Hugging Face's GPT2LMHeadModel can only hold at one value
+_GPT2_FIXED = {"position_embedding_type": "learned", "use_parallel_attention": False, "share_embedding_weights": True}
+
+
+def is_hf_dir(path: str) -> bool:
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, CONFIG))
+
+
+# --- weights: zoo PyTorch layout <-> Hugging Face's ---------------------------------------------
+
+def _hf_to_zoo_name(family: str, name: str) -> tuple[str | None, bool]:
+    """(zoo PyTorch name or None to skip, transpose) of a Hugging Face tensor name."""
+    if family == "bert":
+        if name.startswith("cls.predictions.decoder."):  # tied to the word embeddings and cls.predictions.bias
+            return None, False
+        name = bert_names._torch_name(name)
+        return (name if bert_names._convert(name, bert_names._TORCH) is not None else None), False
+    name = gpt2_names._torch_name(name)
+    if not gpt2_names.is_torch_name(name):
+        return None, False  # attn.bias / attn.masked_bias: the causal mask buffers of older versions
+    return name, gpt2_names.hf_transposed(name)
+
+
+def read_hf(path: str) -> tuple[str, dict[str, np.ndarray], dict]:
+    """(family, weights in zoo PyTorch names and layout, zoo model keys) of a Hugging Face directory."""
+    from common.weights_io import load_safetensors
+
+    config_path, weights_path = os.path.join(path, CONFIG), os.path.join(path, WEIGHTS)
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            config = json.load(f)
+        if not isinstance(config, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as e:
+        raise UserError(f"{config_path}: not a readable config.json ({e})") from None
+    family = config.get("model_type")
+    if family not in FAMILIES:
+        arch = ", ".join(config.get("architectures") or []) or "no architecture named"
+        raise UserError(f"{config_path}: model_type {family!r} ({arch}); the zoo converts Hugging Face's BERT "
+                        "(model_type bert) and GPT-2 (model_type gpt2)")
+    keys = _keys_from_config(family, config, config_path)
+    if not os.path.isfile(weights_path):
+        others = sorted(os.path.basename(p) for p in glob.glob(os.path.join(path, "*.safetensors")))
+        hint = f" (sharded checkpoints such as {others[0]} are not read)" if others else ""
+        raise UserError(f"{weights_path}: no such file{hint}; save the model with save_pretrained "
+                        "(safetensors, one file)")
+    tensors, _ = load_safetensors(weights_path)
+    weights = {}
+    for name, tensor in tensors.items():
+        zoo_name, transpose = _hf_to_zoo_name(family, name)
+        if zoo_name is not None:
+            array = tensor.float().numpy() if tensor.is_floating_point() else tensor.numpy()
+            weights[zoo_name] = np.ascontiguousarray(array.T) if transpose else array
+    if not weights:
+        raise UserError(f"{weights_path}: holds no {family} weight that the zoo's names cover")
+    check_weights(family, weights, keys, weights_path)
+    order = _shapes(family, keys)  # the zoo model's state_dict order (safetensors sorts by name)
+    return family, {name: weights[name] for name in order if name in weights}, keys
+
+
+def _keys_from_config(family: str, config: dict, where: str) -> dict:
+    keys = {}
+    for zoo_key, hf_key in KEYS[family].items():
+        if hf_key not in config:
+            if family == "gpt2" and hf_key == "n_inner":
+                continue  # GPT-2's default: 4 x n_embd, set below
+            raise UserError(f"{where}: no {hf_key!r} (a {ARCHITECTURE[family]} config.json has one)")
+        keys[zoo_key] = config[hf_key]
+    activation = keys.get("encoder_nonlinearity", keys.get("nonlinearity"))
+    if activation not in _ACTIVATIONS[family]:
+        raise UserError(f"{where}: activation {activation!r}; the zoo's {family} computes "
+                        f"{', '.join(_ACTIVATIONS[family])}")
+    if family == "bert":
+        if config.get("position_embedding_type", "absolute") != "absolute":
+            raise UserError(f"{where}: position_embedding_type {config['position_embedding_type']!r}; the zoo's "
+                            "BERT has absolute (learned) positions only")
+        return keys
+    if keys.get("filter_size") is None:
+        keys["filter_size"] = 4 * keys["hidden_size"]
+    refusals = {"tie_word_embeddings": True, "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+                "add_cross_attention": False}
+    for key, wanted in refusals.items():
+        if config.get(key, wanted) != wanted:
+            raise UserError(f"{where}: {key} {config[key]!r}; the zoo's GPT-2 has {key} {wanted!r} only")
+    keys.update(_GPT2_FIXED)
+    return keys
+
+
+def _config_from_keys(family: str, keys: dict) -> dict:
+    config = {"architectures": [ARCHITECTURE[family]], "model_type": family, "tie_word_embeddings": True}
+    config.update({hf_key: keys[zoo_key] for zoo_key, hf_key in KEYS[family].items()})
+    if family == "bert":
+        config["position_embedding_type"] = "absolute"
+    else:
+        config.update({"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+                       "reorder_and_upcast_attn": False, "add_cross_attention": False})
+    return config
+
+
+def write_hf(path: str, family: str, weights: dict[str, np.ndarray], keys: dict) -> str:
+    """config.json + model.safetensors in the directory ``path`` (made if missing); a line saying what."""
+    from common.weights_io import _torch, save_safetensors
+    from common.io import atomic_open
+
+    torch = _torch()
+    if family == "gpt2":
+        for key, wanted in _GPT2_FIXED.items():
+            if keys.get(key, wanted) != wanted:
+                raise UserError(f"model.{key} {keys[key]!r}: Hugging Face's GPT2LMHeadModel has {wanted!r} only "
+                                "(a GPT-J-style model does not convert to it)")
+    check_weights(family, weights, keys, "the weights")
+    tensors = {}
+    for name, array in weights.items():
+        transpose = family == "gpt2" and gpt2_names.hf_transposed(name)
+        tensors[name] = torch.from_numpy(np.ascontiguousarray(array.T if transpose else array))
+    os.makedirs(path, exist_ok=True)
+    save_safetensors(tensors, os.path.join(path, WEIGHTS), {"format": "pt"})
+    with atomic_open(os.path.join(path, CONFIG), "w") as f:
+        f.write(json.dumps(_config_from_keys(family, keys), indent=2, sort_keys=True) + "\n")
+    return (f"{path}: {ARCHITECTURE[family]} ({len(tensors)} tensors in {WEIGHTS}, {CONFIG}); "
+            f"{ARCHITECTURE[family]}.from_pretrained({path!r}) reads it")
+
+
+# --- checks: the weights against the model keys --------------------------------------------------
+
+def _shapes(family: str, keys: dict) -> dict[str, tuple]:
+    """Every weight's shape (zoo PyTorch layout) of a model with ``keys``."""
+    H, F, V, P = keys["hidden_size"], keys["filter_size"], keys["vocab_size"], keys["max_position_embeddings"]
+    L = keys["num_hidden_layers"]
+    if family == "bert":
+        shapes = {}
+        for name in bert_names.torch_names(L, heads=True):
+            if name.endswith(("word_embeddings.weight", "predictions.bias")):
+                shape = (V, H) if name.endswith(".weight") else (V,)
+            elif name.endswith("position_embeddings.weight"):
+                shape = (P, H)
+            elif name.endswith("token_type_embeddings.weight"):
+                shape = (keys["type_vocab_size"], H)
+            elif "intermediate.dense" in name:
+                shape = (F, H) if name.endswith("weight") else (F,)
+            elif re.search(r"layer\.\d+\.output\.dense\.weight$", name):
+                shape = (H, F)
+            elif "seq_relationship" in name:
+                shape = (2, H) if name.endswith("weight") else (2,)
+            elif name.endswith("dense.weight") or "self." in name and name.endswith("weight"):
+                shape = (H, H)
+            else:
+                shape = (H,)
+            shapes[name] = shape
+        return shapes
+    shapes = {}
+    for name in gpt2_names.torch_names(L, parallel=bool(keys.get("use_parallel_attention")),
+                                       tied=keys.get("share_embedding_weights", True)):
+        rows = {"wte": (V, H), "wpe": (P, H), "c_attn.weight": (3 * H, H), "c_attn.bias": (3 * H,),
+                "attn.c_proj.weight": (H, H), "c_fc.weight": (F, H), "c_fc.bias": (F,),
+                "mlp.c_proj.weight": (H, F), "lm_head.weight": (V, H), "lm_head.bias": (V,)}
+        shapes[name] = next((s for k, s in rows.items() if k in name), (H,))
+    return shapes
+
+
+def check_weights(family: str, weights: dict[str, np.ndarray], keys: dict, source: str) -> None:
+    """One line when ``weights`` are not those of a model with ``keys``: a shape, a missing or extra tensor."""
+    if keys["hidden_size"] % keys["num_heads"]:
+        raise UserError(f"{source}: hidden size {keys['hidden_size']} is not a multiple of the "
+                        f"{keys['num_heads']} heads")
+    expected = _shapes(family, keys)
+    for name, shape in expected.items():
+        if name in weights and tuple(weights[name].shape) != shape:
+            got = "x".join(map(str, weights[name].shape))
+            raise UserError(f"{source}: {name} is {got}, but a {family} of hidden_size {keys['hidden_size']}, "
+                            f"filter_size {keys['filter_size']}, vocab_size {keys['vocab_size']}, "
+                            f"max_position_embeddings {keys['max_position_embeddings']} has "
+                            f"{'x'.join(map(str, shape))}")
+    extra = sorted(set(weights) - set(expected))
+    if extra:
+        raise UserError(f"{source}: {extra[0]} is not a weight of a {keys['num_hidden_layers']}-layer {family}"
+                        + (f" (nor {len(extra) - 1} more)" if len(extra) > 1 else ""))
+    required = [n for n in expected if n.startswith(("bert.", "transformer."))]
+    missing = [n for n in required if n not in weights]
+    if missing:
+        raise UserError(f"{source}: lacks {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1
+                                                            else "") + f" of a {keys['num_hidden_layers']}-layer "
+                        f"{family}")
+
+
+# --- the zoo's side -------------------------------------------------------------------------------
+
+def read_zoo(path: str) -> tuple[str, dict[str, np.ndarray]]:
+    """(family, weights in zoo PyTorch names and layout) of a zoo checkpoint of either framework."""
+    try:
+        return "bert", bert_names.read_bert_weights(path)
+    except UserError as bert_error:
+        if "holds no BERT weight" not in str(bert_error):
+            raise
+    try:
+        return "gpt2", gpt2_names.read_gpt2_weights(path)
+    except UserError as gpt2_error:
+        if "holds no GPT-2 weight" not in str(gpt2_error):
+            raise
+    raise UserError(f"{path}: {NEITHER} (the models whose names the zoo maps between frameworks and Hugging Face)")
+
+
+NEITHER = "holds no BERT or GPT-2 weight"
+
+
+def write_tf_checkpoint(prefix: str, family: str, weights: dict[str, np.ndarray], step: int) -> str:
+    """The weights under the TF model's names and layout, with a global step, by a v1 Saver."""
+    from common.weights_io import _tensorflow
+
+    tf = _tensorflow()
+    v1 = tf.compat.v1
+    to_tf = bert_names.torch_name_to_tf if family == "bert" else gpt2_names.torch_name_to_tf
+    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+    with tf.Graph().as_default():
+        feeds = {}
+        for name, array in weights.items():
+            tf_name, transpose = to_tf(name)
+            value = np.ascontiguousarray(array.T if transpose else array)
+            # fed at initialisation rather than baked into the graph: a GPT-2 XL's weights pass protobuf's 2 GB
+            placeholder = v1.placeholder(tf.as_dtype(value.dtype), value.shape)
+            v1.Variable(placeholder, name=tf_name)
+            feeds[placeholder] = value
+        global_step = v1.train.get_or_create_global_step()
+        saver = v1.train.Saver(max_to_keep=None)
+        with v1.Session() as session:
+            session.run(v1.global_variables_initializer(), feeds)
+            session.run(global_step.assign(step))
+            written = saver.save(session, prefix, write_meta_graph=False)
+    return written
+
+
+def zoo_keys(params_path: str, family: str) -> dict:
+    """The ``model`` section of a zoo params file, with its folder's defaults (pytorch/<family> or
+    tf/<family>: the twins share them) filled in where the folder exists."""
+    from common import zoo
+    from common.params import load_params, read_params_file
+
+    for framework in ("pytorch", "tf"):
+        folder = os.path.join(zoo.ROOT, framework, family)
+        if os.path.isfile(os.path.join(folder, "utils.py")):
+            from common.folder import import_beside
+
+            utils = import_beside(os.path.join(folder, "run.py"), "utils")
+            return dict(load_params(params_path, utils.default_params())["model"])
+    return dict(read_params_file(params_path)[0].get("model") or {})
+
+
+def params_beside(path: str) -> str | None:
+    """The params file the runner wrote into the model_dir of the checkpoint ``path`` (train's first)."""
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    found = sorted(glob.glob(os.path.join(folder, "params_*.yaml")), key=lambda p: not p.endswith("_train.yaml"))
+    return found[0] if found else None
+
+
+def keys_for(family: str, weights: dict[str, np.ndarray], params_path: str | None, source: str) -> dict:
+    """The zoo model keys of ``weights``: sizes from the shapes, the rest (heads, epsilon, activation,
+    dropout) from ``params_path``; a size the params name differently from the weights is refused."""
+    if params_path is None:
+        raise UserError(f"{source}: the number of attention heads is not in the weights: pass --params with the "
+                        "params file the model was trained with (a model_dir's params_train.yaml holds it)")
+    params = zoo_keys(params_path, family)
+    if family == "bert":
+        H = weights["bert.embeddings.word_embeddings.weight"].shape[1]
+        sizes = {"vocab_size": weights["bert.embeddings.word_embeddings.weight"].shape[0], "hidden_size": H,
+                 "max_position_embeddings": weights["bert.embeddings.position_embeddings.weight"].shape[0],
+                 "type_vocab_size": weights["bert.embeddings.token_type_embeddings.weight"].shape[0],
+                 "filter_size": weights["bert.encoder.layer.0.intermediate.dense.weight"].shape[0],
+                 "num_hidden_layers": bert_names._num_layers(weights)}
+    else:
+        sizes = {"vocab_size": weights["transformer.wte.weight"].shape[0],
+                 "hidden_size": weights["transformer.wte.weight"].shape[1],
+                 "max_position_embeddings": weights["transformer.wpe.weight"].shape[0],
+                 "filter_size": weights["transformer.h.0.mlp.c_fc.weight"].shape[0],
+                 "num_hidden_layers": 1 + max(int(n.split(".")[2]) for n in weights if n.startswith("transformer.h."))}
+    keys = {}
+    for key in KEYS[family]:
+        if key not in params and key not in sizes:
+            raise UserError(f"{params_path}: no model.{key}, which the Hugging Face config needs")
+        keys[key] = params.get(key, sizes.get(key))
+        if key in sizes and key in params and params[key] != sizes[key]:
+            raise UserError(f"{source}: {key} is {sizes[key]} in the weights but {params[key]} in {params_path}; "
+                            "pass the params of this checkpoint")
+        if key in sizes:
+            keys[key] = int(sizes[key])
+    if family == "gpt2":
+        for key in _GPT2_FIXED:
+            keys[key] = params.get(key, _GPT2_FIXED[key])
+    return keys
+
+
+def key_overrides(family: str, keys: dict) -> str:
+    """The zoo keys as command-line overrides (what to set to build the model of a converted checkpoint)."""
+    return " ".join(f"model.{k}={_yaml_scalar(keys[k])}" for k in KEYS[family])
+
+
+def _yaml_scalar(value) -> str:
+    """A value as YAML reads it back: 1e-12 is a string to YAML 1.1, 1.0e-12 a float."""
+    text = repr(value) if isinstance(value, float) else str(value)
+    if isinstance(value, float) and "e" in text and "." not in text.split("e")[0]:
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa}.0e{exponent}"
+    return text
