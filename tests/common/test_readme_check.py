@@ -208,3 +208,33 @@ def test_bert_pretraining_columns_read_their_scalars(tmp_path):
     assert main(["--update", str(path)]) == 0
     assert "| 300 | 23.46 % | 67.9 % | 312.5 | 6.40 |" in path.read_text()
     assert main([str(path)]) == 0
+
+
+GPT2_RUN = """\
+import argparse, os
+from common.summaries import ScalarWriter
+parser = argparse.ArgumentParser()
+parser.add_argument("--model_dir")
+args, _ = parser.parse_known_args()
+evaluate = ScalarWriter(os.path.join(args.model_dir, "eval"))
+evaluate.scalars(200, {"accuracy": 0.31234, "lm_perplexity": 87.654, "loss": 4.4734})
+evaluate.close()
+"""
+
+
+def test_language_model_columns_read_their_scalars(tmp_path):
+    script = tmp_path / "gpt2_run.py"
+    script.write_text(GPT2_RUN)
+    path = tmp_path / "README.md"
+    path.write_text(textwrap.dedent(f"""\
+        # GPT-2
+
+            $ python {script} --mode train_and_eval
+
+        | step | test perplexity | test next-token accuracy | test loss |
+        |---|---|---|---|
+        | 200 | 1.0 | 1.00 % | 1.000 |
+        """))
+    assert main(["--update", str(path)]) == 0
+    assert "| 200 | 87.7 | 31.23 % | 4.473 |" in path.read_text()
+    assert main([str(path)]) == 0
