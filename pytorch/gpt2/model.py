@@ -104,8 +104,8 @@ class Attention(nn.Module):
             q, k = self.rotate(q), self.rotate(k)  # (B, heads, T, D)
         scores = q @ k.transpose(-2, -1) / math.sqrt(D)  # (B, heads, T, T)
         # query t sees keys 0..t: built in the graph from the sequence length (a constant on the device)
-        causal = torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device))[None].expand(B, T, T)
-        scores = scores.masked_fill(~causal[:, None], float("-inf"))
+        causal = torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device))  # (T, T), broadcast
+        scores = scores.masked_fill(~causal, float("-inf"))
         y = self.attn_dropout(scores.softmax(-1)) @ v  # (B, heads, T, D)
         return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, H)))
 
