@@ -23,7 +23,7 @@ outputs are q, k, v in that order. tf/gpt2 is the same network.
 
 For the device: the causal mask is built in the graph from ``torch.tril`` of ones (the
 capture turns it into a constant), and the rotary sin/cos tables are computed in numpy
-when the model is built (a non-persistent buffer), so that the graph needs no sin or cos.
+when the model is built (a constant of the graph), so that the graph needs no sin or cos.
 """
 
 from __future__ import annotations
@@ -86,13 +86,13 @@ class Attention(nn.Module):
         self.rotary_dim = None
         if p["position_embedding_type"] == "rotary":
             self.rotary_dim = p["rotary_dim"] or H // self.num_heads
-            tables = rotary_tables(p["max_position_embeddings"], self.rotary_dim)
-            # a constant of the graph (never trained, not saved): recomputed from the params
-            self.register_buffer("rotary", torch.from_numpy(tables), persistent=False)
+            # a numpy array, not a buffer: a constant of the graph (never trained, not saved, recomputed
+            # from the params), which keeps its values in a build without weights (torch's meta device)
+            self.rotary = rotary_tables(p["max_position_embeddings"], self.rotary_dim)  # (2, P, R)
 
     def rotate(self, t: torch.Tensor) -> torch.Tensor:  # (B, heads, T, D): the first rotary_dim dims turned
         T, R = t.shape[2], self.rotary_dim
-        cos, sin = self.rotary[0, :T], self.rotary[1, :T]  # (T, R)
+        cos, sin = torch.from_numpy(self.rotary[:, :T]).to(t.device)  # (T, R) each
         turned = t[..., :R] * cos + rotate_every_two(t[..., :R]) * sin
         return torch.cat([turned, t[..., R:]], dim=-1) if R < t.shape[-1] else turned
 

@@ -252,3 +252,45 @@ def test_data_of_another_sequence_length(tmp_path, capsys, data_dir):
 ])
 def test_sizes_that_do_not_divide(tmp_path, capsys, data_dir, overrides, fragments):
     expect_one_error_line(capsys, tiny_argv(tmp_path, *with_data(data_dir, *overrides)), *fragments)
+
+
+# --- a model larger than this machine's memory compiles from a build without weights ------------
+
+
+def compiled_kernels(m, params):
+    from common.pytorch.device_run import capture_step
+    from device.api import compile_graph
+
+    batch = tuple(random_ids(params["model"]["vocab_size"], B=8, T=128, seed=s) for s in range(3))
+    graph, _ = capture_step(m, batch, True, params)
+    result = compile_graph(graph, mode="train", profile_name="wse2", execution_mode="pipelined")
+    return [(k.kind, k.flops_fwd, k.weight_bytes) for k in result.kernels], result.cost.samples_per_s
+
+
+@pytest.mark.parametrize("variant", [(), GPTJ], ids=["gpt2", "gptj"])
+def test_a_model_too_big_for_memory_compiles_as_the_real_one(variant):
+    from common.pytorch.device_run import model_for_capture
+
+    params = params_of(TINY, *variant)
+    real = model_for_capture(model.model_fn, params, memory=2**40)
+    stand_in = model_for_capture(model.model_fn, params, memory=1000)  # "1000 bytes available"
+    assert all(p.stride() == (1,) or p.stride()[-1] == 1 for p in real.model.parameters())
+    assert all(set(p.stride()) == {0} and p.device.type == "cpu" for p in stand_in.model.parameters())
+    if not variant:  # the tied head stays one parameter
+        assert len(list(stand_in.model.parameters())) == len(list(real.model.parameters())) == 28
+    optimized = [p for g in stand_in.optimizer.param_groups for p in g["params"]]
+    assert {id(p) for p in optimized} == {id(p) for p in stand_in.model.parameters()}
+    assert compiled_kernels(stand_in, params) == compiled_kernels(real, params)
+
+
+def test_a_model_too_big_for_memory_with_a_buffer_is_refused():
+    from common.errors import UserError
+    from common.pytorch.device_run import model_for_capture
+
+    def with_buffer(params, device):
+        m = model.model_fn(params, device)
+        m.model.register_buffer("table", torch.ones(3))
+        return m
+
+    with pytest.raises(UserError, match=r"weights need .* GiB, more than half .* buffer 'table' would have no value"):
+        model_for_capture(with_buffer, params_of(TINY), memory=1000)
