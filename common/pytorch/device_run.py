@@ -33,6 +33,7 @@ starting step), not torch's.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from typing import Any, Mapping
@@ -146,6 +147,16 @@ def available_memory() -> int:
     return None
 
 
+@contextlib.contextmanager
+def _quiet(log: logging.Logger):
+    level = log.level
+    log.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def model_for_capture(model_fn: ModelFn, params: Mapping, memory: int | None = None) -> PyTorchBaseModel:
     """The model --validate_only and --compile_only capture: built on the CPU, unless its
     weights would take more than half of ``memory`` (default: what this machine has
@@ -158,8 +169,13 @@ def model_for_capture(model_fn: ModelFn, params: Mapping, memory: int | None = N
     compile, are those of the real model. A buffer has no value on the meta device, and a
     buffer the step reads becomes a constant of the graph: a model with buffers is refused.
     """
-    with torch.device("meta"):
-        model = model_fn(params, torch.device("meta"))
+    try:
+        with torch.device("meta"), _quiet(logger):  # its log lines are those of the build that follows
+            model = model_fn(params, torch.device("meta"))
+    except UserError:
+        raise
+    except Exception:  # noqa: BLE001 - a model_fn that needs real tensors (a checkpoint it loads): build it on the CPU
+        return model_fn(params, torch.device("cpu"))
     weights = {id(p): p for p in model.model.parameters()}
     needed = sum(p.numel() * p.element_size() for p in weights.values())
     memory = available_memory() if memory is None else memory
