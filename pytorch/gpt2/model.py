@@ -56,6 +56,9 @@ def check_sizes(p: Mapping) -> None:
         if rotary_dim > head_size or rotary_dim % 2:
             raise UserError(f"model.rotary_dim {rotary_dim} must be even and at most the head size {head_size} "
                             f"(hidden_size {p['hidden_size']} / num_heads {p['num_heads']})")
+    elif p["rotary_dim"] is not None:
+        raise UserError(f"model.rotary_dim {p['rotary_dim']} applies to rotary positions only; "
+                        f"model.position_embedding_type is {p['position_embedding_type']}")
 
 
 def rotary_tables(positions: int, rotary_dim: int) -> np.ndarray:

@@ -249,6 +249,7 @@ def test_data_of_another_sequence_length(tmp_path, capsys, data_dir):
 @pytest.mark.parametrize("overrides, fragments", [
     (("model.num_heads=3",), ("model.hidden_size 64", "model.num_heads 3")),
     (("model.position_embedding_type=rotary", "model.rotary_dim=33"), ("model.rotary_dim 33", "head size 32")),
+    (("model.rotary_dim=16",), ("model.rotary_dim 16", "rotary positions only", "is learned")),
 ])
 def test_sizes_that_do_not_divide(tmp_path, capsys, data_dir, overrides, fragments):
     expect_one_error_line(capsys, tiny_argv(tmp_path, *with_data(data_dir, *overrides)), *fragments)
