@@ -194,6 +194,10 @@ def test_tiny_trains_and_evaluates_on_the_cpu(tmp_path, data_dir):
     # every eval window is full but the corpus's last: the mean of the batch losses is close to the token mean
     assert metrics["lm_perplexity"] == pytest.approx(np.exp(metrics["loss"]), rel=0.02)
     assert metrics["lm_perplexity"] < 4096  # better than uniform over the vocab
+    path = train_tiny(tmp_path, "--mode", "predict", *with_data(data_dir))
+    with np.load(path) as predictions:  # each eval window's most likely next tokens and their losses
+        assert predictions["predictions"].shape == predictions["token_losses"].shape == (48, 128)
+        assert predictions["predictions"].max() < 4096
 
 
 @pytest.mark.parametrize("variant", [(), GPTJ], ids=["gpt2", "gptj"])
