@@ -67,6 +67,8 @@ COLUMNS = {
     "test MLM accuracy": ("eval", "masked_lm_accuracy", 100.0),  # BERT pretraining (pytorch/bert, tf/bert)
     "test NSP accuracy": ("eval", "nsp_accuracy", 100.0),
     "test MLM perplexity": ("eval", "mlm_perplexity", 1.0),
+    "test perplexity": ("eval", "lm_perplexity", 1.0),  # GPT-2 (pytorch/gpt2, tf/gpt2): exp of the mean token loss
+    "test next-token accuracy": ("eval", "accuracy", 100.0),
 }
 # column kind -> (absolute, relative) difference a figure may show on another kind of CPU
 FOREIGN_TOLERANCE = {

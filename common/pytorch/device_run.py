@@ -33,6 +33,7 @@ starting step), not torch's.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from typing import Any, Mapping
@@ -134,6 +135,74 @@ def mark_dynamic_batch(graph: Graph, loader) -> Graph:
     return graph
 
 
+def available_memory() -> int:
+    """Bytes of memory this machine can still give (MemAvailable; None where /proc/meminfo is absent)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+@contextlib.contextmanager
+def _quiet(log: logging.Logger):
+    level = log.level
+    log.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def model_for_capture(model_fn: ModelFn, params: Mapping, memory: int | None = None) -> PyTorchBaseModel:
+    """The model --validate_only and --compile_only capture: built on the CPU, unless its
+    weights would take more than half of ``memory`` (default: what this machine has
+    available), as GPT-3 6.7B's 27 GB of fp32 weights on a 24 GB machine.
+
+    Such a model is built on torch's meta device (shapes, no memory), then each parameter
+    is replaced by a CPU stand-in of its shape and dtype whose elements all share one
+    zero (a stride-0 view of a single element: 4 bytes), tied parameters staying one: the
+    capture traces with fake tensors and reads no weight's values, so the graph, and the
+    compile, are those of the real model. A buffer has no value on the meta device, and a
+    buffer the step reads becomes a constant of the graph: a model with buffers is refused.
+    """
+    try:
+        with torch.device("meta"), _quiet(logger):  # its log lines are those of the build that follows
+            model = model_fn(params, torch.device("meta"))
+    except UserError:
+        raise
+    except Exception:  # noqa: BLE001 - a model_fn that needs real tensors (a checkpoint it loads): build it on the CPU
+        return model_fn(params, torch.device("cpu"))
+    weights = {id(p): p for p in model.model.parameters()}
+    needed = sum(p.numel() * p.element_size() for p in weights.values())
+    memory = available_memory() if memory is None else memory
+    if memory is None or needed <= memory // 2:
+        return model_fn(params, torch.device("cpu"))
+    buffers = [name for name, _ in model.model.named_buffers()]
+    if buffers:
+        raise UserError(f"the model's weights need {needed / 2**30:.1f} GiB, more than half of the "
+                        f"{memory / 2**30:.1f} GiB this machine has available, and built without them (torch's "
+                        f"meta device) its buffer {buffers[0]!r} would have no value; compile it on a machine "
+                        f"with {2 * needed / 2**30:.0f} GiB")
+    stand_ins: dict[int, torch.nn.Parameter] = {}
+    for module in model.model.modules():
+        for name, p in module._parameters.items():
+            if p is not None:
+                if id(p) not in stand_ins:
+                    stand_ins[id(p)] = torch.nn.Parameter(torch.zeros((), dtype=p.dtype).expand(p.shape),
+                                                          requires_grad=p.requires_grad)
+                module._parameters[name] = stand_ins[id(p)]
+    metrics = model.metrics
+    PyTorchBaseModel.__init__(model, params, model.model, "cpu")  # the optimizer over the stand-ins
+    model.metrics = metrics
+    logger.info("the model's %.1f GiB of weights exceed half of the %.1f GiB this machine has available: built "
+                "without them (shapes only) for the compile", needed / 2**30, memory / 2**30)
+    return model
+
+
 def compile_for_device(args, params: Mapping, model_fn: ModelFn, train_data_fn: DataFn,
                        eval_data_fn: DataFn) -> Any:
     """--validate_only (up to kernel matching) or --compile_only (everything, report in model_dir/compile)."""
@@ -144,7 +213,7 @@ def compile_for_device(args, params: Mapping, model_fn: ModelFn, train_data_fn: 
     training = args.mode in TRAINS
     seed_everything(rc["seed"])
     loader = train_data_fn(params) if training else eval_data_fn(params)
-    model = model_fn(params, torch.device("cpu"))
+    model = model_for_capture(model_fn, params)
     graph, _ = capture_step(model, first_batch(loader, rc["seed"]), training, params)
     graph = mark_dynamic_batch(graph, loader)
     if args.validate_only:

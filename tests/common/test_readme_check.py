@@ -120,12 +120,13 @@ def test_a_percentage_must_say_so(tmp_path):
 
 
 def test_the_zoo_readmes_checked_tables_parse():
-    """What tox -e train reruns: the mnist, resnet, unet and bert READMEs hold checked tables of their run.py."""
+    """What tox -e train reruns: the mnist, resnet, unet, bert and gpt2 READMEs hold checked tables of their run.py."""
     tables = [(os.path.relpath(t.path, ROOT), t) for path in readmes() for t in parse_tables(path)]
     expected = [os.path.join(fw, model, "README.md") for fw in ("pytorch", "tf")
-                for model in ("bert", "mnist", "resnet", "unet")]
-    # bert's folders are built one framework at a time: each one present has its tables
-    expected = [path for path in expected if "bert" not in path or os.path.isdir(os.path.join(ROOT, os.path.dirname(path)))]
+                for model in ("bert", "gpt2", "mnist", "resnet", "unet")]
+    # bert's and gpt2's folders are built one framework at a time: each one present has its tables
+    expected = [path for path in expected if not ("bert" in path or "gpt2" in path)
+                or os.path.isdir(os.path.join(ROOT, os.path.dirname(path)))]
     assert sorted({path for path, _ in tables}) == sorted(expected)
     for path, table in tables:
         script = table.command.split(" python ")[1].split()[0]
@@ -207,4 +208,34 @@ def test_bert_pretraining_columns_read_their_scalars(tmp_path):
         """))
     assert main(["--update", str(path)]) == 0
     assert "| 300 | 23.46 % | 67.9 % | 312.5 | 6.40 |" in path.read_text()
+    assert main([str(path)]) == 0
+
+
+GPT2_RUN = """\
+import argparse, os
+from common.summaries import ScalarWriter
+parser = argparse.ArgumentParser()
+parser.add_argument("--model_dir")
+args, _ = parser.parse_known_args()
+evaluate = ScalarWriter(os.path.join(args.model_dir, "eval"))
+evaluate.scalars(200, {"accuracy": 0.31234, "lm_perplexity": 87.654, "loss": 4.4734})
+evaluate.close()
+"""
+
+
+def test_language_model_columns_read_their_scalars(tmp_path):
+    script = tmp_path / "gpt2_run.py"
+    script.write_text(GPT2_RUN)
+    path = tmp_path / "README.md"
+    path.write_text(textwrap.dedent(f"""\
+        # GPT-2
+
+            $ python {script} --mode train_and_eval
+
+        | step | test perplexity | test next-token accuracy | test loss |
+        |---|---|---|---|
+        | 200 | 1.0 | 1.00 % | 1.000 |
+        """))
+    assert main(["--update", str(path)]) == 0
+    assert "| 200 | 87.7 | 31.23 % | 4.473 |" in path.read_text()
     assert main([str(path)]) == 0
