@@ -1,4 +1,4 @@
-"""Text data for the language models: corpora, tokenizers, BERT pretraining examples.
+"""Text data for the language models: corpora, tokenizers, pretraining and sequence-to-sequence examples.
 
 - ``corpus``: the default corpus (Python's documentation prose, shipped with CPython) and
   readers of text files and JSON lines; standard library only.
@@ -7,6 +7,9 @@
 - ``pretraining``: Google BERT's masked-LM + next-sentence examples; HDF5 files (h5py).
 - ``prepare``: what ``datasets/prepare_bert.py`` runs (sharded, restartable).
 - ``lm``: GPT-2 language-model data (packed next-token windows): ``datasets/prepare_gpt2.py``'s work and its readers.
+- ``seq2seq``: encoder-decoder data (Transformer, T5): parallel text files as WMT ships
+  them, the word-reversal task from the default corpus (one right answer per example),
+  T5's span corruption, and the fixed-length encoder/decoder arrays.
 - ``tfrecord``: the TFRecord writer and the tf.data reader (imports TensorFlow).
 - ``torch_dataset``: the torch Dataset over the HDF5 shards (imports torch).
 - ``classification``: sentence (pair) classification tasks for fine-tuning: a task from
