@@ -215,7 +215,8 @@ def test_wrong_hdf5_files_one_line(tmp_path):
         "no_labels": ({k: v for k, v in ok.items() if k != "labels"}, "field 'labels' is missing"),
         "floats": ({**ok, "labels": np.zeros((3, 8), np.float32)}, "field 'labels' is float32 of shape"),
         "short": ({**ok, "labels": np.zeros((3, 7), np.int32)},
-                  r"field 'labels' has shape \(3, 7\); expected \(3, 8\)"),
+                  "field 'labels' holds 7 tokens per example; expected max_seq_length 8"),
+        "fewer": ({**ok, "labels": np.zeros((2, 8), np.int32)}, "field 'labels' has 2 examples; expected 3"),
         "mask": ({**ok, "attention_mask": np.full((3, 8), 2, np.int32)}, "values other than 0 and 1"),
     }
     for name, (arrays, message) in cases.items():
@@ -229,7 +230,7 @@ def test_wrong_hdf5_files_one_line(tmp_path):
     with h5py.File(path, "w") as f:
         for k, v in ok.items():
             f.create_dataset(k, data=v)
-    with pytest.raises(UserError, match="ok.h5: examples of 8 tokens; expected max_seq_length 16"):
+    with pytest.raises(UserError, match="ok.h5: field 'input_ids' holds 8 tokens per example; expected max_seq_length 16"):
         read_lm_hdf5(path, 16)
 
 

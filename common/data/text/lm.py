@@ -36,23 +36,22 @@ Every array is (examples, max_seq_length): ``input_ids``, ``labels`` and
 int64 tensors from ``LMHDF5Dataset``).
 """
 
-import bisect
-import dataclasses
 import hashlib
 import json
 import os
 import random
-import time
 from pathlib import Path
 
 import numpy as np
 
 from common.data.text.corpus import corpus_fingerprint, default_corpus, read_corpus
+from common.data.text.shards import (
+    FORMATS, HDF5Examples, Schema, ShardResult, check_arrays, check_formats, check_tfrecord, count_tfrecord,
+    previous_files, read_hdf5, tfrecord_dataset, write_hdf5, write_shards, write_tfrecord,
+)
 from common.errors import UserError
 
 FIELDS = ("input_ids", "attention_mask", "labels")
-FORMATS = ("hdf5", "tfrecord")
-SUFFIX = {"hdf5": ".h5", "tfrecord": ".tfrecord"}
 DEFAULT_VOCAB_SIZE = 4096  # the default corpus fills exactly 4,096 pieces (8,192 would stop at 5,136)
 MIN_VOCAB_SIZE = 257  # the 256 byte symbols and <|endoftext|>
 META = "meta.json"
@@ -77,141 +76,51 @@ def pack_documents(token_docs: list[list[int]], max_seq_length: int, eot_id: int
     }
 
 
-# --- readers ---------------------------------------------------------------------------------
+# --- readers (common/data/text/shards.py does the work) -----------------------------------------
+
+SCHEMA = Schema(tuple((n, "seq") for n in FIELDS), "language-model", binary=("attention_mask",))
+
+
+def _lengths(max_seq_length) -> dict:
+    return {"seq": max_seq_length} if max_seq_length is not None else {}
+
 
 def check_lm_arrays(arrays: dict, path, max_seq_length=None) -> tuple[int, int]:
     """(count, max_seq_length) of one file's arrays, or UserError naming the file and field."""
-    for name in FIELDS:
-        if name not in arrays:
-            raise UserError(f"{path}: not a language-model data file: field {name!r} is missing "
-                            f"(expected {', '.join(FIELDS)})")
-        a = arrays[name]
-        if a.dtype.kind not in "iu" or a.ndim != 2:
-            raise UserError(f"{path}: field {name!r} is {a.dtype} of shape {a.shape}; expected 2-D integers")
-    n, seq = arrays["input_ids"].shape
-    if max_seq_length is not None and seq != max_seq_length:
-        raise UserError(f"{path}: examples of {seq} tokens; expected max_seq_length {max_seq_length}")
-    for name in FIELDS:
-        if arrays[name].shape != (n, seq):
-            raise UserError(f"{path}: field {name!r} has shape {arrays[name].shape}; expected {(n, seq)}")
-    if not np.isin(arrays["attention_mask"], (0, 1)).all():
-        raise UserError(f"{path}: field 'attention_mask' holds values other than 0 and 1")
-    return n, seq
+    n, lengths = check_arrays(arrays, path, SCHEMA, _lengths(max_seq_length))
+    return n, lengths["seq"]
 
 
 def write_lm_hdf5(arrays: dict[str, np.ndarray], path) -> None:
-    import h5py
-
-    with h5py.File(path, "w") as f:
-        for name in FIELDS:
-            f.create_dataset(name, data=arrays[name].astype(np.int32), compression="gzip", compression_opts=4)
+    write_hdf5(arrays, path, SCHEMA)
 
 
 def read_lm_hdf5(path, max_seq_length=None) -> dict[str, np.ndarray]:
     """The int32 arrays of one HDF5 shard, schema-checked."""
-    import h5py
-
-    try:
-        with h5py.File(path, "r") as f:
-            arrays = {n: f[n][()] for n in FIELDS if n in f and isinstance(f[n], h5py.Dataset)}
-    except OSError as e:
-        raise UserError(f"{path}: not a readable HDF5 file ({str(e).splitlines()[0]})") from None
-    check_lm_arrays(arrays, path, max_seq_length)
-    return {n: a.astype(np.int32) for n, a in arrays.items()}
+    return read_hdf5(path, SCHEMA, _lengths(max_seq_length))
 
 
-def count_lm_hdf5(path) -> int:
-    return read_lm_hdf5(path)["input_ids"].shape[0]
-
-
-class LMHDF5Dataset:
-    """A map-style torch dataset of every example of the HDF5 shards ``paths``, in file order.
-
-    Item k is a dict of int64 tensors (max_seq_length,) ``input_ids``, ``attention_mask``,
-    ``labels``. Every file is read and checked when the dataset is made (a shard of the
-    default corpus is well under a MB), so a wrong file stops before training starts.
-    """
+class LMHDF5Dataset(HDF5Examples):
+    """A map-style torch dataset of every example of the HDF5 shards ``paths``, in file order:
+    item k is a dict of int64 tensors (max_seq_length,) ``input_ids``, ``attention_mask``,
+    ``labels`` (shards.HDF5Examples)."""
 
     def __init__(self, paths, max_seq_length=None):
-        import torch
-
-        paths = [str(p) for p in paths]
-        if not paths:
-            raise UserError("no HDF5 file given")
-        self.shards = []
-        for p in paths:
-            arrays = read_lm_hdf5(p, max_seq_length)
-            max_seq_length = arrays["input_ids"].shape[1]
-            self.shards.append({n: torch.from_numpy(a.astype(np.int64)) for n, a in arrays.items()})
-        self.max_seq_length = max_seq_length
-        self.ends = np.cumsum([s["input_ids"].shape[0] for s in self.shards]).tolist()
-
-    def __len__(self):
-        return self.ends[-1]
-
-    def __getitem__(self, index):
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        s = bisect.bisect_right(self.ends, index)
-        k = index - (self.ends[s - 1] if s else 0)
-        return {n: t[k] for n, t in self.shards[s].items()}
+        super().__init__(paths, SCHEMA, _lengths(max_seq_length))
+        self.max_seq_length = self.lengths["seq"]
 
 
 def write_lm_tfrecord(arrays: dict[str, np.ndarray], path) -> None:
-    import tensorflow as tf
-
-    with tf.io.TFRecordWriter(str(path)) as writer:
-        for k in range(arrays["input_ids"].shape[0]):
-            feature = {n: tf.train.Feature(int64_list=tf.train.Int64List(value=arrays[n][k].tolist())) for n in FIELDS}
-            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
-
-
-def _tf_records(path):
-    """A file's serialized records by a plain Python reader (works inside a TF1 graph's input_fn too)."""
-    import tensorflow as tf
-    from tensorflow.python.util import deprecation
-
-    with deprecation.silence():
-        yield from tf.compat.v1.io.tf_record_iterator(str(path))
+    write_tfrecord(arrays, path, SCHEMA)
 
 
 def check_lm_tfrecord(path, max_seq_length=None) -> int:
     """max_seq_length from the file's first example, or UserError naming the file and the feature."""
-    import tensorflow as tf
-
-    try:
-        first = next(iter(_tf_records(path)), None)
-        example = None if first is None else tf.train.Example.FromString(first)
-    except Exception as e:  # DataLossError for a bad record, protobuf's DecodeError for a bad Example
-        raise UserError(f"{path}: not a TFRecord file of tf.train.Example ({type(e).__name__})") from None
-    if example is None:
-        raise UserError(f"{path}: empty TFRecord file (no example in it)")
-    feature = example.features.feature
-    lengths = {}
-    for name in FIELDS:
-        if name not in feature:
-            raise UserError(f"{path}: not a language-model data file: feature {name!r} is missing "
-                            f"(expected {', '.join(FIELDS)})")
-        kind = feature[name].WhichOneof("kind")
-        if kind != "int64_list":
-            raise UserError(f"{path}: feature {name!r} is a {kind}; expected an int64_list")
-        lengths[name] = len(feature[name].int64_list.value)
-    seq = lengths["input_ids"]
-    for name, length in lengths.items():
-        if length != (max_seq_length or seq):
-            raise UserError(f"{path}: feature {name!r} has {length} values; expected max_seq_length "
-                            f"{max_seq_length or seq}")
-    return seq
+    return check_tfrecord(path, SCHEMA, _lengths(max_seq_length))["seq"]
 
 
 def count_lm_tfrecord(path) -> int:
-    import tensorflow as tf
-
-    check_lm_tfrecord(path)
-    try:
-        return sum(1 for _ in _tf_records(path))
-    except tf.errors.OpError as e:
-        raise UserError(f"{path}: corrupt TFRecord file ({type(e).__name__})") from None
+    return count_tfrecord(path, SCHEMA)
 
 
 def lm_dataset(paths, max_seq_length=None):
@@ -220,20 +129,7 @@ def lm_dataset(paths, max_seq_length=None):
     Every file's first example is checked first; shuffling, repeating and batching are the
     caller's.
     """
-    import tensorflow as tf
-
-    paths = [str(p) for p in paths]
-    if not paths:
-        raise UserError("no TFRecord file given")
-    for p in paths:
-        max_seq_length = check_lm_tfrecord(p, max_seq_length)
-    spec = {n: tf.io.FixedLenFeature([max_seq_length], tf.int64) for n in FIELDS}
-
-    def parse(record):
-        example = tf.io.parse_single_example(record, spec)
-        return {n: tf.cast(v, tf.int32) for n, v in example.items()}  # int64 on disk; the models take int32
-
-    return tf.data.TFRecordDataset(paths).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    return tfrecord_dataset(paths, SCHEMA, _lengths(max_seq_length))
 
 
 def read_lm_meta(data_dir) -> dict:
@@ -265,35 +161,6 @@ def check_lm_meta(data_dir, vocab_size: int, max_seq_length: int) -> dict:
 
 # --- prepare ---------------------------------------------------------------------------------
 
-@dataclasses.dataclass
-class LMShardResult:
-    name: str
-    examples: int
-    files: list[Path]
-    skipped: bool
-
-
-def _io(fmt: str):
-    """(writer, counter) of a format, after checking its library imports."""
-    if fmt == "hdf5":
-        try:
-            import h5py  # noqa: F401
-        except ImportError:
-            raise UserError("format hdf5 needs h5py (pip install h5py)") from None
-        return write_lm_hdf5, count_lm_hdf5
-    try:
-        import tensorflow  # noqa: F401
-    except ImportError:
-        raise UserError("format tfrecord needs tensorflow; on a PyTorch-only install use format hdf5") from None
-    return write_lm_tfrecord, count_lm_tfrecord
-
-
-def _atomic_write_text(text: str, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _encode(tokenizer, documents: list[list[str]], progress) -> list[list[int]]:
     ids = []
     for start in range(0, len(documents), 64):
@@ -314,17 +181,11 @@ def prepare_lm(
     seed: int = 12345,
     eval_fraction: float = 0.1,
     log=print,
-) -> list[LMShardResult]:
-    """Write the folder of the module docstring; one LMShardResult per shard."""
+) -> list[ShardResult]:
+    """Write the folder of the module docstring; one ShardResult per shard."""
     from common.data.text.prepare import _Progress
     from common.data.text.tokenizer import END_OF_TEXT, train_byte_bpe, vocab_in_id_order, write_gpt2
 
-    formats = tuple(formats)
-    if not formats:
-        raise UserError("formats: give at least one of hdf5, tfrecord")
-    for fmt in formats:
-        if fmt not in FORMATS:
-            raise UserError(f"format {fmt!r}: unknown; choose from {', '.join(FORMATS)}")
     if max_seq_length < 1:
         raise UserError(f"max_seq_length {max_seq_length}: must be at least 1")
     if vocab_size < MIN_VOCAB_SIZE:
@@ -333,7 +194,7 @@ def prepare_lm(
         raise UserError(f"num_shards {num_shards}: must be at least 1")
     if not 0.0 <= eval_fraction < 1.0:
         raise UserError(f"eval_fraction {eval_fraction}: must be in [0, 1)")
-    io = {fmt: _io(fmt) for fmt in formats}  # a missing library stops before any work
+    io = check_formats(formats)  # a missing library stops before any work
 
     output_dir = Path(output_dir)
     input_files = list(input_files or [])
@@ -375,17 +236,7 @@ def prepare_lm(
     }
     output_dir.mkdir(parents=True, exist_ok=True)
     meta_path = output_dir / META
-    done = {}
-    if meta_path.exists():
-        try:
-            previous = json.loads(meta_path.read_text())
-            old_settings, done = previous["settings"], dict(previous["files"])
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise UserError(f"{meta_path}: unreadable; remove it (and the shards) to start over") from None
-        for key, value in settings.items():
-            if old_settings.get(key) != value:
-                raise UserError(f"{output_dir}: holds examples made with {key} = {old_settings.get(key)!r}, "
-                                f"not {value!r}; use another output_dir or empty this one")
+    done = previous_files(meta_path, settings)
     meta = {
         "vocab_size": len(vocab),
         "max_seq_length": max_seq_length,
@@ -399,48 +250,14 @@ def prepare_lm(
         "files": done,
     }
 
-    def save_meta():
-        _atomic_write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", meta_path)
-
     tmp_encoder, tmp_merges = output_dir / "encoder.json.tmp", output_dir / "vocab.bpe.tmp"
     write_gpt2(tokenizer, tmp_encoder, tmp_merges)
     os.replace(tmp_encoder, output_dir / "encoder.json")
     os.replace(tmp_merges, output_dir / "vocab.bpe")
-    save_meta()
     log(f"{source}: {len(documents):,} documents ({meta['documents']['eval']:,} held out for eval), "
         f"{meta['tokens']['train'] + meta['tokens']['eval']:,} labelled tokens; vocab {len(vocab):,} "
         f"(<|endoftext|> = {eot_id}) -> {output_dir / 'encoder.json'}, vocab.bpe")
 
-    results, started, made = [], time.perf_counter(), 0
-    for split, shards in (("train", num_shards), ("eval", 1 if num_eval else 0)):
-        index_parts = np.array_split(np.arange(splits[split]["input_ids"].shape[0]), shards) if shards else []
-        for k, indexes in enumerate(index_parts):
-            name = f"{split}-{k:05d}"
-            arrays = {n: a[indexes] for n, a in splits[split].items()}
-            count, files, skipped = len(indexes), [], True
-            for fmt in formats:
-                f = output_dir / (name + SUFFIX[fmt])
-                files.append(f)
-                if done.get(f.name) == count and f.exists():
-                    try:
-                        if io[fmt][1](f) == count:
-                            continue
-                    except UserError:
-                        pass  # a damaged file: made again below
-                done.pop(f.name, None)
-                save_meta()
-                tmp = f.with_name(f.name + ".tmp")
-                io[fmt][0](arrays, tmp)
-                os.replace(tmp, f)
-                done[f.name] = count
-                save_meta()
-                skipped = False
-            made += 0 if skipped else count
-            results.append(LMShardResult(name, count, files, skipped))
-            sizes = ", ".join(f"{f.name} {f.stat().st_size / 1e6:.2f} MB" for f in files)
-            log(f"{name}: complete ({count:,} examples), skipped" if skipped
-                else f"{name}: {count:,} examples -> {sizes}")
-    seconds = time.perf_counter() - started
-    log(f"{sum(r.examples for r in results):,} examples of {max_seq_length} tokens in {output_dir} "
-        f"({made:,} written in {seconds:.2f} s)")
-    return results
+    shard_counts = {"train": num_shards, "eval": 1 if num_eval else 0}
+    return write_shards(output_dir, splits, shard_counts, io, SCHEMA, meta, meta_path, log,
+                        what=f"examples of {max_seq_length} tokens")

@@ -96,6 +96,36 @@ def train_byte_bpe(documents: list[list[str]], vocab_size: int = 8192) -> Tokeni
     return tokenizer
 
 
+def train_bpe_with_specials(texts: list[str], vocab_size: int, specials: tuple[str, ...]) -> Tokenizer:
+    """A byte-level BPE (GPT-2's pre-tokenizer and decoder) whose first ids are ``specials``:
+    the shared source/target vocab of an encoder-decoder (e.g. <pad>, <s>, </s> = 0, 1, 2)."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=2, special_tokens=list(specials),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    return tokenizer
+
+
+def train_unigram(texts: list[str], vocab_size: int, specials: tuple[str, ...], unk: str,
+                  sentinels: int = 0) -> Tokenizer:
+    """A SentencePiece-style unigram tokenizer (``▁`` marks a word start, as T5's), its first
+    ids ``specials``, then the trained pieces, then ``sentinels`` tokens <extra_id_K> with
+    <extra_id_0> the last id (T5's order)."""
+    tokenizer = Tokenizer(models.Unigram())
+    tokenizer.normalizer = normalizers.NFKC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(vocab_size=vocab_size - sentinels, special_tokens=list(specials),
+                                      unk_token=unk, show_progress=False)
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    tokenizer.add_special_tokens([f"<extra_id_{k}>" for k in reversed(range(sentinels))])
+    return tokenizer
+
+
 def vocab_in_id_order(tokenizer: Tokenizer) -> list[str]:
     """Tokens by id, 0 first; the ids must be 0..n-1 with no gap."""
     vocab = tokenizer.get_vocab(with_added_tokens=True)
