@@ -12,6 +12,12 @@ Samplers with a ``generator`` attribute (RandomSampler, SubsetRandomSampler,
 WeightedRandomSampler) get the epoch's generator; samplers with ``set_epoch``
 (DistributedSampler) get the epoch. An IterableDataset keeps its own order; resuming it
 skips the consumed batches by reading them.
+
+In a data-parallel run (common/pytorch/distributed.py) every process draws the same
+order with the global batch size (batch_size x processes) and takes its slice of each
+global batch, so N processes see exactly the batches of one process with N times the
+batch size. The state records the global batch size, and a run resumed with another
+number of processes continues from the same example.
 """
 
 from __future__ import annotations
@@ -20,10 +26,15 @@ import hashlib
 import itertools
 from typing import Any, Iterator
 
+import logging
+
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from common.errors import UserError
+from common.pytorch.distributed import SINGLE, World
+
+logger = logging.getLogger("zoo")
 
 _MISSING = object()
 
@@ -49,13 +60,41 @@ def _index_order(loader: DataLoader, generator: torch.Generator, epoch: int) -> 
             sampler.generator = saved
 
 
-def epoch_batches(loader: DataLoader, seed: int, epoch: int, skip: int = 0) -> Iterator[Any]:
-    """The batches of ``epoch``, from batch ``skip`` on, in the order (seed, epoch) fixes."""
+def _slices_of_global_batches(loader: DataLoader, generator: torch.Generator, epoch: int, world: World) -> list:
+    """This process's slice of each global batch (batch_size x world.size) of the epoch."""
+    if isinstance(loader.dataset, IterableDataset) or loader.batch_size is None or \
+            type(loader.batch_sampler) is not BatchSampler:
+        raise UserError("train data: a data-parallel run needs a DataLoader over a map-style dataset with "
+                        "batch_size set (the processes slice each global batch of its sampler's order); "
+                        "an IterableDataset, a custom batch_sampler or batch_size=None cannot be sliced")
+    b = loader.batch_size
+    g = b * world.size
+    sampler = loader.sampler
+    if hasattr(sampler, "set_epoch"):
+        sampler.set_epoch(epoch)
+    saved = getattr(sampler, "generator", _MISSING)
+    if saved is not _MISSING:
+        sampler.generator = generator
+    try:
+        indices = list(sampler)
+    finally:
+        if saved is not _MISSING:
+            sampler.generator = saved
+    # an incomplete last global batch cannot be shared evenly: it is left out, as drop_last does
+    return [indices[k * g + world.rank * b:k * g + (world.rank + 1) * b] for k in range(len(indices) // g)]
+
+
+def epoch_batches(loader: DataLoader, seed: int, epoch: int, skip: int = 0, world: World = SINGLE) -> Iterator[Any]:
+    """The batches of ``epoch``, from batch ``skip`` on, in the order (seed, epoch) fixes
+    (in a data-parallel run: this process's slices of the global batches)."""
     generator = torch.Generator().manual_seed(epoch_seed(seed, epoch))
-    if isinstance(loader.dataset, IterableDataset):
+    if world.distributed:
+        order = _slices_of_global_batches(loader, generator, epoch, world)[skip:]
+    elif isinstance(loader.dataset, IterableDataset):
         return itertools.islice(iter(loader), skip, None)
-    order = _index_order(loader, generator, epoch)[skip:]
-    if loader.batch_sampler is not None:
+    else:
+        order = _index_order(loader, generator, epoch)[skip:]
+    if loader.batch_sampler is not None or world.distributed:
         indices: dict[str, Any] = {"batch_sampler": order}
     else:
         indices = {"batch_size": None, "sampler": order}
@@ -72,18 +111,27 @@ def epoch_batches(loader: DataLoader, seed: int, epoch: int, skip: int = 0) -> I
 class TrainOrder:
     """Endless training batches, epoch after epoch; ``state()`` says where the next one comes from."""
 
-    def __init__(self, loader: DataLoader, seed: int, state: dict | None = None):
-        self.loader, self.seed = loader, seed
+    def __init__(self, loader: DataLoader, seed: int, state: dict | None = None, world: World = SINGLE):
+        self.loader, self.seed, self.world = loader, seed, world
+        self.global_batch = (loader.batch_size or 1) * world.size
         self.epoch = int(state["epoch"]) if state else 0
-        self.batch = int(state["batch"]) if state else 0  # batches of this epoch already consumed
+        self.batch = int(state["batch"]) if state else 0  # (global) batches of this epoch already consumed
+        saved = int(state.get("global_batch", self.global_batch)) if state else self.global_batch
+        if saved != self.global_batch:  # resumed with another number of processes (or batch size)
+            examples = self.batch * saved
+            self.batch = examples // self.global_batch
+            if examples % self.global_batch:
+                logger.warning("data order: the checkpoint stopped %d example(s) into epoch %d, not a multiple of "
+                               "the global batch of %d; resuming at example %d", examples, self.epoch,
+                               self.global_batch, self.batch * self.global_batch)
 
     def state(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "batch": self.batch}
+        return {"epoch": self.epoch, "batch": self.batch, "global_batch": self.global_batch}
 
     def __iter__(self) -> Iterator[Any]:
         while True:
             produced = 0
-            for batch in epoch_batches(self.loader, self.seed, self.epoch, self.batch):
+            for batch in epoch_batches(self.loader, self.seed, self.epoch, self.batch, self.world):
                 self.batch += 1
                 produced += 1
                 yield batch

@@ -13,17 +13,21 @@ and write ``params_<mode>.yaml`` into it, so bad input never touches an existing
 Then the mode runs (common/pytorch/runner.py: the loops), with the steps of ``--device``:
 cpu and gpu in torch, emulator on the numpy emulator (common/pytorch/device_run.py).
 --validate_only and --compile_only capture and compile the model for the device instead
-(common/pytorch/device_run.py: compile_for_device).
+(common/pytorch/device_run.py: compile_for_device). Launched by ``torchrun`` with several
+processes, the run is data parallel (common/pytorch/distributed.py).
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 from typing import Any, Callable
 
+from common import errors
 from common.cli import effective_params, guarded, parse_command_line, setup_logging
 from common.params import report_unused
+from common.pytorch import distributed
 from common.pytorch.runner import DataFn, FrameworkSteps, ModelFn, Runner, StepsFn
 from common.pytorch.runner import StepWindow, seed_everything  # noqa: F401  (imported from here by tools and tests)
 
@@ -36,17 +40,52 @@ def run(model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn, default_
     setup_logging(args.verbose)
 
     def body(args):
+        world = distributed.world_from_env()
+        if world.distributed:
+            if args.validate_only or args.compile_only:
+                distributed.refuse_on_device(world, "--validate_only / --compile_only")
+            if args.device == "emulator":
+                distributed.refuse_on_device(world, "--device emulator")
+            if not world.is_main:  # rank 0 logs the run; the others their warnings and errors
+                logging.getLogger("zoo").setLevel(logging.WARNING)
         params = effective_params(args, default_params_fn, model_folder, "pytorch")
         if args.validate_only or args.compile_only:
             from common.pytorch.device_run import compile_for_device  # the device; loaded only when asked for
 
             result = compile_for_device(args, params, model_fn, train_data_fn, eval_data_fn)
+        elif world.distributed:
+            result = _data_parallel(args, params, model_fn, train_data_fn, eval_data_fn, world)
         else:
             result = Runner(args, params, model_fn, train_data_fn, eval_data_fn, step_backend(args.device)).execute()
         report_unused(params)  # vendor-form params: keys of the file nobody read (once; training reports early)
         return result
 
     return guarded(body, args)
+
+
+def _data_parallel(args, params, model_fn, train_data_fn, eval_data_fn, world: distributed.World) -> Any:
+    """One process of a torchrun launch: join the group, run the mode, leave the group."""
+    distributed.init(world, args.device)
+    try:
+        return Runner(args, params, model_fn, train_data_fn, eval_data_fn, FrameworkSteps, world).execute()
+    except RuntimeError as e:  # a collective whose peer is gone (DistBackendError) or timed out
+        if not _is_collective_failure(e):
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise errors.UserError(f"process {world.rank} of {world.size}: a collective failed ({first[:160]}): another "
+                               f"process of the run stopped or cannot be reached; the same command resumes from "
+                               f"the newest checkpoint in {params['runconfig']['model_dir']}") from None
+    finally:
+        distributed.finish()
+
+
+def _is_collective_failure(e: BaseException) -> bool:
+    import torch.distributed as dist
+
+    backend_error = getattr(dist, "DistBackendError", ())
+    text = str(e)
+    return isinstance(e, backend_error) or any(word in text for word in ("Gloo", "gloo", "NCCL", "Connection closed",
+                                                                          "Timed out", "timed out"))
 
 
 

@@ -47,6 +47,7 @@ from common.pytorch.checkpoint import (UnreadableCheckpoint, describe_mismatch, 
                                        load_checkpoint, optimizer_mismatch, rng_state, save_checkpoint,
                                        set_rng_state)
 from common.pytorch.data_order import TrainOrder, epoch_batches
+from common.pytorch.distributed import SINGLE, World, mean_across, wrap
 from common.pytorch.metrics import cb_metrics_of
 from common.summaries import ScalarWriter
 
@@ -61,11 +62,11 @@ EVALUATES = ("eval", "eval_all", "train_and_eval", "predict")
 INPUT_BOUND_SHARE = 0.3
 
 
-def torch_device(flag: str) -> torch.device:
+def torch_device(flag: str, world: World = SINGLE) -> torch.device:
     if flag == "gpu":
         if not torch.cuda.is_available():
             raise UserError(f"--device gpu: no CUDA device is available to torch {torch.__version__}")
-        return torch.device("cuda")
+        return torch.device("cuda", world.local_rank) if world.distributed else torch.device("cuda")
     return torch.device("cpu")
 
 
@@ -164,14 +165,17 @@ def check_runconfig(runconfig: Mapping) -> None:
 
 
 class FrameworkSteps:
-    """The steps on the CPU or a GPU: the model's own train_step and eval_step, in torch."""
+    """The steps on the CPU or a GPU: the model's own train_step and eval_step, in torch
+    (in a data-parallel run, the torch model in DistributedDataParallel)."""
 
     def __init__(self, runner: "Runner"):
-        self.model, self.device = runner.model, runner.device
+        self.model, self.device, self.world = runner.model, runner.device, runner.world
+        if self.world.distributed:
+            self.model.model = wrap(self.model.model, self.device)
 
     def train(self, batch: Any) -> float:
-        """One training step on ``batch`` (as the DataLoader gives it); the loss."""
-        return self.model.train_step(to_device(batch, self.device)).item()
+        """One training step on ``batch`` (as the DataLoader gives it); the loss (of the global batch)."""
+        return mean_across(self.model.train_step(to_device(batch, self.device)).item(), self.world)
 
     def eval(self, batch: Any) -> tuple[float, dict[str, np.ndarray]]:
         """The loss and the named outputs (numpy; float32 where the model computed bfloat16)."""
@@ -198,14 +202,15 @@ class Runner:
     device_run.EmulatorSteps, which compiles the model there)."""
 
     def __init__(self, args, params: Mapping, model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn,
-                 steps_fn: StepsFn = FrameworkSteps):
+                 steps_fn: StepsFn = FrameworkSteps, world: World = SINGLE):
         self.args, self.params, self.mode = args, params, args.mode
+        self.world = world  # a data-parallel run's processes (common/pytorch/distributed.py): rank 0 writes
         self.steps = None  # below, once the starting checkpoint is loaded
         check_runconfig(params["runconfig"])
         self.runconfig = params["runconfig"]
         self.model_dir = self.runconfig["model_dir"]
         self.device_name = args.device
-        self.device = torch_device(args.device)
+        self.device = torch_device(args.device, world)
         check_precision(params, args.device)
         if self.mode == "eval_all" and args.checkpoint_path:
             raise UserError("--checkpoint_path does not go with --mode eval_all, which evaluates every "
@@ -233,8 +238,10 @@ class Runner:
         Without --checkpoint_path: the newest in model_dir that reads (a damaged newer one is
         skipped with a warning); an explicit --checkpoint_path that does not read is an error.
         """
-        # a run that holds model_dir may rotate away the checkpoint this one is about to read
-        runlock.check_free(self.model_dir)
+        # a run that holds model_dir may rotate away the checkpoint this one is about to read (in a
+        # data-parallel run, rank 0 takes the lock for every process: the others do not check it)
+        if self.world.is_main:
+            runlock.check_free(self.model_dir)
         if self.mode == "eval_all":
             checkpoints = list_checkpoints(self.model_dir)
             if not checkpoints:
@@ -281,10 +288,12 @@ class Runner:
 
     def execute(self) -> dict | None:
         # the first write into model_dir: another run there is refused here, before anything is written
-        lock = runlock.RunLock(self.model_dir, self.mode)
-        lock.acquire()
+        lock = runlock.RunLock(self.model_dir, self.mode) if self.world.is_main else None
+        if lock is not None:
+            lock.acquire()
         try:
-            save_params(self.params, self.model_dir, self.mode)
+            if self.world.is_main:
+                save_params(self.params, self.model_dir, self.mode)
             if self.checkpoint:
                 logger.info("starting from %s (step %d)", self.checkpoint, self.global_step)
             if self.mode in TRAINS:
@@ -297,7 +306,8 @@ class Runner:
         finally:
             if self._eval_writer is not None:
                 self._eval_writer.close()
-            lock.release()
+            if lock is not None:
+                lock.release()
 
     def train(self) -> dict | None:
         final = last_step(self.runconfig, self.global_step)
@@ -307,15 +317,17 @@ class Runner:
             return self.evaluate() if with_eval else None
         rc = self.runconfig
         started_at = self.global_step
-        order = TrainOrder(self.train_loader, rc["seed"], self.data_state)
+        order = TrainOrder(self.train_loader, rc["seed"], self.data_state, self.world)
         batches = iter(order)
         meter = TrainMeter(self.device_name, self.global_step, final, self.checkpoint,
                            explicit_start=bool(self.args.checkpoint_path))
         window = StepWindow()
-        writer = ScalarWriter(os.path.join(self.model_dir, "train"))
+        writer = ScalarWriter(os.path.join(self.model_dir, "train")) if self.world.is_main else None
         metrics = None
 
         def save(step: int) -> None:
+            if not self.world.is_main:  # rank 0 writes the checkpoint of every process (the same weights)
+                return
             state = {**self.steps.state(), "global_step": step, "rng": rng_state(),
                      "data_order": order.state()}
             path = save_checkpoint(state, self.model_dir, step, rc["keep_checkpoint_max"])
@@ -338,7 +350,8 @@ class Runner:
                     step = self.global_step = self.global_step + 1
                     if step == started_at + 1:
                         report_unused(self.params)  # by the end of the first step, model and data code read their keys
-                    window.add(batch_size(batch), fetched - started, time.perf_counter() - started)
+                    # samples of the global batch: every process's slice (common/pytorch/distributed.py)
+                    window.add(batch_size(batch) * self.world.size, fetched - started, time.perf_counter() - started)
                     if not math.isfinite(loss):
                         raise NonFiniteLossError(f"step {step}: the loss is {loss}; training stopped, the last good "
                                                  f"checkpoint is {meter.checkpoint or 'none (none was written)'}")
@@ -349,8 +362,9 @@ class Runner:
                         values = {"loss": loss, "lr": self.model.schedule(step - 1), "samples_per_sec": rate}
                         if self.steps.loss_scale() is not None:
                             values["loss_scale"] = self.steps.loss_scale()
-                        writer.scalars(step, values)
-                        writer.flush()
+                        if writer is not None:
+                            writer.scalars(step, values)
+                            writer.flush()
                     if (rc["checkpoint_steps"] and step % rc["checkpoint_steps"] == 0) or step == final:
                         save(step)
                         if with_eval:
@@ -365,7 +379,8 @@ class Runner:
             # a second signal, mid-step: the newest complete checkpoint is where the same command resumes
             raise Interrupted(e.signum, meter.interrupted(e.signum, self.global_step)) from None
         finally:
-            writer.close()
+            if writer is not None:
+                writer.close()
         return metrics
 
     def _eval_scalars(self) -> ScalarWriter:
@@ -400,9 +415,10 @@ class Runner:
         metrics = {"loss": total_loss / examples, **{name: m.result() for name, m in model.metrics.items()},
                    **self._cb_results()}
         logger.info(eval_line(self.device_name, self.global_step, metrics))
-        writer = self._eval_scalars()
-        writer.scalars(self.global_step, metrics)
-        writer.flush()
+        if self.world.is_main:
+            writer = self._eval_scalars()
+            writer.scalars(self.global_step, metrics)
+            writer.flush()
         return metrics
 
     def _cb_results(self) -> dict[str, float]:
@@ -441,6 +457,8 @@ class Runner:
             raise UserError("eval data yielded no batches to predict on")
         arrays = {name: np.concatenate(values) for name, values in collected.items()}  # (N, ...) each
         path = os.path.join(self.model_dir, "predictions.npz")
+        if not self.world.is_main:  # every process predicted the whole eval set; rank 0 writes it
+            return path
         with atomic_open(path, "wb") as f:
             np.savez(f, **arrays)
         examples = len(next(iter(arrays.values())))

@@ -76,8 +76,8 @@ def _import_tensorflow_quietly() -> None:
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
-            if crash_report:
-                faulthandler.enable(sys.stderr)
+            if crash_report:  # on fd 2: sys.stderr may be a stream without one (a test's capture)
+                faulthandler.enable(2)
             else:
                 faulthandler.disable()
             os.close(saved)

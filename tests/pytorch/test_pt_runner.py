@@ -54,7 +54,7 @@ def test_train_writes_checkpoints_params_and_summaries(tmp_path, data_dir):
     assert all(v > 0 for _, v in train["samples_per_sec"])
     assert "loss_scale" not in train
     state = load_checkpoint(str(tmp_path / "checkpoint_4.mdl"))
-    assert state["global_step"] == 4 and state["data_order"] == {"epoch": 0, "batch": 4}
+    assert state["global_step"] == 4 and state["data_order"] == {"epoch": 0, "batch": 4, "global_batch": 32}
     assert {"model", "optimizer", "lr_scheduler", "scaler", "rng"} <= set(state)
 
 
@@ -111,7 +111,7 @@ def test_resume_equals_one_run_bitwise_with_dropout(tmp_path, data_dir):
     once, twice = tmp_path / "once", tmp_path / "twice"
     run_mnist(once, data_dir, "runconfig.max_steps=16", *common)
     run_mnist(twice, data_dir, "runconfig.max_steps=8", *common)
-    assert load_checkpoint(str(twice / "checkpoint_8.mdl"))["data_order"] == {"epoch": 1, "batch": 2}
+    assert load_checkpoint(str(twice / "checkpoint_8.mdl"))["data_order"] == {"epoch": 1, "batch": 2, "global_batch": 32}
     run_mnist(twice, data_dir, "runconfig.max_steps=16", *common)
 
     losses = [read_scalars(str(d / "train"))["loss"] for d in (once, twice)]
@@ -122,7 +122,7 @@ def test_resume_equals_one_run_bitwise_with_dropout(tmp_path, data_dir):
     for key, value in a["optimizer"]["state"].items():
         for field in value:
             assert torch.equal(value[field], b["optimizer"]["state"][key][field])
-    assert a["data_order"] == b["data_order"] == {"epoch": 2, "batch": 4}
+    assert a["data_order"] == b["data_order"] == {"epoch": 2, "batch": 4, "global_batch": 32}
     assert torch.equal(a["rng"]["torch"], b["rng"]["torch"])
 
 

@@ -1,0 +1,204 @@
+"""Data-parallel training through torchrun (common/pytorch/distributed.py): the data order,
+DDP, equivalence with one process, resume with another number of processes, failures."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from common.errors import UserError
+from common.pytorch import distributed
+from common.pytorch.data_order import TrainOrder, epoch_batches
+from common.summaries import read_scalars
+
+REPO = Path(__file__).resolve().parents[2]
+MNIST = REPO / "pytorch" / "mnist"
+TINY = MNIST / "configs" / "params_tiny.yaml"
+
+
+def _loader(batch_size: int) -> DataLoader:
+    return DataLoader(TensorDataset(torch.arange(50)), batch_size=batch_size, shuffle=True, drop_last=True)
+
+
+# --- the data order -----------------------------------------------------------------------------
+
+def test_processes_slice_the_global_batches_of_one_process():
+    single = [b[0].tolist() for b in epoch_batches(_loader(8), seed=3, epoch=1)]
+    ranks = [[b[0].tolist() for b in epoch_batches(_loader(4), 3, 1, world=distributed.World(r, 2))] for r in (0, 1)]
+    assert len(single) == len(ranks[0]) == len(ranks[1]) == 6  # 50 // 8 global batches
+    for step, batch in enumerate(single):
+        assert ranks[0][step] + ranks[1][step] == batch
+    skipped = [b[0].tolist() for b in epoch_batches(_loader(4), 3, 1, skip=2, world=distributed.World(1, 2))]
+    assert skipped == ranks[1][2:]
+
+
+def test_resuming_with_another_number_of_processes_continues_at_the_same_example(caplog):
+    order = TrainOrder(_loader(4), seed=0, state={"epoch": 2, "batch": 3, "global_batch": 8},
+                       world=distributed.World(0, 1))
+    assert (order.epoch, order.batch, order.global_batch) == (2, 6, 4)
+    assert order.state() == {"epoch": 2, "batch": 6, "global_batch": 4}
+    order = TrainOrder(_loader(4), seed=0, state={"epoch": 0, "batch": 3, "global_batch": 4},
+                       world=distributed.World(0, 2))
+    assert order.batch == 1 and "stopped 12 example(s) into epoch 0" in caplog.text
+    old = TrainOrder(_loader(4), seed=0, state={"epoch": 1, "batch": 5})  # a checkpoint from before the key
+    assert (old.epoch, old.batch) == (1, 5)
+
+
+def test_an_iterable_dataset_cannot_be_sliced():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(10))
+
+    with pytest.raises(UserError, match="needs a DataLoader over a map-style dataset"):
+        list(epoch_batches(DataLoader(Stream(), batch_size=2), 0, 0, world=distributed.World(0, 2)))
+
+
+# --- the environment and the wrapper ---------------------------------------------------------------
+
+def test_world_from_torchruns_environment(monkeypatch):
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    assert distributed.world_from_env() == distributed.SINGLE
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert distributed.world_from_env() == distributed.World(3, 4, 1)
+    monkeypatch.setenv("RANK", "4")
+    with pytest.raises(UserError, match="RANK='4'.*in 0..3: launch it with torchrun"):
+        distributed.world_from_env()
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    with pytest.raises(UserError, match="WORLD_SIZE='two': not an integer"):
+        distributed.world_from_env()
+    monkeypatch.setenv(distributed.TIMEOUT_ENV, "0")
+    with pytest.raises(UserError, match="ZOO_DIST_TIMEOUT_S='0'"):
+        distributed.timeout_s()
+
+
+def test_the_wrapper_passes_attributes_and_keeps_one_process_names(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        module = torch.nn.Sequential(torch.nn.Linear(3, 2))
+        module.extra = "kept"
+        wrapped = distributed.wrap(module, torch.device("cpu"))
+        assert wrapped.extra == "kept" and getattr(wrapped, "0") is module[0]  # as self.model.<submodule>
+        assert list(wrapped.state_dict()) == ["0.weight", "0.bias"]
+        wrapped.load_state_dict({"0.weight": torch.ones(2, 3), "0.bias": torch.zeros(2)})
+        assert module[0].weight.sum().item() == 6
+        wrapped(torch.ones(1, 3)).sum().backward()  # through DDP's forward: the gradients reach the module
+        assert module[0].weight.grad is not None
+    finally:
+        dist.destroy_process_group()
+
+
+# --- whole runs ------------------------------------------------------------------------------------
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    env.update({"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", distributed.TIMEOUT_ENV: "60"}, **extra)
+    return env
+
+
+def _torchrun(tmp_path, model_dir, *overrides, processes=2, **popen):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
+           str(MNIST / "run.py"), "--params", str(TINY), "--model_dir", str(model_dir), *overrides]
+    return subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **popen)
+
+
+def _single(tmp_path, model_dir, *overrides, **env):
+    cmd = [sys.executable, str(MNIST / "run.py"), "--params", str(TINY), "--model_dir", str(model_dir), *overrides]
+    return subprocess.run(cmd, cwd=tmp_path, env=_env(**env), capture_output=True, text=True, timeout=300)
+
+
+def _weights(path):
+    return torch.load(path, weights_only=True)["model"]
+
+
+def test_two_processes_train_as_one_with_twice_the_batch_and_resume_with_one(tmp_path):
+    two = _torchrun(tmp_path, tmp_path / "two", "train_input.batch_size=16")
+    out, err = two.communicate(timeout=300)
+    assert two.returncode == 0, err[-3000:]
+    one = _single(tmp_path, tmp_path / "one")  # batch 32 (params_tiny)
+    assert one.returncode == 0, one.stderr[-3000:]
+
+    losses = {name: [v for _, v in read_scalars(str(tmp_path / name / "train"))["loss"]] for name in ("two", "one")}
+    assert len(losses["two"]) == 4
+    np.testing.assert_allclose(losses["two"], losses["one"], rtol=1e-5)
+    a, b = _weights(tmp_path / "two" / "checkpoint_4.mdl"), _weights(tmp_path / "one" / "checkpoint_4.mdl")
+    assert set(a) == set(b)  # the one-process names: no "module." prefix
+    for name in a:
+        np.testing.assert_allclose(a[name].numpy(), b[name].numpy(), rtol=1e-5, atol=1e-6)
+    assert err.count("Step=1 ") == 1  # rank 0 logs; rank 1 does not
+    assert sorted(p.name for p in (tmp_path / "two").glob("params_*.yaml")) == ["params_train.yaml"]
+
+    # the two-process checkpoint resumes in one process (batch 32: the same global batch) to step 6,
+    # as the one-process run continued there
+    resumed = _single(tmp_path, tmp_path / "two", "runconfig.max_steps=6")
+    straight = _single(tmp_path, tmp_path / "one", "runconfig.max_steps=6")
+    assert resumed.returncode == 0 and straight.returncode == 0, resumed.stderr[-2000:] + straight.stderr[-2000:]
+    a, b = _weights(tmp_path / "two" / "checkpoint_6.mdl"), _weights(tmp_path / "one" / "checkpoint_6.mdl")
+    for name in a:
+        np.testing.assert_allclose(a[name].numpy(), b[name].numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("flag", ["--device=emulator", "--compile_only"])
+def test_the_device_refuses_a_data_parallel_launch(tmp_path, flag):
+    result = _single(tmp_path, tmp_path / "m", flag, WORLD_SIZE="2", RANK="0", LOCAL_RANK="0")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and "the emulated device is one system per run" in lines[-1]
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "m").exists()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _rank_of(pid: int) -> int | None:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for item in environ:
+        if item.startswith(b"RANK="):
+            return int(item[5:])
+    return None
+
+
+def test_a_killed_process_stops_the_others_with_one_line_and_the_run_resumes(tmp_path):
+    model_dir = tmp_path / "run"
+    run = _torchrun(tmp_path, model_dir, "train_input.batch_size=16", "runconfig.max_steps=100000",
+                    "runconfig.checkpoint_steps=20", "runconfig.log_steps=1000")
+    deadline = time.time() + 240
+    while not list(model_dir.glob("checkpoint_*.mdl")) and time.time() < deadline and run.poll() is None:
+        time.sleep(0.5)
+    assert list(model_dir.glob("checkpoint_*.mdl")), "no checkpoint before the deadline"
+    victims = [c for c in _children(run.pid) if _rank_of(c) == 1]
+    assert len(victims) == 1
+    os.kill(victims[0], signal.SIGKILL)
+    started = time.time()
+    _, err = run.communicate(timeout=120)
+    assert time.time() - started < 90  # no hang
+    assert run.returncode != 0
+    rank0 = [line for line in err.splitlines() if line.startswith(("error: process 0 of 2", "interrupted by SIGTERM"))]
+    assert len(rank0) == 1, err[-3000:]
+    newest = max(int(p.stem.split("_")[1]) for p in model_dir.glob("checkpoint_*.mdl"))
+
+    resumed = _torchrun(tmp_path, model_dir, "train_input.batch_size=16", f"runconfig.max_steps={newest + 4}",
+                        "runconfig.checkpoint_steps=20", "runconfig.log_steps=1")
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err[-3000:]
+    assert f"(step {newest})" in err and (model_dir / f"checkpoint_{newest + 4}.mdl").exists()
