@@ -119,3 +119,23 @@ def test_the_command_refuses_an_existing_dest_and_runs_as_a_module(tmp_path, cap
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "m" / REPORT).read_text() == (dest / REPORT).read_text().replace(str(dest), str(tmp_path / "m"))
+
+
+def test_line_endings_and_untouched_bytes_are_kept(tmp_path):
+    src = tmp_path / "src"
+    (src / "configs").mkdir(parents=True)
+    source = (b"import tensorflow as tf\r\n"
+              b"from modelzoo.common.tf.estimator.cs_estimator_spec import CSEstimatorSpec\r\n"
+              b"MODE = tf.estimator.ModeKeys.EVAL  # caf\xc3\xa9\r\n"
+              b"x = 1")
+    (src / "model.py").write_bytes(source)
+    (src / "configs" / "params.yaml").write_bytes(b"runconfig:\r\n  cs_ip: 1.2.3.4\r\n")
+    migration = migrate(str(src), str(tmp_path / "out"))
+    assert (tmp_path / "out" / "model.py").read_bytes() == (
+        b"import tensorflow as tf\r\n"
+        + TF_ESTIMATOR_IMPORT.encode() + b"\r\n"
+        b"from common.tf.estimator.cs_estimator_spec import CSEstimatorSpec\r\n"
+        b"MODE = tf_estimator.ModeKeys.EVAL  # caf\xc3\xa9\r\n"
+        b"x = 1")
+    assert [(c.line, c.src_line) for c in migration.changes] == [(2, 1), (3, 2), (4, 3)]
+    assert (tmp_path / "out" / "configs" / "params.yaml").read_bytes() == (src / "configs" / "params.yaml").read_bytes()
