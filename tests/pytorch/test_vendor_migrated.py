@@ -57,6 +57,7 @@ def test_trains_evaluates_validates_compiles_and_trains_on_the_emulator(folder, 
     _main(folder, ["-m", "train", "-o", str(cpu), "--cs_ip", "10.0.0.1", "--run_name", "first", *digits])
     err = capsys.readouterr().err
     assert "--cs_ip is ignored: addresses the vendor's system" in err
+    assert "training on cpu from step 0 to 50 (float32 compute)" in err
     assert "runconfig.num_wgt_servers is ignored" in err and "runconfig.save_losses is ignored" in err
     saved = yaml.safe_load((cpu / "params_train.yaml").read_text())
     assert saved["optimizer"]["optimizer_type"] == "momentum" and saved["optimizer"]["momentum"] == 0.9
@@ -77,3 +78,16 @@ def test_trains_evaluates_validates_compiles_and_trains_on_the_emulator(folder, 
     assert sorted(on_emulator) == [10, 20, 30, 40, 50]
     assert on_cpu[50] < 0.5 * on_cpu[10]
     assert on_emulator[50] == pytest.approx(on_cpu[50], rel=0.01)
+
+
+def test_the_vendors_model_mixed_precision_is_bfloat16_on_the_cpu_and_the_emulator(folder, digits, tmp_path, capsys):
+    same = ["-m", "train", "--max_steps", "10", "model.mixed_precision=true", *digits]
+    _main(folder, [*same, "-o", str(tmp_path / "cpu")])
+    _main(folder, [*same, "--device", "emulator", "-o", str(tmp_path / "emulator")])
+    err = capsys.readouterr().err
+    assert "model.mixed_precision: true is mixed_precision.enabled: true" in err
+    assert "training on cpu from step 0 to 10 (bfloat16 compute)" in err
+    assert "training on emulator from step 0 to 10 (bfloat16 compute)" in err
+    saved = yaml.safe_load((tmp_path / "cpu" / "params_train.yaml").read_text())
+    assert saved["mixed_precision"] == {"enabled": True, "dtype": "bfloat16"}
+    assert _losses(tmp_path / "emulator")[10] == pytest.approx(_losses(tmp_path / "cpu")[10], rel=0.01)
