@@ -62,7 +62,9 @@ def update_params_from_args(args: argparse.Namespace | None, params: MutableMapp
     params["device"] = _DEVICES[device]
     for key in ("validate_only", "compile_only", "multireplica"):
         params.setdefault(key, False)
-    params.setdefault("cs_ip", None)
+    # as the vendor's: cs_ip stays only for a run on the vendor's system, which is never here
+    is_cs(params)
+    params["cs_ip"] = None
     params.setdefault("steps", None)
     if params.get("validate_only") and params.get("compile_only"):
         raise UserError("give one of --validate_only and --compile_only")

@@ -14,6 +14,8 @@ import pytest
 import yaml
 
 from common.errors import UserError
+from common.tf.estimator import CerebrasEstimator, ModeKeys
+from common.tf.estimator.utils import cs_disable_summaries, cs_enable_summaries
 from common.folder import load_run_module
 from common.port.migrate import migrate
 from common.summaries import read_scalars
@@ -37,8 +39,9 @@ def test_trains_evaluates_validates_compiles_and_trains_on_the_emulator_in_float
     _, run = folder
     cpu, emulator = tmp_path / "cpu", tmp_path / "emulator"
     with caplog.at_level(logging.INFO, logger="zoo"):
-        run.main(["-m", "train", "-o", str(cpu)])
+        run.main(["-m", "train", "-o", str(cpu), "--cs_ip", "10.0.0.1"])
     assert "(float16 compute) from step 0 to 50" in caplog.text
+    assert caplog.text.count("10.0.0.1") == 1 and "cs_ip 10.0.0.1 is ignored" in caplog.text
     saved = yaml.safe_load((cpu / "params.yaml").read_text())
     assert saved["runconfig"]["device"] == "cpu" and saved["runconfig"]["model_dir"] == str(cpu)
 
@@ -77,3 +80,13 @@ def test_params_and_the_model_policy_disagreeing_is_an_error(folder, tmp_path):
     with pytest.raises(UserError, match="model_fn sets a Keras float16 policy, params ask for "
                                         "mixed_precision.dtype bfloat16"):
         run.main(["-m", "train", "-p", str(path), "-o", str(tmp_path / "md"), "--max_steps", "1"])
+
+
+def test_the_summary_switches(folder):
+    _, run = folder
+    params = yaml.safe_load(open(folder[0] / "configs" / "params.yaml"))
+    estimator = CerebrasEstimator(run.model_fn, params=params)
+    with cs_enable_summaries():
+        assert estimator.build(run.train_input_fn, ModeKeys.TRAIN).summary is not None  # the model_fn's loss
+    with cs_disable_summaries():
+        assert estimator.build(run.train_input_fn, ModeKeys.TRAIN).summary is None
