@@ -42,6 +42,7 @@ def write_tfds_mnist(data_dir: str, source: str | None = None) -> dict[str, int]
             """tfds's MNIST builder, its examples from arrays instead of the download."""
 
             name = "mnist"
+            __module__ = MNIST.__module__  # dataset_info.json records it: the same as tfds's builder
 
             def _split_generators(self, dl_manager):
                 return {split: examples(split) for split in splits}
