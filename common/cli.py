@@ -29,13 +29,42 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = _OneLineParser(prog=prog, description="Train, evaluate, predict with or compile a zoo model.")
-    parser.add_argument("--mode", choices=MODES, default="train",
+# The vendor's runner flags that mean nothing here: accepted, and each given one is named with the reason
+# (-p, -m, -o, --checkpoint_path, --validate_only, --compile_only and --cpu are this runner's own).
+VENDOR_FLAGS = {
+    "--cs_ip": ("-cs", "addresses the vendor's system; --device picks cpu, gpu or emulator here"),
+    "--multireplica": (None, "replicas on the vendor's system; one replica runs here"),
+    "--num_csx": (None, "counts the vendor's systems; --device picks cpu, gpu or emulator here"),
+    "--num_wgt_servers": (None, "weight servers of the vendor's system; device.execution_mode=weight_streaming "
+                                "models weight streaming here"),
+    "--appliance": (None, "the vendor's appliance mode; --device picks cpu, gpu or emulator here"),
+    "--fabric_config_file": (None, "configures the vendor's system"),
+    "--compile_dir": ("-c", "a compile writes into model_dir/compile here"),
+    "--config": (None, "one params file holds one config here: give it with --params"),
+    "--is_pretrained_checkpoint": (None, "--checkpoint_path loads the weights it names here"),
+    "--logging": (None, "--verbose sets the log level here"),
+    "--credentials_path": (None, "configures the vendor's cluster"),
+    "--mgmt_address": (None, "configures the vendor's cluster"),
+    "--debug_args_path": (None, "configures the vendor's compiler"),
+    "--mount_dirs": (None, "configures the vendor's cluster"),
+    "--python_paths": (None, "configures the vendor's cluster"),
+    "--volume_mount_path": (None, "configures the vendor's cluster"),
+    "--dist_addr": ("-dist_addr", "one process trains here"),
+    "--dist_backend": ("-dist_backend", "one process trains here"),
+    "--init_method": ("-init_method", "one process trains here"),
+}
+_VENDOR_SWITCHES = {"--multireplica", "--appliance", "--is_pretrained_checkpoint"}
+_VENDOR_LISTS = {"--mount_dirs", "--python_paths"}
+
+
+def build_parser(prog: str | None = None, parents: Sequence[argparse.ArgumentParser] = ()) -> argparse.ArgumentParser:
+    parser = _OneLineParser(prog=prog, description="Train, evaluate, predict with or compile a zoo model.",
+                            parents=list(parents))
+    parser.add_argument("-m", "--mode", choices=MODES, default="train",
                         help="train (default), eval (latest checkpoint), eval_all (every checkpoint), "
                              "train_and_eval, predict")
-    parser.add_argument("--params", help="params YAML (default: configs/params.yaml beside run.py)")
-    parser.add_argument("--model_dir", help="where checkpoints, summaries and params land (runconfig.model_dir)")
+    parser.add_argument("-p", "--params", help="params YAML (default: configs/params.yaml beside run.py)")
+    parser.add_argument("-o", "--model_dir", help="where checkpoints, summaries and params land (runconfig.model_dir)")
     parser.add_argument("--checkpoint_path",
                         help="checkpoint to start from (default: the latest in model_dir)")
     parser.add_argument("--max_steps", type=int, help="train until this global step (runconfig.max_steps)")
@@ -48,15 +77,31 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                       help="compile completely: placement, memory and performance estimate in model_dir/compile")
     parser.add_argument("--device", choices=("cpu", "gpu", "emulator"), default="cpu",
                         help="where the run executes (emulator: the numpy model of the wafer)")
+    parser.add_argument("--cpu", dest="device", action="store_const", const="cpu", help="the vendor's flag: "
+                        "--device cpu")
     parser.add_argument("--verbose", action="store_true", help="debug logging and tracebacks for errors")
+    vendor = parser.add_argument_group("the vendor's runner flags, accepted and ignored (each given one says why)")
+    for flag, (short, why) in VENDOR_FLAGS.items():
+        names = [short, flag] if short else [flag]
+        dest = "vendor_" + flag.lstrip("-")
+        if flag in _VENDOR_SWITCHES:
+            vendor.add_argument(*names, dest=dest, action="store_true", help=why)
+        else:
+            vendor.add_argument(*names, dest=dest, nargs="+" if flag in _VENDOR_LISTS else None, metavar="X",
+                                help=why)
     parser.add_argument("overrides", nargs="*", metavar="section.key=value",
                         help="override any params key, e.g. runconfig.max_steps=100 model.dropout=0.0")
     return parser
 
 
-def parse_command_line(argv: Sequence[str] | None = None, prog: str | None = None) -> argparse.Namespace:
+def parse_command_line(argv: Sequence[str] | None = None, prog: str | None = None,
+                       parents: Sequence[argparse.ArgumentParser] = ()) -> argparse.Namespace:
+    """The run's flags; ``parents``: a folder's own flags (the vendor's extra_args_parser_fn)."""
     # intermixed: overrides may come before and after flags (`--mode eval a.b=1 --steps 5 c.d=2`)
-    args = build_parser(prog).parse_intermixed_args(argv)
+    args = build_parser(prog, parents).parse_intermixed_args(argv)
+    for flag, (_, why) in VENDOR_FLAGS.items():
+        if getattr(args, "vendor_" + flag.lstrip("-")) not in (None, False):
+            print(f"{prog or 'run.py'}: {flag} is ignored: {why}", file=sys.stderr)
     for flag in ("max_steps", "steps", "eval_steps"):
         value = getattr(args, flag)
         if value is not None and value <= 0:

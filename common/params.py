@@ -514,6 +514,55 @@ def load_params(path: str | None, defaults: Mapping, overrides: Iterable[str] = 
 
 ZOO_SECTIONS = tuple(COMMON_DEFAULTS)
 
+# The vendor's optimizer spellings -> this zoo's (vendor form only; giving both is an error).
+VENDOR_OPTIMIZER_KEYS = {"weight_decay_rate": "weight_decay", "use_nesterov": "nesterov"}
+# runconfig keys that configured the vendor's system or its runner: accepted in the vendor
+# form, kept in params for code that reads them, and ignored by this zoo, with the reason.
+VENDOR_SYSTEM_KEYS = {
+    **dict.fromkeys(("cs_ip", "multireplica", "num_wgt_servers", "num_csx", "mgmt_address", "credentials_path",
+                     "mount_dirs", "python_paths", "fabric_config_file", "appliance", "volume_mount_path",
+                     "dist_addr", "dist_backend", "init_method", "use_cs_grad_accum", "num_workers_per_csx"),
+                    "it configures the vendor's system; --device picks cpu, gpu or emulator here"),
+    "save_losses": "the losses are in model_dir/train's TensorBoard scalars here",
+    "mode": "--mode sets the mode here",
+    "validate_only": "--validate_only sets it here",
+    "compile_only": "--compile_only sets it here",
+    "compile_dir": "a compile writes into model_dir/compile here",
+    "logging": "--verbose sets the log level here",
+    "streamer_logging": "--verbose sets the log level here",
+    "throttle_secs": "train_and_eval evaluates each checkpoint as it is saved here",
+    "is_pretrained_checkpoint": "--checkpoint_path loads the weights it names here",
+    "debug_args_path": "it configures the vendor's compiler",
+}
+
+
+def _vendor_spellings(zoo_data: dict, where_of) -> dict:
+    """The vendor's spellings in the zoo's sections, mapped in place; returns the runconfig keys
+    of the vendor's system, taken out of ``zoo_data`` (warned about once, each with its line)."""
+    optimizer = zoo_data.get("optimizer")
+    if isinstance(optimizer, dict):
+        for vendor, ours in VENDOR_OPTIMIZER_KEYS.items():
+            if vendor in optimizer:
+                if ours in optimizer:
+                    raise UserError(f"{where_of(('optimizer', vendor))}: 'optimizer.{vendor}' and 'optimizer.{ours}' "
+                                    f"are the same setting; give only one")
+                optimizer[ours] = optimizer.pop(vendor)
+        kind = optimizer.get("optimizer_type")
+        if isinstance(kind, str):
+            optimizer["optimizer_type"] = kind = kind.lower()  # the vendor's "SGD", "Adam", "AdamW"
+            # the vendor's sgd takes its momentum from the same section: with one, it is this zoo's momentum
+            if kind == "sgd" and optimizer.get("momentum"):
+                optimizer["optimizer_type"] = "momentum"
+    runconfig = zoo_data.get("runconfig")
+    system = {}
+    if isinstance(runconfig, dict):
+        for key in [k for k in runconfig if k in VENDOR_SYSTEM_KEYS]:
+            system[key] = runconfig.pop(key)
+            if system[key] not in (None, False):
+                logger.warning("%s: runconfig.%s is ignored: %s", where_of(("runconfig", key)), key,
+                               VENDOR_SYSTEM_KEYS[key])
+    return system
+
 
 class _ReadLog:
     """The key paths that code read from tracked params."""
@@ -674,13 +723,39 @@ def load_vendor_params(path: str | None, set_defaults, overrides: Iterable[str] 
     validated = _default_value(spec)
     zoo_data = {s: thaw(dict.get(params, s)) for s in ZOO_SECTIONS if dict.get(params, s) is not None}
     _check_aliases(zoo_data, origins)
+    system = _vendor_spellings(zoo_data, origins)
+    model = dict.get(params, "model")
+    vendor_mixed = isinstance(model, Mapping) and dict.get(model, "mixed_precision") is True
+    if vendor_mixed and "enabled" not in zoo_data.get("mixed_precision", {}):
+        # the vendor's model.mixed_precision: 16-bit compute, here on the CPU as on the emulator
+        zoo_data.setdefault("mixed_precision", {})["enabled"] = True
+        logger.info("model.mixed_precision: true is mixed_precision.enabled: true (16-bit compute in "
+                    "mixed_precision.dtype, %s unless set, on the CPU and the emulator alike)",
+                    zoo_data["mixed_precision"].get("dtype", "bfloat16"))
     _apply(validated, spec, zoo_data, (), origins, spec)
+    validated["runconfig"].update(system)  # for the code that reads them, as the vendor's runner left them
     for section in ZOO_SECTIONS:
         dict.__setitem__(params, section, TrackedDict(validated[section], log, (section,)))
     check_ranges(thaw(params), spec, origins)
     params._file_keys = {k: v for k, v in where.items() if k[0] not in ZOO_SECTIONS}  # type: ignore[attr-defined]
     log.paths.clear()  # what set_defaults read does not count as read by the model
+    if vendor_mixed:
+        log.paths.add(("model", "mixed_precision"))  # read here, as the vendor's runner read it
     return params
+
+
+def fill_zoo_sections(params: dict) -> None:
+    """A plain params dict that a vendor run.py loaded itself: the keys of the zoo's optimizer,
+    mixed_precision and device sections that it leaves out, filled in place with their
+    defaults (the device compiler reads them); what the file gives stays as given, for the
+    model_fn that reads it."""
+    defaults = _default_value(merge_defaults(COMMON_DEFAULTS))
+    for section in ("optimizer", "mixed_precision", "device"):
+        target = params.setdefault(section, {})
+        if not isinstance(target, dict):
+            raise UserError(f"params: '{section}' must be a mapping of keys, got {target!r}")
+        for key, value in defaults[section].items():
+            target.setdefault(key, value)
 
 
 def report_unused(params: Mapping) -> list[str]:

@@ -9,6 +9,7 @@
     zoo convert SRC [DST]                list or convert a checkpoint (.mdl, .pt, .safetensors, TF, Hugging Face)
     zoo config check FILE                load a params file against its folder's defaults
     zoo port check PATH                  what stands between your code and the wafer, in fix order
+    zoo port migrate SRC --out DEST      a folder of the vendor's zoo copied, its imports rewritten to this zoo's
     zoo completion bash|zsh              shell completion: eval "$(zoo completion bash)"
 
 MODEL is a folder of the zoo as ``zoo list`` prints it (``pytorch/mnist``), a bare name
@@ -408,6 +409,12 @@ def cmd_port(args) -> int:
     return check.run(args)
 
 
+def cmd_port_migrate(args) -> int:
+    from common.port import migrate
+
+    return migrate.run(args)
+
+
 # --- zoo completion -----------------------------------------------------------------------------------
 
 def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
@@ -550,6 +557,13 @@ def build_parser() -> argparse.ArgumentParser:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     check.add_arguments(c)
     c.set_defaults(func=cmd_port)
+    from common.port import migrate
+
+    c = port.add_parser("migrate", help="copy a folder of the vendor's zoo, its imports and TF 2.2 names rewritten",
+                        description=_doc_block("common.port.migrate"),
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    migrate.add_arguments(c)
+    c.set_defaults(func=cmd_port_migrate)
 
     p = commands.add_parser("completion", help="print a shell completion script",
                             description='Print the completion script; load it with eval "$(zoo completion bash)" '

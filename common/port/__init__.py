@@ -1,4 +1,4 @@
-"""The porting assistant: ``zoo port check PATH`` (common/port/check.py).
+"""The porting assistant: ``zoo port check PATH`` (common/port/check.py), ``zoo port migrate``.
 
     source.py        a user's file parsed once: names resolved through its imports
     static.py        the reader: regions (model, data, training step, host) and rule tables
@@ -8,4 +8,5 @@
     script.py        a plain script's model built without running the script
     findings.py      findings in fix order, notes, exit statuses
     check.py         the command: read, build, order, print
+    migrate.py       ``zoo port migrate SRC --out DEST``: a vendor folder copied, its imports rewritten
 """

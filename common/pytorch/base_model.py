@@ -52,9 +52,9 @@ def split_result(result: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
 class PyTorchBaseModel:
     """Optimizer, LR schedule, clipping and mixed precision around ``model``, all from params."""
 
-    def __init__(self, params: Mapping, model: torch.nn.Module, device: torch.device | str):
+    def __init__(self, params: Mapping, model: torch.nn.Module, device: torch.device | str | None = None):
         self.params = params
-        self.device = torch.device(device)
+        self.device = torch.device(device or "cpu")  # the vendor's models pass device=None for the CPU
         self.model = model.to(self.device)
         optimizer = params["optimizer"]
         self.optimizer = build_optimizer(self.model, optimizer)

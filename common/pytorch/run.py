@@ -1,4 +1,5 @@
-"""The shared PyTorch runner: ``run(model_fn, train_data_fn, eval_data_fn, default_params_fn)``.
+"""The shared PyTorch runner: ``run(model_fn, train_data_fn, eval_data_fn, default_params_fn)``
+(and the vendor's fifth argument, ``extra_args_parser_fn``).
 
 A model's run.py hands over four callables; everything else is here:
 
@@ -19,24 +20,30 @@ processes, the run is data parallel (common/pytorch/distributed.py).
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import logging
 import os
 from typing import Any, Callable
 
-from common import errors
 from common.cli import effective_params, guarded, parse_command_line, setup_logging
-from common.params import report_unused
+from common.errors import UserError
+from common.params import TrackedDict, report_unused
 from common.pytorch import distributed
 from common.pytorch.runner import DataFn, FrameworkSteps, ModelFn, Runner, StepsFn
 from common.pytorch.runner import StepWindow, seed_everything  # noqa: F401  (imported from here by tools and tests)
 
 
 def run(model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn, default_params_fn: Callable,
+        extra_args_parser_fn: Callable[[], list[argparse.ArgumentParser]] | None = None,
         argv: list[str] | None = None) -> Any:
-    """Parse the command line and run the mode; bad input exits with one line (status 2)."""
+    """Parse the command line and run the mode; bad input exits with one line (status 2).
+
+    ``extra_args_parser_fn`` (the vendor's) returns parsers of the folder's own flags; their
+    values land in ``params["runconfig"]``, as the vendor's runner put them."""
     model_folder = os.path.dirname(os.path.abspath(inspect.getfile(model_fn)))
-    args = parse_command_line(argv, prog=f"{os.path.basename(model_folder)}/run.py")
+    extra = list(extra_args_parser_fn()) if extra_args_parser_fn is not None else []
+    args = parse_command_line(argv, prog=f"{os.path.basename(model_folder)}/run.py", parents=extra)
     setup_logging(args.verbose)
 
     def body(args):
@@ -49,6 +56,7 @@ def run(model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn, default_
             if not world.is_main:  # rank 0 logs the run; the others their warnings and errors
                 logging.getLogger("zoo").setLevel(logging.WARNING)
         params = effective_params(args, default_params_fn, model_folder, "pytorch")
+        _add_extra_args(params, args, extra)
         if args.validate_only or args.compile_only:
             from common.pytorch.device_run import compile_for_device  # the device; loaded only when asked for
 
@@ -72,7 +80,7 @@ def _data_parallel(args, params, model_fn, train_data_fn, eval_data_fn, world: d
         if not _is_collective_failure(e):
             raise
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise errors.UserError(f"process {world.rank} of {world.size}: a collective failed ({first[:160]}): another "
+        raise UserError(f"process {world.rank} of {world.size}: a collective failed ({first[:160]}): another "
                                f"process of the run stopped or cannot be reached; the same command resumes from "
                                f"the newest checkpoint in {params['runconfig']['model_dir']}") from None
     finally:
@@ -88,6 +96,17 @@ def _is_collective_failure(e: BaseException) -> bool:
                                                                           "Timed out", "timed out"))
 
 
+
+
+def _add_extra_args(params, args: argparse.Namespace, parsers: list[argparse.ArgumentParser]) -> None:
+    given = {a.dest: getattr(args, a.dest) for p in parsers for a in p._actions
+             if a.dest != "help" and getattr(args, a.dest, None) is not None}
+    if not given:
+        return
+    if not isinstance(params, TrackedDict):
+        raise UserError("extra_args_parser_fn: a folder's own flags go into params['runconfig'], which only the "
+                        "vendor's form (set_defaults(params)) leaves writable; make them params keys instead")
+    params["runconfig"].update(given)
 
 
 def step_backend(device: str) -> StepsFn:

@@ -41,7 +41,7 @@ from common.interrupt import Interrupted, stop_between_steps
 from common.io import atomic_open
 from common.log import TrainMeter, eval_line
 from common.params import report_unused, save_params
-from common.precision import check_precision
+from common.precision import check_precision, compute_precision
 from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.checkpoint import (UnreadableCheckpoint, describe_mismatch, last_readable, list_checkpoints,
                                        load_checkpoint, optimizer_mismatch, rng_state, save_checkpoint,
@@ -317,6 +317,8 @@ class Runner:
             return self.evaluate() if with_eval else None
         rc = self.runconfig
         started_at = self.global_step
+        logger.info("training on %s from step %d to %d (%s compute)", self.device_name, self.global_step, final,
+                    compute_precision(self.params))
         order = TrainOrder(self.train_loader, rc["seed"], self.data_state, self.world)
         batches = iter(order)
         meter = TrainMeter(self.device_name, self.global_step, final, self.checkpoint,

@@ -24,10 +24,10 @@ import numpy as np
 import tensorflow as tf
 
 from common.errors import UserError
-from common.tf.estimator.graph import ModelGraph
+from common.tf.estimator.graph import ModelGraph, run_precision
 from common.tf.estimator.mode_keys import ModeKeys
 from common.tf.estimator.session import GraphSession
-from common.precision import compute_precision, loss_scaling
+from common.precision import loss_scaling
 from common.tf.optim import LOSS_SCALE_STEPS_COLLECTION
 from device import api
 from device.api import DeviceCompileError, Program, build_program, compile_graph, render_report
@@ -83,7 +83,7 @@ def capture(estimator, run: GraphSession) -> Any:
     else:
         outputs = dict(built.predictions)
     graph_ir = api.capture_tf(built.graph, inputs=batch, loss=built.spec.loss if built.mode != ModeKeys.PREDICT
-                                  else None, outputs=outputs, precision=compute_precision(params), session=run.session,
+                                  else None, outputs=outputs, precision=run_precision(params, built), session=run.session,
                                   **kwargs)
     spec = graph_ir.optimizer
     if spec is not None and spec.kind != "adamw" and optimizer["weight_decay"]:

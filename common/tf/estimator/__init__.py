@@ -3,6 +3,8 @@
 from common.tf.estimator.cs_estimator import CerebrasEstimator
 from common.tf.estimator.cs_estimator_spec import CSEstimatorSpec, EstimatorSpec
 from common.tf.estimator.mode_keys import ModeKeys
-from common.tf.estimator.run_config import RunConfig
+from common.tf.estimator.run_config import CSRunConfig, RunConfig
+from common.tf.estimator.training import EvalSpec, TrainSpec, train_and_evaluate
 
-__all__ = ["CerebrasEstimator", "CSEstimatorSpec", "EstimatorSpec", "ModeKeys", "RunConfig"]
+__all__ = ["CerebrasEstimator", "CSEstimatorSpec", "CSRunConfig", "EstimatorSpec", "EvalSpec", "ModeKeys", "RunConfig",
+           "TrainSpec", "train_and_evaluate"]

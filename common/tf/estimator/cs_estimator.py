@@ -39,9 +39,10 @@ import tensorflow as tf
 from common.errors import NonFiniteLossError, UserError
 from common.interrupt import Interrupted, stop_between_steps
 from common.log import TrainMeter, eval_line
+from common.params import fill_zoo_sections
 from common.summaries import ScalarWriter
 from common.tf.estimator import checkpoints
-from common.tf.estimator.graph import ModelGraph, build_graph, where
+from common.tf.estimator.graph import ModelGraph, build_graph, run_precision, where
 from common.tf.estimator.mode_keys import ModeKeys
 from common.tf.estimator.run_config import RunConfig
 from common.tf.estimator.session import GraphSession, quiet_tf_logs
@@ -67,6 +68,8 @@ class CerebrasEstimator:
         self.config = config or RunConfig()
         self.model_dir = model_dir or self.config.model_dir
         self.params = params if params is not None else {}
+        if type(self.params) is dict:  # noqa: E721  (loaded by a vendor run.py itself, not by the runner)
+            fill_zoo_sections(self.params)
         self.warm_start_from = warm_start_from
 
     # --- building --------------------------------------------------------------------
@@ -100,19 +103,20 @@ class CerebrasEstimator:
             from common.tf.device_run import EmulatorSteps  # the numpy emulator; loaded only when asked for
 
             return EmulatorSteps(self)
-        return SessionSteps(self.model_fn)
+        return SessionSteps(self.model_fn, self.params)
 
     def latest_checkpoint(self) -> str | None:
         return checkpoints.latest_checkpoint(self.model_dir)
 
     # --- train -----------------------------------------------------------------------
 
-    def train(self, input_fn: Callable, steps: int | None = None, max_steps: int | None = None, *,
-              saving_listeners: tuple[Callable[[str, int], Any], ...] = (),
+    def train(self, input_fn: Callable, steps: int | None = None, max_steps: int | None = None, use_cs: bool = False,
+              *, saving_listeners: tuple[Callable[[str, int], Any], ...] = (),
               on_ready: Callable[[], Any] | None = None) -> "CerebrasEstimator":
         """Train until the global step reaches ``max_steps`` (or ``steps`` more); a checkpoint every
         ``save_checkpoints_steps`` and at the end; ``saving_listeners`` are called with
-        (checkpoint, step) after each save."""
+        (checkpoint, step) after each save. ``use_cs`` (the vendor's): the steps run where
+        config.device says (run_utils.is_cs is False here)."""
         if (steps is None) == (max_steps is None):
             raise UserError("train: give exactly one of steps and max_steps")
         backend = self.step_backend()
@@ -212,7 +216,8 @@ class CerebrasEstimator:
     # --- evaluate --------------------------------------------------------------------
 
     def evaluate(self, input_fn: Callable, steps: int | None = None, checkpoint_path: str | None = None,
-                 name: str | None = None, *, on_ready: Callable[[], Any] | None = None) -> dict[str, float]:
+                 name: str | None = None, use_cs: bool = False, *,
+                 on_ready: Callable[[], Any] | None = None) -> dict[str, float]:
         """The metrics over the eval dataset (or ``steps`` batches) of one checkpoint (default:
         the latest in model_dir), with ``global_step``; written to model_dir/eval[_name]."""
         path = self.checkpoint_to_load(checkpoint_path)
@@ -306,11 +311,13 @@ class SessionSteps:
 
     mixed_policy = True  # a Keras mixed policy where mixed_precision asks for one
 
-    def __init__(self, model_fn: Callable):
-        self.model_fn = model_fn
+    def __init__(self, model_fn: Callable, params: Mapping | None = None):
+        self.model_fn, self.params = model_fn, params if params is not None else {}
 
     def train_step(self, run: GraphSession) -> "CpuTrainStep":
-        return CpuTrainStep(run, self.model_fn)
+        step = CpuTrainStep(run, self.model_fn)
+        step.on = f" ({run_precision(self.params, run.built)} compute)"
+        return step
 
     def eval_step(self, run: GraphSession) -> "SessionEvalStep":
         return SessionEvalStep(run)

@@ -18,6 +18,7 @@ import tensorflow as tf
 from common.errors import UserError
 from common.tf.estimator.cs_estimator_spec import EstimatorSpec
 from common.tf.estimator.mode_keys import ModeKeys
+from common.tf.estimator.utils import summaries_enabled
 from common.tf.optim import LEARNING_RATE_COLLECTION, LOSS_SCALE_COLLECTION
 
 logger = logging.getLogger("zoo")
@@ -59,6 +60,9 @@ class ModelGraph:
     variables: list = field(default_factory=list)  # what a checkpoint holds, iterator aside
     iterator_saveable: Any = None
     saver: Any = None  # variables (+ the iterator position in TRAIN)
+    # the 16-bit compute format of a Keras policy (or floatx) that model_fn set itself, as the
+    # vendor's models do (set_policy(Policy("mixed_float16"))); None: model_fn set none
+    model_precision: str | None = None
 
 
 def call_input_fn(input_fn: Callable, params: Mapping, mode: str):
@@ -213,6 +217,41 @@ def keras_policy(params: Mapping, enabled: bool = True):
         keras.config.set_dtype_policy(previous)
 
 
+_HALF = ("float16", "bfloat16")
+
+
+@contextlib.contextmanager
+def model_set_precision():
+    """Around model_fn: yields a one-item list that receives the 16-bit compute format of a
+    Keras global policy or floatx that model_fn set itself (else None), and puts both back as
+    they were, so that one model's setting never leaks into the next graph of the process."""
+    policy, floatx = keras.config.dtype_policy(), keras.config.floatx()
+    found: list[str | None] = [None]
+    try:
+        yield found
+    finally:
+        now_policy, now_floatx = keras.config.dtype_policy(), keras.config.floatx()
+        if now_policy.name != policy.name and now_policy.compute_dtype in _HALF:
+            found[0] = now_policy.compute_dtype
+        elif now_floatx != floatx and now_floatx in _HALF:
+            found[0] = now_floatx
+        keras.config.set_dtype_policy(policy)
+        keras.config.set_floatx(floatx)
+
+
+def run_precision(params: Mapping, built: ModelGraph) -> str:
+    """The compute format a run of ``built`` uses on the CPU and on the device alike:
+    mixed_precision.dtype when params enable it, else the 16-bit format of a Keras policy that
+    model_fn set itself, else float32. The two disagreeing is an error, never a silent difference."""
+    mixed = params.get("mixed_precision", {})
+    asked = mixed.get("dtype") if mixed.get("enabled") else None
+    if built.model_precision and asked and asked != built.model_precision:
+        raise UserError(f"model_fn sets a Keras {built.model_precision} policy, params ask for "
+                        f"mixed_precision.dtype {asked}: give one precision (set mixed_precision.dtype: "
+                        f"{built.model_precision}, or remove the model_fn's set_global_policy)")
+    return asked or built.model_precision or "float32"
+
+
 def build_graph(model_fn: Callable, input_fn: Callable, mode: str, params: Mapping, seed: int,
                 mixed_policy: bool = True) -> ModelGraph:
     """Build ``mode``'s graph in a fresh tf.Graph; nothing runs yet.
@@ -241,16 +280,18 @@ def build_graph(model_fn: Callable, input_fn: Callable, mode: str, params: Mappi
             features, labels = element, None
         if mode == ModeKeys.PREDICT:
             labels = None
-        spec = _check_spec(model_fn(features, labels, mode, params), mode, model_fn, graph)
+        with model_set_precision() as model_precision:
+            spec = _check_spec(model_fn(features, labels, mode, params), mode, model_fn, graph)
         built = ModelGraph(graph=graph, mode=mode, spec=spec, features=features, labels=labels, iterator=iterator,
-                      global_step=global_step, batch_size=batch_size, static_shapes=static, cardinality=cardinality)
+                      global_step=global_step, batch_size=batch_size, static_shapes=static, cardinality=cardinality,
+                      model_precision=model_precision[0])
         if batch_size is None:
             built.dynamic_batch_size = tf.shape(tf.nest.flatten(features)[0])[0]
         if mode == ModeKeys.TRAIN:
             built.train_op = _run_state_updates(graph, spec.train_op)
             built.learning_rate = _single(graph, LEARNING_RATE_COLLECTION)
             built.loss_scale = _single(graph, LOSS_SCALE_COLLECTION)
-            built.summary = tf.compat.v1.summary.merge_all()
+            built.summary = tf.compat.v1.summary.merge_all() if summaries_enabled() else None
         elif mode == ModeKeys.EVAL:
             built.metrics = _metric_ops(spec, model_fn)
             built.metrics_update = tf.group(*[update for _, update in built.metrics.values()])

@@ -10,7 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import logging
+
 from common.errors import UserError
+
+logger = logging.getLogger("zoo")
 
 DEVICES = ("cpu", "gpu", "emulator")
 # RunConfig field -> its params key
@@ -44,3 +48,20 @@ class RunConfig:
                    save_summary_steps=runconfig["log_steps"], save_checkpoints_steps=runconfig["checkpoint_steps"],
                    keep_checkpoint_max=runconfig["keep_checkpoint_max"], device=device,
                    device_profile=dev["profile"], execution_mode=dev["execution_mode"])
+
+
+@dataclass(frozen=True)
+class CSRunConfig(RunConfig):
+    """The vendor's ``CSRunConfig(cs_ip=..., stack_params=..., **kwargs)``: RunConfig's fields,
+    and the two that configured the vendor's system, kept and named as ignored when given."""
+
+    cs_ip: str | None = None
+    stack_params: Any = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.cs_ip:
+            logger.warning("CSRunConfig.cs_ip %s is ignored: it addresses the vendor's system; the run is on %s",
+                           self.cs_ip, self.device)
+        if self.stack_params:
+            logger.warning("CSRunConfig.stack_params is ignored: it configures the vendor's system software")
