@@ -25,18 +25,19 @@ a column top-down, then the next one bottom-up (a snake, so neighbours in the pi
 stay neighbours on the fabric); a column takes kernels up to a target width's worth of
 area and is then made as narrow as holds them, so the packing wastes little whatever
 the order of the kernels; a kernel larger than a column gets its own block of full
-columns. For each column width of a fixed set, the
-largest fraction of the fabric handed out by work share that still packs is found (a
+columns. For each column width of a fixed set, the largest fraction of the fabric handed out by work share that still packs is found (a
 coarse scan, then bisection to 1/1024 of the fabric); of those packings the one whose
 slowest kernel is fastest wins. (A search that stopped at the first coarse fraction any
 width could pack let one extra 1-PE kernel change the column width and starve the
 feed-forward kernels of BERT-Large: 2,323 against 2,997 samples/s for the same work.)
 
 Weight streaming (wafer-facts.md): one layer at a time gets the whole fabric; weights
-and optimizer state live in the external store, which also runs the optimizer. On the
-wafer stay the activations of the whole batch (from each kernel's forward until its
-backward) and the tile of weights in flight (assumed double-buffered: at most half the
-SRAM).
+and optimizer state live in the external store, which also runs the optimizer. The batch
+is split into micro-batches whose gradients accumulate (the vendor's compiler picks the
+micro-batch; here the largest that fits, or device.micro_batch_size): on the wafer stay
+the activations of one micro-batch (from each kernel's forward until its backward) and
+the tile of weights in flight (assumed double-buffered: at most half the SRAM), and the
+weights cross the external link once per micro-batch pass (device/cost.py).
 """
 
 from __future__ import annotations
@@ -103,6 +104,9 @@ class Placement:
     optimizer: str
     training: bool
     kernels: list[KernelPlacement] = field(default_factory=list)  # every kernel; free ones have w = h = 0
+    # weight streaming: samples per pass over the layers, and passes per batch (gradients accumulate)
+    micro_batch: int = 0
+    micro_batches: int = 0
 
     @property
     def fabric_pes(self) -> int:
@@ -122,6 +126,7 @@ class Placement:
         return {"mode": self.mode, "profile": self.profile, "width": self.width, "height": self.height,
                 "sram_bytes_per_pe": self.sram_bytes_per_pe, "optimizer": self.optimizer,
                 "training": self.training, "active_pes": self.active_pes, "fabric_pes": self.fabric_pes,
+                "micro_batch": self.micro_batch, "micro_batches": self.micro_batches,
                 "kernels": [{**asdict(k), "pes": k.pes, "memory_bytes": k.memory_bytes,
                              "memory_per_pe": k.memory_per_pe} for k in self.kernels]}
 
@@ -140,18 +145,35 @@ def optimizer_slots(optimizer: OptimizerSpec | str | None) -> tuple[str, int]:
 
 def place(kernels: list[Kernel], profile: Profile, mode: str = "pipelined",
           optimizer: OptimizerSpec | str | None = None, *, training: bool = True,
-          precision: str = "float32") -> Placement:
-    """Place ``kernels`` (from device.passes.match) on ``profile``'s fabric."""
+          precision: str = "float32", micro_batch_size: int | None = None) -> Placement:
+    """Place ``kernels`` (from device.passes.match) on ``profile``'s fabric.
+
+    ``micro_batch_size`` (weight streaming only): samples per pass; None takes the largest that fits.
+    """
     if mode not in EXECUTION_MODES:
         raise UserError(f"unknown device.execution_mode {mode!r}; valid modes: {', '.join(EXECUTION_MODES)}")
+    check_micro_batch_size(micro_batch_size, mode)
     opt_name, slots = optimizer_slots(optimizer) if training else ("none", 0)
     placement = Placement(mode, profile.name, profile.width, profile.height, profile.sram_bytes_per_pe,
                           opt_name, training)
     if mode == "pipelined":
         _place_pipelined(placement, kernels, profile, slots, precision)
     else:
-        _place_streaming(placement, kernels, profile)
+        _place_streaming(placement, kernels, profile, micro_batch_size)
     return placement
+
+
+def check_micro_batch_size(micro_batch_size: object, mode: str) -> None:
+    """device.micro_batch_size: None (the largest that fits) or a whole number of samples >= 1,
+    and only in weight streaming (a pipeline streams samples one by one: it has no micro-batch)."""
+    if micro_batch_size is None:
+        return
+    if isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int) or micro_batch_size < 1:
+        raise UserError(f"device.micro_batch_size must be a whole number of samples >= 1 or null (the largest "
+                        f"that fits), got {micro_batch_size!r}")
+    if mode != "weight_streaming":
+        raise UserError(f"device.micro_batch_size {micro_batch_size} applies to device.execution_mode="
+                        f"weight_streaming only; this compile is {mode} (set it to null)")
 
 
 def _place_pipelined(placement: Placement, kernels: list[Kernel], profile: Profile, slots: int,
@@ -305,13 +327,26 @@ def _b(n: float) -> str:
     return f"{int(n):,} bytes ({n / 2**20:,.1f} MiB)"
 
 
-def _place_streaming(placement: Placement, kernels: list[Kernel], profile: Profile) -> None:
+def _place_streaming(placement: Placement, kernels: list[Kernel], profile: Profile,
+                     micro_batch_size: int | None) -> None:
+    """Every working kernel on the whole fabric in turn, the batch split into micro-batches.
+
+    On the wafer at once: the weight tile in flight of the kernel at work (its weights in, its
+    gradients out, double-buffered: at most half the SRAM) and the activations of one
+    micro-batch (training: every kernel's stash, from its forward to its backward; forward only:
+    the largest kernel's inputs and outputs). The micro-batch is the largest that fits, or
+    ``micro_batch_size`` (device.micro_batch_size); the batch is split into as few passes as
+    that allows, of sizes as equal as whole samples allow.
+    """
     working = [k for k in kernels if not k.free]
+    batch = working[0].batch if working else 0
     if placement.training:
         stash = sum(k.stash_bytes for k in working)  # whole batch, from each kernel's forward to its backward
     else:
         stash = max((k.input_bytes + k.activation_bytes for k in working), default=0)
+    per_sample = stash / max(batch, 1)
     tile = profile.sram_bytes // 2  # double-buffered weight tiles: at most half the SRAM
+    rows = {}
     for k in kernels:
         row = KernelPlacement(k.name, k.kind, 0, 0, 0, 0)
         if not k.free:
@@ -319,13 +354,34 @@ def _place_streaming(placement: Placement, kernels: list[Kernel], profile: Profi
             row.weight_bytes = min(k.weight_bytes, tile // 2)  # weights in ...
             row.gradient_bytes = min(k.weight_bytes, tile // 2) if placement.training else 0  # ... gradients out
             row.state_bytes = k.state_bytes
-            row.activation_bytes = stash
-            row.inflight = k.batch
+        rows[k.name] = row
         placement.kernels.append(row)
-    worst = max((r for r in placement.kernels if r.pes), key=lambda r: r.memory_bytes, default=None)
-    if worst is not None and worst.memory_bytes > profile.sram_bytes:
-        batch = working[0].batch
-        raise DeviceCompileError(
-            f"in weight streaming the activations of a batch of {batch} need {_b(stash)} of SRAM next to the "
-            f"weight tile of {worst.name!r} ({_b(worst.weight_bytes + worst.gradient_bytes)}), "
-            f"{_b(profile.sram_bytes)} are available on {profile.name}; reduce the batch size")
+    if not working:
+        return
+    worst = max((rows[k.name] for k in working), key=lambda r: r.memory_bytes)  # the largest tile beside the activations
+    room = profile.sram_bytes - worst.memory_bytes
+    fits = batch if per_sample == 0 else min(batch, int(room // per_sample))
+    if micro_batch_size is None:
+        if fits < 1:
+            raise DeviceCompileError(
+                f"in weight streaming the activations of one sample need {_b(per_sample)} of SRAM next to the "
+                f"weight tile of {worst.name!r} ({_b(worst.memory_bytes)}), {_b(profile.sram_bytes)} are available "
+                f"on {profile.name}; shorten the sequence or the image, or use a profile with more SRAM")
+        passes = math.ceil(batch / fits)
+        micro = math.ceil(batch / passes)  # as few passes as fit, as even as whole samples allow
+    else:
+        if micro_batch_size > batch:
+            raise DeviceCompileError(
+                f"device.micro_batch_size {micro_batch_size} is larger than the batch of {batch}; "
+                f"use at most {batch}, or leave it unset (null) to take the largest that fits ({max(fits, 1)})")
+        if micro_batch_size > fits:
+            raise DeviceCompileError(
+                f"device.micro_batch_size {micro_batch_size}: the activations of a micro-batch of {micro_batch_size} "
+                f"need {_b(micro_batch_size * per_sample)} of SRAM next to the weight tile of {worst.name!r} "
+                f"({_b(worst.memory_bytes)}), {_b(profile.sram_bytes)} are available on {profile.name}; "
+                + (f"the largest that fits is {fits}" if fits >= 1 else "not even one sample fits"))
+        micro, passes = micro_batch_size, math.ceil(batch / micro_batch_size)
+    placement.micro_batch, placement.micro_batches = micro, passes
+    for k in working:
+        rows[k.name].activation_bytes = math.ceil(micro * per_sample)
+        rows[k.name].inflight = micro

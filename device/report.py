@@ -66,7 +66,8 @@ def render_text(result) -> str:
     graph, cost, placement, profile = result.graph, result.cost, result.placement, result.profile
     lines = [
         "Device compile report: every figure below is an estimate of the emulator's cost model, not a measurement",
-        f"  throughput  {cost.samples_per_s:,.0f} samples/s, bound by {cost.bound_by}",
+        f"  throughput  {cost.samples_per_s:,.0f} samples/s"
+        + (f" ({cost.tokens_per_s:,.0f} tokens/s)" if cost.tokens_per_sample else "") + f", bound by {cost.bound_by}",
         f"  why         {_why(result)}",
         f"  model       {graph.frontend} graph, {len(graph.nodes)} nodes, {graph.num_params():,} parameters, "
         f"compute {graph.precision}, batch {cost.batch_size}",
@@ -99,9 +100,18 @@ def render_text(result) -> str:
         f"  flops per sample          {cost.flops_per_sample:,.0f}" + ("   (forward + backward)" if result.training
                                                                        else "   (forward)"),
     ]
+    if cost.tokens_per_sample:
+        lines.append(f"  tokens/s                  {_num(cost.tokens_per_s)}   ({cost.tokens_per_sample:,} tokens per "
+                     "sample)")
     if result.execution_mode == "weight_streaming":
         lines.append(f"  iteration bubble          {_si(cost.bubble_s)}s   (the first kernel's weights and the "
                      "last one's gradients cross the external link with nothing to overlap)")
+        if cost.micro_batches:
+            lines.append(f"  micro-batch               {cost.micro_batch_size:,} samples x {cost.micro_batches:,} "
+                         f"passes per batch of {cost.batch_size:,}   (device.micro_batch_size, or the largest whose "
+                         "activations fit beside a weight tile; every pass streams the weights again, the "
+                         "gradients accumulate in the external store)")
+        lines += _external_memory(cost) + _systems_table(cost)
     free = sum(1 for c in cost.kernels if c.bound_by == "free")
     lines += ["", f"Kernels (estimates for one batch of {cost.batch_size}"
                   + (f"; {free} free layout kernels not listed)" if free else ")"),
@@ -133,6 +143,34 @@ def render_text(result) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _external_memory(cost) -> list[str]:
+    if not cost.external_memory:
+        return []
+    memory = cost.external_memory
+    parts = ", ".join(f"{name} {_bytes(n)}" for name, n in memory.items() if n)
+    return ["", "External memory (weight streaming: the store that holds the weights and runs the optimizer, fp32)",
+            f"  {_bytes(sum(memory.values()))} ({sum(memory.values()):,} bytes): {parts}"]
+
+
+def _systems_table(cost) -> list[str]:
+    """Data parallel on N systems through the broadcast-reduce tree, with a bar per row (the plot)."""
+    if not cost.systems:
+        return []
+    one = cost.systems[0]["samples_per_s"]
+    top = max(row["samples_per_s"] for row in cost.systems)
+    table = [("systems", "batch per system", "micro-batches", "iteration", "samples/s", "tokens/s", "speed-up",
+              "of linear", "")]
+    for row in cost.systems:
+        speedup = row["samples_per_s"] / one if one else 0.0
+        bar = "#" * max(1, round(40 * row["samples_per_s"] / top)) if top else ""
+        table.append((str(row["systems"]), f"{row['batch_per_system']:,}", str(row["micro_batches"]),
+                      f"{_si(row['iteration_s'])}s", f"{row['samples_per_s']:,.1f}",
+                      f"{row['tokens_per_s']:,.0f}" if cost.tokens_per_sample else "-", f"{speedup:.2f}x",
+                      f"{100 * speedup / row['systems']:.0f} %", bar))
+    return ["", f"Systems (weight streaming, data parallel: the batch of {cost.batch_size:,} shared by N systems "
+                "through the broadcast-reduce tree; each tree level adds a bubble; estimates)"] + _table(table)
+
+
 def _slowest(cost):
     return max((c for c in cost.kernels if c.bound_by != "free"), key=lambda c: c.time_s, default=None)
 
@@ -157,7 +195,9 @@ def _why(result) -> str:
         bubble = (f" and the {_si(cost.bubble_s)}s bubble" if bound == "weight streaming" and cost.bubble_s > 0
                   else "")
         link = (f" ({profile.external_link_bits_s / 1e12:g} Tb/s)" if bound == "weight streaming" else "")
-        return (f"each kernel has the whole fabric in turn; of each {_si(cost.iteration_s)}s iteration, "
+        passes = (f"the batch runs as {cost.micro_batches} micro-batch passes of up to {cost.micro_batch_size} "
+                  "samples, each streaming every weight again; " if cost.micro_batches > 1 else "")
+        return (f"each kernel has the whole fabric in turn; {passes}of each {_si(cost.iteration_s)}s iteration, "
                 f"{_si(share)}s ({100 * share / cost.iteration_s:.0f} %) goes to {kernels} of {len(working)} "
                 f"kernels that are bound by {bound}{link}{bubble}; {input_could}")
     slowest = _slowest(cost)
