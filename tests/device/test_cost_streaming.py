@@ -2,6 +2,7 @@
 external memory and the multi-system table, and the refusals of device.micro_batch_size."""
 
 import math
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -115,6 +116,13 @@ def test_the_report_gives_the_micro_batch_the_external_memory_and_the_systems(tm
     start = next(i for i, line in enumerate(lines) if line.startswith("Systems (weight streaming"))
     assert [line.split()[0] for line in lines[start + 2:start + 7]] == ["1", "2", "4", "8", "16"]
     assert "tokens/s" not in lines[1]  # no token input: no tokens/s
+    # the plot: a bar per number of systems, as tall as its samples/s
+    bars = [e for e in ET.parse(tmp_path / "systems.svg").getroot().iter("{http://www.w3.org/2000/svg}rect")
+            if e.get("class") == "systems"]
+    heights = [float(e.get("height")) for e in bars]
+    rates = [row["samples_per_s"] for row in cost.systems]
+    assert len(bars) == 5 and [h / heights[0] for h in heights] == pytest.approx([r / rates[0] for r in rates],
+                                                                                 abs=1e-2)
 
 
 def test_pipelined_reports_no_micro_batch_and_no_systems():
