@@ -138,6 +138,9 @@ COMMON_DEFAULTS: dict[str, Any] = {
         # a profile of device/profiles.py: wse1, wse2, wse3, or the small test profiles
         "profile": "wse2",
         "execution_mode": Typed("pipelined", (str,), EXECUTION_MODES),
+        # weight streaming: samples per pass over the layers (gradients accumulate over the passes);
+        # null: the largest whose activations fit beside a weight tile (device/place.py)
+        "micro_batch_size": Typed(None, (int,), range=AT_LEAST_1),
     },
 }
 

@@ -93,8 +93,11 @@ def validate_graph(graph: Graph, *, mode: str, profile_name: str) -> ValidationR
 
 
 def compile_graph(graph: Graph, *, mode: str, profile_name: str, execution_mode: str = "pipelined",
-                  out_dir: str | Path | None = None) -> CompileResult:
-    """validate -> match -> place -> cost (-> report files in ``out_dir``); raises DeviceCompileError."""
+                  out_dir: str | Path | None = None, micro_batch_size: int | None = None) -> CompileResult:
+    """validate -> match -> place -> cost (-> report files in ``out_dir``); raises DeviceCompileError.
+
+    ``micro_batch_size`` (device.micro_batch_size, weight streaming only): None takes the largest that fits.
+    """
     profile = get_profile(profile_name)
     if execution_mode not in EXECUTION_MODES:
         raise UserError(f"unknown device.execution_mode {execution_mode!r}; "
@@ -105,7 +108,7 @@ def compile_graph(graph: Graph, *, mode: str, profile_name: str, execution_mode:
     training = mode == "train"
     kernels = match(graph)
     placement = place(kernels, profile, execution_mode, graph.optimizer, training=training,
-                      precision=graph.precision)
+                      precision=graph.precision, micro_batch_size=micro_batch_size)
     cost = estimate(graph, kernels, placement, profile, training=training)
     result = CompileResult(graph, mode, execution_mode, profile, report, kernels, placement, cost)
     if out_dir is not None:

@@ -15,13 +15,25 @@ slowest kernel's time: compute samples/s = batch / slowest kernel time (wafer-fa
 "throughput is set by the slowest stage").
 
 Weight streaming: one layer at a time on the whole fabric, its weights arriving over the
-external link: per kernel max(compute, SRAM, fabric, weight bytes / external link rate),
-summed, plus a bubble per iteration (wafer-facts.md). Weight bytes per kernel and
-iteration in training: fp32 weights in for the forward, again for the backward, fp32
-gradients out (3x); forward only: 1x. The bubble: at the iteration boundary the external
-store must finish the update before the next iteration's first weights leave, so the
-last kernel's gradients and the first kernel's weights cross the link with no compute to
-hide behind.
+external link (wafer-facts.md: per layer max(compute time, weight bytes / external link
+rate), plus a bubble at each iteration boundary). The batch runs as P micro-batch passes
+(device/place.py picks the micro-batch: the largest whose activations fit beside a weight
+tile), the gradients accumulating in the external store, so each pass streams every
+layer's weights again: per kernel and pass max(its compute, SRAM and fabric time for the
+pass's samples, weight bytes / external link rate), summed over kernels and passes, plus
+the bubble once per iteration. Weight bytes per kernel and pass in training: fp32 weights
+in for the forward, again for the backward, fp32 gradients out (3x); forward only: 1x.
+The bubble: at the iteration boundary the external store must finish the update before
+the next iteration's first weights leave, so the last kernel's gradients and the first
+kernel's weights cross the link with no compute to hide behind.
+
+Weight streaming on N systems (wafer-facts.md: a broadcast-reduce tree sends the weights to
+N systems and sums their gradients: data parallel): each system runs ceil(batch / N) samples
+of the batch in micro-batch passes of at most the same micro-batch; each system's link
+carries the whole weight stream, the tree adding no bandwidth limit of its own (the facts
+give no figure for it); at the iteration boundary each of the tree's ceil(log2 N) levels
+adds one more bubble (the last gradients reduced, the first weights broadcast, a level at a
+time). Input transmission scales with N (each system has its own I/O).
 
 Input transmission: samples/s = system I/O / bytes of one sample's inputs (as fed, at
 their dtypes). The estimate is the smaller of compute and transmission samples/s.
@@ -34,16 +46,20 @@ the most time, the bubble counting as weight streaming.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from device.dtypes import BYTES
 from device.ir import Graph
+from device.optimizer import SLOTS
 from device.passes.match import Kernel, batch_size
 from device.profiles import Profile
 
 # what can bound a kernel's time, in the words the report uses; "input" can bound the whole estimate
 BOUNDS = ("compute", "memory", "fabric", "weight streaming")
+# weight streaming: the systems of the multi-system table (data parallel through the broadcast-reduce tree)
+SYSTEMS = (1, 2, 4, 8, 16)
 
 
 def pe_cycles(kernel: Kernel, profile: Profile, precision: str, training: bool) -> tuple[float, float]:
@@ -61,13 +77,14 @@ class KernelCost:
     flops: float  # for one batch, forward (+ backward when training)
     sram_bytes: float
     fabric_bytes: float
-    stream_bytes: float  # weight streaming: bytes over the external link
+    stream_bytes: float  # weight streaming: bytes over the external link, every micro-batch pass
     compute_s: float
     sram_s: float
     fabric_s: float
-    stream_s: float
-    time_s: float
+    stream_s: float  # weight streaming: over every micro-batch pass of the batch
+    time_s: float  # weight streaming: summed over the passes, max(compute share, weight transfer) each
     bound_by: str  # one of BOUNDS, or free (a layout kernel: no PEs, no time)
+    passes: int = 0  # weight streaming: micro-batch passes, each streaming the kernel's weights
 
 
 @dataclass
@@ -90,6 +107,16 @@ class CostReport:
     input_bytes_per_sample: float
     peak_flops: float  # whole fabric, in the compute format
     kernels: list[KernelCost] = field(default_factory=list)
+    tokens_per_sample: int = 0  # sequence length of a token input ((B, T) integers); 0 if none
+    # weight streaming only: the micro-batches, the external store's bytes, the multi-system table
+    micro_batch_size: int = 0
+    micro_batches: int = 0
+    external_memory: dict[str, int] = field(default_factory=dict)  # weights, optimizer state, gradients (fp32)
+    systems: list[dict[str, float]] = field(default_factory=list)  # per N systems (SYSTEMS)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.samples_per_s * self.tokens_per_sample
 
     @property
     def active_pes_pct(self) -> float:
@@ -133,7 +160,7 @@ class CostReport:
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if k != "kernels"}
-        data.update(estimate=True, active_pes_pct=self.active_pes_pct,
+        data.update(estimate=True, active_pes_pct=self.active_pes_pct, tokens_per_s=self.tokens_per_s,
                     compute_utilisation_pct=self.compute_utilisation_pct, bound_by=self.bound_by,
                     compute_bound_by=self.compute_bound_by, iteration_by_bound=self.iteration_by_bound,
                     kernels=[asdict(k) for k in self.kernels])
@@ -145,10 +172,11 @@ def estimate(graph: Graph, kernels: list[Kernel], placement, profile: Profile, *
     precision = graph.precision
     batch = batch_size(graph)
     streaming = placement.mode == "weight_streaming"
+    passes = _passes(batch, placement.micro_batch) if streaming else []
     rows = []
     for kernel in kernels:
         rect = placement.get(kernel.name)
-        rows.append(_kernel_cost(kernel, rect, profile, precision, training, streaming))
+        rows.append(_kernel_cost(kernel, rect, profile, precision, training, passes))
 
     working = [(k, r) for k, r in zip(kernels, rows) if not k.free]
     bubble = 0.0
@@ -167,13 +195,60 @@ def estimate(graph: Graph, kernels: list[Kernel], placement, profile: Profile, *
     input_bytes = sum(_numel(graph, v) * BYTES.get(graph.values[v].dtype, 4) for v in graph.inputs) / batch
     transmission_rate = profile.system_io_bytes_s / input_bytes if input_bytes else float("inf")
 
-    return CostReport(
+    report = CostReport(
         execution_mode=placement.mode, profile=profile.name, precision=precision, training=training,
         batch_size=batch, samples_per_s=min(compute_rate, transmission_rate),
         compute_samples_per_s=compute_rate, transmission_samples_per_s=transmission_rate,
         iteration_s=iteration, bubble_s=bubble, active_pes=placement.active_pes, fabric_pes=profile.pes,
         flops_per_sample=sum(k.flops(training) for k in kernels) / batch,
-        input_bytes_per_sample=input_bytes, peak_flops=profile.peak_flops(precision), kernels=rows)
+        input_bytes_per_sample=input_bytes, peak_flops=profile.peak_flops(precision), kernels=rows,
+        tokens_per_sample=_tokens_per_sample(graph))
+    if streaming and working:
+        report.micro_batch_size, report.micro_batches = placement.micro_batch, placement.micro_batches
+        weights = 4 * sum(_numel(graph, v) for v in graph.params)  # fp32 master weights
+        report.external_memory = {
+            "weights": weights,
+            "optimizer": len(SLOTS.get(placement.optimizer, ())) * weights,  # fp32 slots (adam: 2)
+            "gradients": weights if training else 0,  # fp32 accumulators of the micro-batches' gradients
+        }
+        report.systems = [_on_systems(n, batch, placement.micro_batch, working, bubble, transmission_rate,
+                                      report.tokens_per_sample) for n in SYSTEMS]
+    return report
+
+
+def _passes(batch: int, micro_batch: int) -> list[int]:
+    """Samples per micro-batch pass: as many full micro-batches as the batch holds, then the rest."""
+    if micro_batch <= 0 or batch <= 0:
+        return [batch]
+    full, rest = divmod(batch, micro_batch)
+    return [micro_batch] * full + ([rest] if rest else [])
+
+
+def _streamed_time(cost: KernelCost, batch: int, passes: list[int]) -> float:
+    """A streamed kernel's seconds over ``passes``: per pass the larger of its work on the pass's samples
+    (compute, SRAM or fabric; ``cost`` holds them for ``batch`` samples) and its weights' transfer."""
+    work = max(cost.compute_s, cost.sram_s, cost.fabric_s) / batch
+    per_pass = cost.stream_s / cost.passes if cost.passes else 0.0
+    return sum(max(work * n, per_pass) for n in passes)
+
+
+def _on_systems(n: int, batch: int, micro_batch: int, working, bubble: float, transmission_rate: float,
+                tokens_per_sample: int) -> dict[str, float]:
+    """One row of the multi-system table: the batch shared by ``n`` systems (see the module docstring)."""
+    per_system = math.ceil(batch / n)
+    passes = _passes(per_system, min(micro_batch, per_system))
+    levels = math.ceil(math.log2(n)) if n > 1 else 0
+    iteration = sum(_streamed_time(r, batch, passes) for _, r in working) + bubble * (1 + levels)
+    samples = min(batch / iteration if iteration > 0 else float("inf"), n * transmission_rate)
+    return {"systems": n, "batch_per_system": per_system, "micro_batches": len(passes), "iteration_s": iteration,
+            "samples_per_s": samples, "tokens_per_s": samples * tokens_per_sample}
+
+
+def _tokens_per_sample(graph: Graph) -> int:
+    """The sequence length of a token input: the second axis of a (B, T) integer input (0 if none)."""
+    lengths = [graph.values[v].shape[1] for v in graph.inputs
+               if len(graph.values[v].shape) == 2 and graph.values[v].dtype.startswith(("int", "uint"))]
+    return max(lengths, default=0)
 
 
 def roofline(kernel: Kernel, w: int, h: int, profile: Profile, precision: str, training: bool,
@@ -202,19 +277,25 @@ def _stream_bytes(kernel: Kernel, training: bool, streaming: bool) -> float:
 
 
 def _kernel_cost(kernel: Kernel, rect, profile: Profile, precision: str, training: bool,
-                 streaming: bool) -> KernelCost:
+                 passes: list[int]) -> KernelCost:
+    """The kernel's cost for one batch; ``passes``: weight streaming's micro-batch sizes (empty: pipelined)."""
+    streaming = bool(passes)
     flops = kernel.flops(training)
     sram_bytes = kernel.sram_bytes(training)
     fabric_bytes = _fabric_bytes(kernel, training)
-    stream_bytes = _stream_bytes(kernel, training, streaming)
+    stream_bytes = _stream_bytes(kernel, training, streaming) * len(passes)
     if kernel.free or rect.pes == 0:
         return KernelCost(kernel.name, kernel.kind, 0, flops, sram_bytes, fabric_bytes, 0.0,
                           0.0, 0.0, 0.0, 0.0, 0.0, "free")
     times = roofline(kernel, rect.w, rect.h, profile, precision, training, streaming)
+    times["weight streaming"] *= len(passes)  # once per micro-batch pass
     bound_by = max(times, key=times.get)
-    return KernelCost(kernel.name, kernel.kind, rect.pes, flops, sram_bytes, fabric_bytes, stream_bytes,
+    cost = KernelCost(kernel.name, kernel.kind, rect.pes, flops, sram_bytes, fabric_bytes, stream_bytes,
                       times["compute"], times["memory"], times["fabric"], times["weight streaming"], times[bound_by],
-                      bound_by)
+                      bound_by, passes=len(passes))
+    if streaming:  # the passes' sum; equal to the bound's seconds when the micro-batches are equal
+        cost.time_s = _streamed_time(cost, sum(passes), passes)
+    return cost
 
 
 def _numel(graph: Graph, value: str) -> int:

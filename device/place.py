@@ -21,17 +21,23 @@ kernel are recomputed from them. Forward-only runs hold 2 samples (one arriving,
 work).
 
 Rectangles are packed by a deterministic column packer: kernels in pipeline order fill
-columns of a fixed width top-down, then bottom-up in the next column (a snake, so
-neighbours in the pipeline stay neighbours on the fabric); a kernel taller than the
-fabric gets its own block of full columns. Column widths and how much of the fabric to
-hand out are searched over a small fixed set; the packing whose slowest kernel is
-fastest wins.
+a column top-down, then the next one bottom-up (a snake, so neighbours in the pipeline
+stay neighbours on the fabric); a column takes kernels up to a target width's worth of
+area and is then made as narrow as holds them, so the packing wastes little whatever
+the order of the kernels; a kernel larger than a column gets its own block of full
+columns. For each column width of a fixed set, the largest fraction of the fabric handed out by work share that still packs is found (a
+coarse scan, then bisection to 1/1024 of the fabric); of those packings the one whose
+slowest kernel is fastest wins. (A search that stopped at the first coarse fraction any
+width could pack let one extra 1-PE kernel change the column width and starve the
+feed-forward kernels of BERT-Large: 2,323 against 2,997 samples/s for the same work.)
 
 Weight streaming (wafer-facts.md): one layer at a time gets the whole fabric; weights
-and optimizer state live in the external store, which also runs the optimizer. On the
-wafer stay the activations of the whole batch (from each kernel's forward until its
-backward) and the tile of weights in flight (assumed double-buffered: at most half the
-SRAM).
+and optimizer state live in the external store, which also runs the optimizer. The batch
+is split into micro-batches whose gradients accumulate (the vendor's compiler picks the
+micro-batch; here the largest that fits, or device.micro_batch_size): on the wafer stay
+the activations of one micro-batch (from each kernel's forward until its backward) and
+the tile of weights in flight (assumed double-buffered: at most half the SRAM), and the
+weights cross the external link once per micro-batch pass (device/cost.py).
 """
 
 from __future__ import annotations
@@ -52,8 +58,10 @@ EXECUTION_MODES = ("pipelined", "weight_streaming")
 # fp32 slots of optimizer state per weight
 OPTIMIZER_SLOTS = {kind: len(slots) for kind, slots in SLOTS.items()}
 
-# fractions of the fabric handed out by work share, tried from the largest down
-FILLS = (0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
+# fractions of the fabric handed out by work share, tried from the largest down for each column
+# width; between the largest that packs and the one above it, bisection down to FILL_STEP
+FILLS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
+FILL_STEP = 1 / 1024
 COLUMN_WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 
 
@@ -96,6 +104,9 @@ class Placement:
     optimizer: str
     training: bool
     kernels: list[KernelPlacement] = field(default_factory=list)  # every kernel; free ones have w = h = 0
+    # weight streaming: samples per pass over the layers, and passes per batch (gradients accumulate)
+    micro_batch: int = 0
+    micro_batches: int = 0
 
     @property
     def fabric_pes(self) -> int:
@@ -115,6 +126,7 @@ class Placement:
         return {"mode": self.mode, "profile": self.profile, "width": self.width, "height": self.height,
                 "sram_bytes_per_pe": self.sram_bytes_per_pe, "optimizer": self.optimizer,
                 "training": self.training, "active_pes": self.active_pes, "fabric_pes": self.fabric_pes,
+                "micro_batch": self.micro_batch, "micro_batches": self.micro_batches,
                 "kernels": [{**asdict(k), "pes": k.pes, "memory_bytes": k.memory_bytes,
                              "memory_per_pe": k.memory_per_pe} for k in self.kernels]}
 
@@ -133,18 +145,35 @@ def optimizer_slots(optimizer: OptimizerSpec | str | None) -> tuple[str, int]:
 
 def place(kernels: list[Kernel], profile: Profile, mode: str = "pipelined",
           optimizer: OptimizerSpec | str | None = None, *, training: bool = True,
-          precision: str = "float32") -> Placement:
-    """Place ``kernels`` (from device.passes.match) on ``profile``'s fabric."""
+          precision: str = "float32", micro_batch_size: int | None = None) -> Placement:
+    """Place ``kernels`` (from device.passes.match) on ``profile``'s fabric.
+
+    ``micro_batch_size`` (weight streaming only): samples per pass; None takes the largest that fits.
+    """
     if mode not in EXECUTION_MODES:
         raise UserError(f"unknown device.execution_mode {mode!r}; valid modes: {', '.join(EXECUTION_MODES)}")
+    check_micro_batch_size(micro_batch_size, mode)
     opt_name, slots = optimizer_slots(optimizer) if training else ("none", 0)
     placement = Placement(mode, profile.name, profile.width, profile.height, profile.sram_bytes_per_pe,
                           opt_name, training)
     if mode == "pipelined":
         _place_pipelined(placement, kernels, profile, slots, precision)
     else:
-        _place_streaming(placement, kernels, profile)
+        _place_streaming(placement, kernels, profile, micro_batch_size)
     return placement
+
+
+def check_micro_batch_size(micro_batch_size: object, mode: str) -> None:
+    """device.micro_batch_size: None (the largest that fits) or a whole number of samples >= 1,
+    and only in weight streaming (a pipeline streams samples one by one: it has no micro-batch)."""
+    if micro_batch_size is None:
+        return
+    if isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int) or micro_batch_size < 1:
+        raise UserError(f"device.micro_batch_size must be a whole number of samples >= 1 or null (the largest "
+                        f"that fits), got {micro_batch_size!r}")
+    if mode != "weight_streaming":
+        raise UserError(f"device.micro_batch_size {micro_batch_size} applies to device.execution_mode="
+                        f"weight_streaming only; this compile is {mode} (set it to null)")
 
 
 def _place_pipelined(placement: Placement, kernels: list[Kernel], profile: Profile, slots: int,
@@ -176,26 +205,55 @@ def _place_pipelined(placement: Placement, kernels: list[Kernel], profile: Profi
     # layer): beyond that a PE would have less than one operation per sample to do
     max_areas = [max(m, math.ceil(k.flops_fwd / max(k.batch, 1) / 2)) for m, k in zip(min_areas, working)]
 
+    fills: dict[float, list[int]] = {}  # water-filled areas per fill, shared by every column width
+
+    def areas_at(fill: float) -> list[int]:
+        if fill not in fills:
+            fills[fill] = _water_fill(min_areas, max_areas, work, profile.pes * fill)
+        return fills[fill]
+
     best = None
-    for fill in FILLS:
-        areas = _water_fill(min_areas, max_areas, work, profile.pes * fill)
-        for width in COLUMN_WIDTHS:
-            if width > profile.width:
-                break
-            rects = _pack(areas, width, profile.width, profile.height)
-            if rects is None:
-                continue
-            slowest = max(max(roofline(k, w, h, profile, precision, placement.training).values())
-                          for k, (_, _, w, h) in zip(working, rects))
-            if best is None or slowest < best[0]:
-                best = (slowest, rects)
-        if best is not None:
+    for width in COLUMN_WIDTHS:
+        if width > profile.width:
             break
+        rects = _largest_packing(areas_at, width, profile.width, profile.height)
+        if rects is None:
+            continue
+        slowest = max(max(roofline(k, w, h, profile, precision, placement.training).values())
+                      for k, (_, _, w, h) in zip(working, rects))
+        if best is None or slowest < best[0]:
+            best = (slowest, rects)
     if best is None:
         raise _too_large(working, rows, profile, placement.optimizer, packing=True)
     for k, (x, y, w, h) in zip(working, best[1]):
         row = rows[k.name]
         row.x, row.y, row.w, row.h = x, y, w, h
+
+
+def _largest_packing(areas_at, column: int, width: int, height: int) -> list[tuple[int, int, int, int]] | None:
+    """The packing in columns of ``column`` PEs of the largest fill that packs, to within FILL_STEP.
+
+    The coarse FILLS first, from the largest down; then bisection between the largest that packs
+    and the one above it. Areas only grow with the fill, so for one column width the largest fill
+    that packs has the fastest slowest kernel (up to rounding to whole rows).
+    """
+    above = None
+    for fill in FILLS:
+        rects = _pack(areas_at(fill), column, width, height)
+        if rects is not None:
+            break
+        above = fill
+    else:
+        return None
+    lo, hi = fill, above if above is not None else fill
+    while hi - lo > FILL_STEP:
+        mid = (lo + hi) / 2
+        packed = _pack(areas_at(mid), column, width, height)
+        if packed is None:
+            hi = mid
+        else:
+            lo, rects = mid, packed
+    return rects
 
 
 def _water_fill(min_areas: list[int], max_areas: list[int], work: list[float], total: float) -> list[int]:
@@ -216,28 +274,39 @@ def _water_fill(min_areas: list[int], max_areas: list[int], work: list[float], t
 
 
 def _pack(areas: list[int], column: int, width: int, height: int) -> list[tuple[int, int, int, int]] | None:
-    """Rectangles (x, y, w, h) of at least each area, in columns of ``column`` PEs; None if they overflow."""
+    """Rectangles (x, y, w, h) of at least each area, in columns of at most about ``column`` PEs; None if
+    they overflow the fabric.
+
+    Kernels in pipeline order go into a column while their areas add up to at most ``column`` x
+    ``height``; the column is then made as narrow as holds them stacked (whole rows each), so a column
+    wastes at most a strip of width 1 and a row per kernel, whatever the order of the areas.
+    """
     rects = []
-    x, used, col_index = 0, 0, 0  # used: rows taken in the current column
-    for area in areas:
-        h = math.ceil(area / column)
-        if h <= height:
-            if used + h > height:  # next column
-                x, used, col_index = x + column, 0, col_index + 1
-            if x + column > width:
-                return None
-            # snake: odd columns fill bottom-up, so the pipeline continues next door
-            y = used if col_index % 2 == 0 else height - used - h
-            rects.append((x, y, column, h))
-            used += h
-        else:  # taller than the fabric: a block of full columns of its own
-            if used:
-                x, used, col_index = x + column, 0, col_index + 1
-            w = math.ceil(area / height)
+    x, col_index, i = 0, 0, 0
+    while i < len(areas):
+        if areas[i] > column * height:  # taller than a column: a block of full columns of its own
+            w = math.ceil(areas[i] / height)
             if x + w > width:
                 return None
-            rects.append((x, 0, w, math.ceil(area / w)))
-            x, col_index = x + w, col_index + 1
+            rects.append((x, 0, w, math.ceil(areas[i] / w)))
+            x, col_index, i = x + w, col_index + 1, i + 1
+            continue
+        j, total = i, 0
+        while j < len(areas) and j - i < height and total + areas[j] <= column * height:
+            total, j = total + areas[j], j + 1
+        w = max(1, math.ceil(total / height))
+        while sum(math.ceil(a / w) for a in areas[i:j]) > height:
+            w += 1
+        if x + w > width:
+            return None
+        used = 0
+        for area in areas[i:j]:
+            h = math.ceil(area / w)
+            # snake: odd columns fill bottom-up, so the pipeline continues next door
+            y = used if col_index % 2 == 0 else height - used - h
+            rects.append((x, y, w, h))
+            used += h
+        x, col_index, i = x + w, col_index + 1, j
     return rects
 
 
@@ -258,13 +327,26 @@ def _b(n: float) -> str:
     return f"{int(n):,} bytes ({n / 2**20:,.1f} MiB)"
 
 
-def _place_streaming(placement: Placement, kernels: list[Kernel], profile: Profile) -> None:
+def _place_streaming(placement: Placement, kernels: list[Kernel], profile: Profile,
+                     micro_batch_size: int | None) -> None:
+    """Every working kernel on the whole fabric in turn, the batch split into micro-batches.
+
+    On the wafer at once: the weight tile in flight of the kernel at work (its weights in, its
+    gradients out, double-buffered: at most half the SRAM) and the activations of one
+    micro-batch (training: every kernel's stash, from its forward to its backward; forward only:
+    the largest kernel's inputs and outputs). The micro-batch is the largest that fits, or
+    ``micro_batch_size`` (device.micro_batch_size); the batch is split into as few passes as
+    that allows, of sizes as equal as whole samples allow.
+    """
     working = [k for k in kernels if not k.free]
+    batch = working[0].batch if working else 0
     if placement.training:
         stash = sum(k.stash_bytes for k in working)  # whole batch, from each kernel's forward to its backward
     else:
         stash = max((k.input_bytes + k.activation_bytes for k in working), default=0)
+    per_sample = stash / max(batch, 1)
     tile = profile.sram_bytes // 2  # double-buffered weight tiles: at most half the SRAM
+    rows = {}
     for k in kernels:
         row = KernelPlacement(k.name, k.kind, 0, 0, 0, 0)
         if not k.free:
@@ -272,13 +354,34 @@ def _place_streaming(placement: Placement, kernels: list[Kernel], profile: Profi
             row.weight_bytes = min(k.weight_bytes, tile // 2)  # weights in ...
             row.gradient_bytes = min(k.weight_bytes, tile // 2) if placement.training else 0  # ... gradients out
             row.state_bytes = k.state_bytes
-            row.activation_bytes = stash
-            row.inflight = k.batch
+        rows[k.name] = row
         placement.kernels.append(row)
-    worst = max((r for r in placement.kernels if r.pes), key=lambda r: r.memory_bytes, default=None)
-    if worst is not None and worst.memory_bytes > profile.sram_bytes:
-        batch = working[0].batch
-        raise DeviceCompileError(
-            f"in weight streaming the activations of a batch of {batch} need {_b(stash)} of SRAM next to the "
-            f"weight tile of {worst.name!r} ({_b(worst.weight_bytes + worst.gradient_bytes)}), "
-            f"{_b(profile.sram_bytes)} are available on {profile.name}; reduce the batch size")
+    if not working:
+        return
+    worst = max((rows[k.name] for k in working), key=lambda r: r.memory_bytes)  # the largest tile beside the activations
+    room = profile.sram_bytes - worst.memory_bytes
+    fits = batch if per_sample == 0 else min(batch, int(room // per_sample))
+    if micro_batch_size is None:
+        if fits < 1:
+            raise DeviceCompileError(
+                f"in weight streaming the activations of one sample need {_b(per_sample)} of SRAM next to the "
+                f"weight tile of {worst.name!r} ({_b(worst.memory_bytes)}), {_b(profile.sram_bytes)} are available "
+                f"on {profile.name}; shorten the sequence or the image, or use a profile with more SRAM")
+        passes = math.ceil(batch / fits)
+        micro = math.ceil(batch / passes)  # as few passes as fit, as even as whole samples allow
+    else:
+        if micro_batch_size > batch:
+            raise DeviceCompileError(
+                f"device.micro_batch_size {micro_batch_size} is larger than the batch of {batch}; "
+                f"use at most {batch}, or leave it unset (null) to take the largest that fits ({max(fits, 1)})")
+        if micro_batch_size > fits:
+            raise DeviceCompileError(
+                f"device.micro_batch_size {micro_batch_size}: the activations of a micro-batch of {micro_batch_size} "
+                f"need {_b(micro_batch_size * per_sample)} of SRAM next to the weight tile of {worst.name!r} "
+                f"({_b(worst.memory_bytes)}), {_b(profile.sram_bytes)} are available on {profile.name}; "
+                + (f"the largest that fits is {fits}" if fits >= 1 else "not even one sample fits"))
+        micro, passes = micro_batch_size, math.ceil(batch / micro_batch_size)
+    placement.micro_batch, placement.micro_batches = micro, passes
+    for k in working:
+        rows[k.name].activation_bytes = math.ceil(micro * per_sample)
+        rows[k.name].inflight = micro

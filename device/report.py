@@ -5,6 +5,7 @@
     ir.json        the captured graph (Graph.to_dict())
     placement.svg  the fabric to scale with a scale bar, one coloured, numbered rectangle per kernel, and a
                    legend listing every kernel; in weight streaming, one iteration's time across the fabric
+    systems.svg    weight streaming only: samples/s on 1 to 16 systems, beside linear scaling
 
 Every file is rendered in memory first, then written atomically (zoo_base.io), so a failed
 or interrupted compile never leaves a half-written report over a good one.
@@ -36,6 +37,8 @@ def write_report(result, out_dir: str | Path) -> dict[str, Path]:
         "ir.json": json.dumps(_finite(result.graph.to_dict()), indent=2) + "\n",
         "placement.svg": render_svg(result),
     }
+    if result.cost.systems:
+        contents["systems.svg"] = render_systems_svg(result.cost)
     out_dir = Path(out_dir)
     for name, text in contents.items():
         atomic_write_text(out_dir / name, text)
@@ -66,7 +69,8 @@ def render_text(result) -> str:
     graph, cost, placement, profile = result.graph, result.cost, result.placement, result.profile
     lines = [
         "Device compile report: every figure below is an estimate of the emulator's cost model, not a measurement",
-        f"  throughput  {cost.samples_per_s:,.0f} samples/s, bound by {cost.bound_by}",
+        f"  throughput  {cost.samples_per_s:,.0f} samples/s"
+        + (f" ({cost.tokens_per_s:,.0f} tokens/s)" if cost.tokens_per_sample else "") + f", bound by {cost.bound_by}",
         f"  why         {_why(result)}",
         f"  model       {graph.frontend} graph, {len(graph.nodes)} nodes, {graph.num_params():,} parameters, "
         f"compute {graph.precision}, batch {cost.batch_size}",
@@ -99,9 +103,19 @@ def render_text(result) -> str:
         f"  flops per sample          {cost.flops_per_sample:,.0f}" + ("   (forward + backward)" if result.training
                                                                        else "   (forward)"),
     ]
+    if cost.tokens_per_sample:
+        lines.append(f"  tokens/s                  {_num(cost.tokens_per_s)}   ({cost.tokens_per_sample:,} tokens per "
+                     "sample)")
     if result.execution_mode == "weight_streaming":
         lines.append(f"  iteration bubble          {_si(cost.bubble_s)}s   (the first kernel's weights and the "
                      "last one's gradients cross the external link with nothing to overlap)")
+        if cost.micro_batches:
+            passes = "pass" if cost.micro_batches == 1 else "passes"
+            lines.append(f"  micro-batch               {cost.micro_batch_size:,} samples x {cost.micro_batches:,} "
+                         f"{passes} per batch of {cost.batch_size:,}   (device.micro_batch_size, or the largest whose "
+                         "activations fit beside a weight tile; every pass streams the weights again, the "
+                         "gradients accumulate in the external store)")
+        lines += _external_memory(cost) + _systems_table(cost)
     free = sum(1 for c in cost.kernels if c.bound_by == "free")
     lines += ["", f"Kernels (estimates for one batch of {cost.batch_size}"
                   + (f"; {free} free layout kernels not listed)" if free else ")"),
@@ -133,6 +147,34 @@ def render_text(result) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _external_memory(cost) -> list[str]:
+    if not cost.external_memory:
+        return []
+    memory = cost.external_memory
+    parts = ", ".join(f"{name} {_bytes(n)}" for name, n in memory.items() if n)
+    return ["", "External memory (weight streaming: the store that holds the weights and runs the optimizer, fp32)",
+            f"  {_bytes(sum(memory.values()))} ({sum(memory.values()):,} bytes): {parts}"]
+
+
+def _systems_table(cost) -> list[str]:
+    """Data parallel on N systems through the broadcast-reduce tree, with a bar per row (the plot)."""
+    if not cost.systems:
+        return []
+    one = cost.systems[0]["samples_per_s"]
+    top = max(row["samples_per_s"] for row in cost.systems)
+    table = [("systems", "batch per system", "micro-batches", "iteration", "samples/s", "tokens/s", "speed-up",
+              "of linear", "")]
+    for row in cost.systems:
+        speedup = row["samples_per_s"] / one if one else 0.0
+        bar = "#" * max(1, round(40 * row["samples_per_s"] / top)) if top else ""
+        table.append((str(row["systems"]), f"{row['batch_per_system']:,}", str(row["micro_batches"]),
+                      f"{_si(row['iteration_s'])}s", f"{row['samples_per_s']:,.1f}",
+                      f"{row['tokens_per_s']:,.0f}" if cost.tokens_per_sample else "-", f"{speedup:.2f}x",
+                      f"{100 * speedup / row['systems']:.0f} %", bar))
+    return ["", f"Systems (weight streaming, data parallel: the batch of {cost.batch_size:,} shared by N systems "
+                "through the broadcast-reduce tree; each tree level adds a bubble; estimates)"] + _table(table)
+
+
 def _slowest(cost):
     return max((c for c in cost.kernels if c.bound_by != "free"), key=lambda c: c.time_s, default=None)
 
@@ -157,7 +199,9 @@ def _why(result) -> str:
         bubble = (f" and the {_si(cost.bubble_s)}s bubble" if bound == "weight streaming" and cost.bubble_s > 0
                   else "")
         link = (f" ({profile.external_link_bits_s / 1e12:g} Tb/s)" if bound == "weight streaming" else "")
-        return (f"each kernel has the whole fabric in turn; of each {_si(cost.iteration_s)}s iteration, "
+        passes = (f"the batch runs as {cost.micro_batches} micro-batch passes of up to {cost.micro_batch_size} "
+                  "samples, each streaming every weight again; " if cost.micro_batches > 1 else "")
+        return (f"each kernel has the whole fabric in turn; {passes}of each {_si(cost.iteration_s)}s iteration, "
                 f"{_si(share)}s ({100 * share / cost.iteration_s:.0f} %) goes to {kernels} of {len(working)} "
                 f"kernels that are bound by {bound}{link}{bubble}; {input_could}")
     slowest = _slowest(cost)
@@ -390,3 +434,42 @@ def _round_down_s(x: float) -> float:
         return 0.0
     power = 10.0 ** math.floor(math.log10(x))
     return max(m * power for m in (1, 2, 5) if m * power <= x * (1 + 1e-9))
+
+
+# -- systems.svg ---------------------------------------------------------------------
+# Weight streaming on N systems: a bar per row of the report's systems table, samples/s to
+# scale, and a dashed line where linear scaling from one system would put them.
+
+def render_systems_svg(cost) -> str:
+    rows = cost.systems
+    one = rows[0]["samples_per_s"]
+    top = max(max(r["samples_per_s"] for r in rows), rows[-1]["systems"] * one) or 1.0
+    left, base, plot_h, bar_w, gap = 70, 260, 200, 60, 30
+    width = left + len(rows) * (bar_w + gap) + 20
+
+    def y(v: float) -> float:
+        return base - plot_h * v / top
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{base + 60}" font-family="sans-serif">',
+           '<rect width="100%" height="100%" fill="white"/>',
+           f'<text x="{left}" y="20" font-size="13">{escape(cost.profile)}, weight streaming, batch '
+           f'{cost.batch_size:,} shared by N systems: samples/s (estimates); dashed: linear</text>',
+           f'<line x1="{left}" y1="{base}" x2="{width - 10}" y2="{base}" stroke="#333"/>',
+           f'<text x="{left - 6}" y="{y(top) + 4:.1f}" font-size="10" text-anchor="end">{top:,.0f}</text>',
+           f'<text x="{left - 6}" y="{base + 4}" font-size="10" text-anchor="end">0</text>']
+    linear = []
+    for i, row in enumerate(rows):
+        x = left + gap / 2 + i * (bar_w + gap)
+        v = row["samples_per_s"]
+        out.append(f'<rect class="systems" x="{x:.1f}" y="{y(v):.1f}" width="{bar_w}" height="{base - y(v):.1f}" '
+                   f'fill="#4e79a7"><title>{row["systems"]} systems: {v:,.1f} samples/s</title></rect>')
+        out.append(f'<text x="{x + bar_w / 2:.1f}" y="{y(v) - 4:.1f}" font-size="10" text-anchor="middle">'
+                   f'{v:,.1f}</text>')
+        out.append(f'<text x="{x + bar_w / 2:.1f}" y="{base + 16}" font-size="11" text-anchor="middle">'
+                   f'{row["systems"]}</text>')
+        linear.append(f"{x + bar_w / 2:.1f},{y(row['systems'] * one):.1f}")
+    out.append(f'<polyline points="{" ".join(linear)}" fill="none" stroke="#e15759" stroke-dasharray="5,4"/>')
+    out.append(f'<text x="{left + (width - left) / 2:.0f}" y="{base + 40}" font-size="12" text-anchor="middle">'
+               'systems</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"

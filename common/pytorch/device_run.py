@@ -226,7 +226,8 @@ def compile_for_device(args, params: Mapping, model_fn: ModelFn, train_data_fn: 
         return report
     out_dir = os.path.join(rc["model_dir"], "compile")
     result = compile_graph(graph, mode=args.mode, profile_name=device["profile"],
-                           execution_mode=device["execution_mode"], out_dir=out_dir)
+                           execution_mode=device["execution_mode"], out_dir=out_dir,
+                           micro_batch_size=device["micro_batch_size"])
     print(render_report(result), end="", flush=True)
     logger.info("compile report: %s (report.txt, report.json, ir.json, placement.svg)", out_dir)
     return result
@@ -297,7 +298,7 @@ class EmulatorSteps:
                                                      runner.params)
         self.graph = mark_dynamic_batch(self.graph, loader)
         compiled = compile_graph(self.graph, mode=runner.mode, profile_name=device["profile"],
-                                 execution_mode=device["execution_mode"])
+                                 execution_mode=device["execution_mode"], micro_batch_size=device["micro_batch_size"])
         module = self.model.model
         # a resumed run draws other dropout masks than the run's start did
         seed = int(np.random.SeedSequence([rc["seed"], runner.global_step]).generate_state(1)[0])

@@ -115,7 +115,8 @@ def compile(estimator, input_fn: Callable, validate_only: bool, mode: str) -> An
         return report
     out_dir = os.path.join(estimator.model_dir, "compile")
     result = compile_graph(graph_ir, mode=device_mode, profile_name=cfg.device_profile,
-                           execution_mode=cfg.execution_mode, out_dir=out_dir)
+                           execution_mode=cfg.execution_mode, out_dir=out_dir,
+                           micro_batch_size=cfg.micro_batch_size)
     print(render_report(result), end="", flush=True)
     logger.info("compile report: %s (report.txt, report.json, ir.json, placement.svg)", out_dir)
     return result
@@ -126,7 +127,7 @@ def _compiled_program(estimator, run: GraphSession, device_mode: str) -> tuple[A
     written), and a Program holding the session's weights and state."""
     graph_ir = capture(estimator, run)
     compile_graph(graph_ir, mode=device_mode, profile_name=estimator.config.device_profile,
-                  execution_mode=estimator.config.execution_mode)
+                  execution_mode=estimator.config.execution_mode, micro_batch_size=estimator.config.micro_batch_size)
     program = build_program(graph_ir, api.tf_read_weights(run.session, graph_ir),
                             api.tf_read_state(run.session, graph_ir), seed=estimator.config.tf_random_seed)
     return graph_ir, program

@@ -1,6 +1,7 @@
 """Profiles and placement: invariants of the rectangles and their memory."""
 
 import itertools
+import math
 
 import pytest
 
@@ -145,10 +146,27 @@ def test_too_large_for_pipelined_places_in_weight_streaming():
     assert placement.active_pes == profile.pes
 
 
-def test_weight_streaming_rejects_a_batch_whose_activations_do_not_fit():
+def test_weight_streaming_splits_a_batch_whose_activations_do_not_fit_into_micro_batches():
     graph = mlp_graph(batch=8192, sizes=(784, 2048, 2048, 10))
-    with pytest.raises(DeviceCompileError, match="batch of 8192.*reduce the batch size"):
+    kernels = match(graph)
+    profile = get_profile("tiny")
+    placement = place(kernels, profile, "weight_streaming", graph.optimizer)
+    per_sample = sum(k.stash_bytes for k in kernels if not k.free) / 8192
+    micro, passes = placement.micro_batch, placement.micro_batches
+    assert 1 < passes == -(-8192 // micro) and micro < 8192  # as few passes as fit, as even as they can be
+    for row in placement.kernels:
+        if row.pes:
+            assert row.inflight == micro and row.memory_bytes <= profile.sram_bytes
+    # the largest that fits: as many passes with one sample more each would not fit beside the largest tile
+    tile = max(r.weight_bytes + r.gradient_bytes + r.state_bytes for r in placement.kernels if r.pes)
+    assert tile + math.ceil(-(-8192 // (passes - 1)) * per_sample) > profile.sram_bytes
+
+
+def test_weight_streaming_refuses_a_sample_whose_activations_do_not_fit():
+    graph = mlp_graph(batch=4, sizes=(8_000_000, 2, 10))  # 32 MB of input per sample beside 24 MiB of tile
+    with pytest.raises(DeviceCompileError, match="the activations of one sample need .* on tiny; shorten") as info:
         place(match(graph), get_profile("tiny"), "weight_streaming", graph.optimizer)
+    assert "\n" not in str(info.value)
 
 
 def test_unknown_execution_mode():

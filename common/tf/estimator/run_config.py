@@ -32,6 +32,7 @@ class RunConfig:
     device: str = "cpu"  # cpu, gpu or emulator
     device_profile: str = "wse2"  # the emulator's device profile (device/profiles.py)
     execution_mode: str = "pipelined"  # or weight_streaming
+    micro_batch_size: int | None = None  # weight streaming: samples per pass; None: the largest that fits
     session_config: Any = None  # a tf.compat.v1.ConfigProto, or None for TensorFlow's defaults
 
     def __post_init__(self):
@@ -47,7 +48,8 @@ class RunConfig:
         return cls(model_dir=runconfig["model_dir"], tf_random_seed=runconfig["seed"],
                    save_summary_steps=runconfig["log_steps"], save_checkpoints_steps=runconfig["checkpoint_steps"],
                    keep_checkpoint_max=runconfig["keep_checkpoint_max"], device=device,
-                   device_profile=dev["profile"], execution_mode=dev["execution_mode"])
+                   device_profile=dev["profile"], execution_mode=dev["execution_mode"],
+                   micro_batch_size=dev["micro_batch_size"])
 
 
 @dataclass(frozen=True)
