@@ -178,10 +178,12 @@ def block(x: tf.Tensor, batch: int, seq: int, p: Mapping, training: bool) -> tf.
             a = attention(h, batch, seq, p, training)
         with v1.variable_scope("mlp"):
             return x + a + mlp(h, p, training)
+    h = layer_norm(x, p, "ln_1")
     with v1.variable_scope("attn"):
-        x = x + attention(layer_norm(x, p, "ln_1"), batch, seq, p, training)
+        x = x + attention(h, batch, seq, p, training)
+    h = layer_norm(x, p, "ln_2")
     with v1.variable_scope("mlp"):
-        return x + mlp(layer_norm(x, p, "ln_2"), p, training)
+        return x + mlp(h, p, training)
 
 
 def gpt2_logits(input_ids: tf.Tensor, p: Mapping, training: bool) -> tf.Tensor:
