@@ -198,6 +198,16 @@ def test_tiny_trains_evaluates_and_predicts_on_the_cpu(tmp_path, data_dir):
     path = train_tiny(tmp_path, "--mode", "predict", *with_data(data_dir))
     with np.load(path) as predictions:  # each eval window's most likely next tokens
         assert predictions["predictions"].shape == (48, 128) and predictions["predictions"].max() < 4096
+    # zoo convert: the checkpoint to a Hugging Face directory (the keys from the params_train.yaml beside
+    # it, a TF config) and back to a TF checkpoint, bit for bit
+    from common.convert import convert
+    from common.gpt2_names import read_gpt2_weights
+
+    convert(str(tmp_path), str(tmp_path / "hf"))
+    convert(str(tmp_path / "hf"), str(tmp_path / "back" / "model.ckpt-8"))
+    trained, back = read_gpt2_weights(str(tmp_path)), read_gpt2_weights(str(tmp_path / "back" / "model.ckpt-8"))
+    assert len(trained) == 28 and sorted(back) == sorted(trained)
+    assert all(np.array_equal(back[n], trained[n]) for n in trained)
 
 
 @pytest.mark.parametrize("variant", [(), GPTJ], ids=["gpt2", "gptj"])
