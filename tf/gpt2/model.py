@@ -34,8 +34,8 @@ token (the host turns them into ``lm_perplexity`` and ``accuracy``, as pytorch/g
 metrics), PREDICT each position's most likely next token.
 
 For the device (the forms of the GPT block of tests/device/test_family_blocks_language_tf.py):
-dense layers on 2-D activations; the causal mask is one (T, T) constant from
-tf.linalg.band_part, broadcast over the batch and the heads (a (B, T, T) mask would be a
+dense layers on 2-D activations; the causal mask is one (T, T) numpy constant shared by
+every layer, broadcast over the batch and the heads (a (B, T, T) mask would be a
 batch-sized constant); the rotary sin/cos tables are numpy constants computed when the
 graph is built, so the graph holds no sin or cos.
 """
@@ -137,8 +137,8 @@ def rotate(t: tf.Tensor, tables: np.ndarray) -> tf.Tensor:
     return tf.concat([turned, t[..., R:]], axis=-1) if R < t.shape[-1] else turned
 
 
-def attention(x: tf.Tensor, batch: int, seq: int, p: Mapping, training: bool) -> tf.Tensor:
-    """(B*T, H) -> (B*T, H): causal multi-head self-attention, then c_proj and dropout."""
+def attention(x: tf.Tensor, causal: tf.Tensor, batch: int, seq: int, p: Mapping, training: bool) -> tf.Tensor:
+    """(B*T, H) -> (B*T, H): causal multi-head self-attention, then c_proj and dropout; causal (T, T) bool."""
     heads, hidden = p["num_heads"], p["hidden_size"]
     size = hidden // heads
     std = p["initializer_range"]
@@ -152,9 +152,7 @@ def attention(x: tf.Tensor, batch: int, seq: int, p: Mapping, training: bool) ->
         tables = rotary_tables(seq, p["rotary_dim"] or size)  # (2, T, R): numpy, a constant of the graph
         q, k = rotate(q, tables), rotate(k, tables)
     scores = tf.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(size))  # (B, heads, T, T)
-    # query t sees keys 0..t: one (T, T) constant, broadcast over the batch and the heads
-    causal = tf.cast(tf.linalg.band_part(tf.ones([seq, seq]), -1, 0), tf.bool)
-    scores = tf.where(causal, scores, tf.constant(MASKED, scores.dtype))
+    scores = tf.where(causal, scores, tf.constant(MASKED, scores.dtype))  # (T, T) broadcast over B and heads
     probs = dropout(tf.nn.softmax(scores), p["attention_dropout_rate"], training)
     context = tf.reshape(tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3]), [batch * seq, hidden])
     # into the residual stream: N(0, std / sqrt(2 layers)), GPT-2's scaling
@@ -170,17 +168,17 @@ def mlp(x: tf.Tensor, p: Mapping, training: bool) -> tf.Tensor:
     return dropout(out, p["dropout_rate"], training)
 
 
-def block(x: tf.Tensor, batch: int, seq: int, p: Mapping, training: bool) -> tf.Tensor:
+def block(x: tf.Tensor, causal: tf.Tensor, batch: int, seq: int, p: Mapping, training: bool) -> tf.Tensor:
     """(B*T, H) -> (B*T, H), pre-LN."""
     if p["use_parallel_attention"]:  # GPT-J: attention and MLP read the same normalised input
         h = layer_norm(x, p, "ln_1")
         with v1.variable_scope("attn"):
-            a = attention(h, batch, seq, p, training)
+            a = attention(h, causal, batch, seq, p, training)
         with v1.variable_scope("mlp"):
             return x + a + mlp(h, p, training)
     h = layer_norm(x, p, "ln_1")
     with v1.variable_scope("attn"):
-        x = x + attention(h, batch, seq, p, training)
+        x = x + attention(h, causal, batch, seq, p, training)
     h = layer_norm(x, p, "ln_2")
     with v1.variable_scope("mlp"):
         return x + mlp(h, p, training)
@@ -202,9 +200,13 @@ def gpt2_logits(input_ids: tf.Tensor, p: Mapping, training: bool) -> tf.Tensor:
             x = x + tf.gather(wpe, tf.range(seq))[None]  # (1, T, H), broadcast
         x = dropout(x, p["embedding_dropout_rate"], training)
         x = tf.reshape(x, [batch * seq, hidden])  # (B*T, H): the dense layers take 2-D inputs
+        # query t sees keys 0..t: one (T, T) constant of the graph for every layer, broadcast over the
+        # batch and the heads (a (B, T, T) mask would be a batch-sized constant; a mask computed in the
+        # graph, e.g. band_part of ones, would be folded once per layer by the capture)
+        causal = tf.constant(np.tril(np.ones((seq, seq), dtype=bool)), name="causal_mask")
         for i in range(p["num_hidden_layers"]):
             with v1.variable_scope(f"h_{i}"):
-                x = block(x, batch, seq, p, training)
+                x = block(x, causal, batch, seq, p, training)
         x = layer_norm(x, p, "ln_f")
     if p["share_embedding_weights"]:
         logits = tf.matmul(x, wte, transpose_b=True)  # the output embedding is the input one (one variable)
