@@ -289,13 +289,19 @@ def zoo_keys(params_path: str, family: str) -> dict:
     from common import zoo
     from common.params import load_params, read_params_file
 
+    refused = []
     for framework in ("pytorch", "tf"):
         folder = os.path.join(zoo.ROOT, framework, family)
         if os.path.isfile(os.path.join(folder, "utils.py")):
             from common.folder import import_beside
 
             utils = import_beside(os.path.join(folder, "run.py"), "utils")
-            return dict(load_params(params_path, utils.default_params())["model"])
+            try:
+                return dict(load_params(params_path, utils.default_params())["model"])
+            except UserError as e:  # the other twin's input key (num_workers / num_parallel_calls): try this one's
+                refused.append(e)
+    if refused:
+        raise refused[0]
     return dict(read_params_file(params_path)[0].get("model") or {})
 
 

@@ -71,7 +71,7 @@ def test_model_dir_is_derived_from_framework_folder_and_config():
     assert default_model_dir("tf", "/x/tf/mine", "/y/big.yaml") == os.path.join("model_dir", "tf_mine_big")
 
 
-TWINS = ("mnist", "resnet", "unet", "bert")  # folders that exist in both frameworks with the same keys and defaults
+TWINS = ("mnist", "resnet", "unet", "bert", "gpt2")  # folders that exist in both frameworks with the same keys and defaults
 TWIN_CONFIGS = [("mnist", "params.yaml"), ("mnist", "params_tiny.yaml"),
                 ("resnet", "params.yaml"), ("resnet", "params_tiny.yaml"), ("resnet", "resnet18_cifar.yaml"),
                 ("resnet", "resnet50_imagenet.yaml"),
@@ -79,6 +79,9 @@ TWIN_CONFIGS = [("mnist", "params.yaml"), ("mnist", "params_tiny.yaml"),
 TWIN_CONFIGS += [("bert", c) for c in (
     "params.yaml", "params_tiny.yaml", "bert_base_msl128.yaml", "bert_base_msl512.yaml", "bert_large_msl128.yaml",
     "bert_large_msl512.yaml", "classifier.yaml", "classifier_tiny.yaml", "classifier_sst2.yaml", "classifier_mnli.yaml")]
+TWIN_CONFIGS += [("gpt2", c) for c in (
+    "params.yaml", "params_tiny.yaml", "gpt2_small.yaml", "gpt2_medium.yaml", "gpt2_large.yaml", "gpt2_xl.yaml",
+    "gpt3_xl.yaml", "gpt3_6p7b.yaml", "gptj_6b.yaml")]
 
 
 @pytest.mark.parametrize("name", TWINS)

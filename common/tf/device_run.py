@@ -100,7 +100,9 @@ def compile(estimator, input_fn: Callable, validate_only: bool, mode: str) -> An
         raise UserError(f"compile: unknown mode {mode!r}; valid: {', '.join(_MODES)}")
     graph_mode, device_mode = _MODES[mode]
     cfg = estimator.config
-    run = estimator.open_session(input_fn, graph_mode, mixed_policy=False)
+    # the capture and the compile read shapes only: no weight is initialised (allocated), so a
+    # model larger than this machine's memory compiles (GraphSession, weights=False)
+    run = estimator.open_session(input_fn, graph_mode, mixed_policy=False, weights=False)
     try:
         graph_ir = capture(estimator, run)
     finally:

@@ -80,9 +80,11 @@ class CerebrasEstimator:
             return build_graph(self.model_fn, input_fn, mode, self.params, self.config.tf_random_seed,
                                mixed_policy)
 
-    def open_session(self, input_fn: Callable, mode: str, mixed_policy: bool = True) -> GraphSession:
-        """``mode``'s graph in an initialised session (the device runner shares it as the host)."""
-        return GraphSession(self.build(input_fn, mode, mixed_policy), self.config)
+    def open_session(self, input_fn: Callable, mode: str, mixed_policy: bool = True,
+                     weights: bool = True) -> GraphSession:
+        """``mode``'s graph in an initialised session (the device runner shares it as the host);
+        ``weights=False``: the model's weights and optimizer slots left uninitialised (a compile)."""
+        return GraphSession(self.build(input_fn, mode, mixed_policy), self.config, weights=weights)
 
     def checkpoint_to_load(self, explicit: str | None) -> str | None:
         """``explicit`` (a --checkpoint_path) resolved, else the newest readable in model_dir (a

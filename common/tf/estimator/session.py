@@ -21,12 +21,21 @@ logger = logging.getLogger("zoo")
 
 
 class GraphSession:
-    """A built graph with its session, initialised; ``restore`` loads a checkpoint into it."""
+    """A built graph with its session, initialised; ``restore`` loads a checkpoint into it.
 
-    def __init__(self, built: ModelGraph, config: RunConfig):
+    ``weights=False`` (a compile, which reads shapes only) leaves the model's trainable
+    variables and their optimizer slots (``<variable>/Adam``, ...) uninitialised, so that no
+    memory is allocated for them: a model whose weights exceed the host's memory compiles.
+    The other variables (the global step a learning-rate schedule reads, the loss scale,
+    Adam's beta powers) are initialised as usual."""
+
+    def __init__(self, built: ModelGraph, config: RunConfig, weights: bool = True):
         self.built = built
         with built.graph.as_default():
-            self._init = tf.group(tf.compat.v1.global_variables_initializer(),
+            variables = tf.compat.v1.global_variables()
+            if not weights:
+                variables = [v for v in variables if not is_weight_or_slot(v, built.graph)]
+            self._init = tf.group(tf.compat.v1.variables_initializer(variables),
                                   tf.compat.v1.local_variables_initializer(), tf.compat.v1.tables_initializer())
             self.local_init = tf.compat.v1.local_variables_initializer()
         self.session = tf.compat.v1.Session(graph=built.graph, config=config.session_config)
@@ -80,6 +89,13 @@ class GraphSession:
 
     def close(self) -> None:
         self.session.close()
+
+
+def is_weight_or_slot(variable, graph: tf.Graph) -> bool:
+    """A trainable variable, or an optimizer slot TF named after one (``<variable>/<slot>``)."""
+    trainable = {v.op.name for v in graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)}
+    name = variable.op.name
+    return name in trainable or any(name.startswith(t + "/") for t in trainable)
 
 
 @contextlib.contextmanager
