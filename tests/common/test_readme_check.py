@@ -239,3 +239,34 @@ def test_language_model_columns_read_their_scalars(tmp_path):
     assert main(["--update", str(path)]) == 0
     assert "| 200 | 87.7 | 31.23 % | 4.473 |" in path.read_text()
     assert main([str(path)]) == 0
+
+
+SEQ2SEQ_RUN = """\
+import argparse, os
+from common.summaries import ScalarWriter
+parser = argparse.ArgumentParser()
+parser.add_argument("--mode")
+parser.add_argument("--model_dir")
+args = parser.parse_args()
+evaluate = ScalarWriter(os.path.join(args.model_dir, "eval"))
+evaluate.scalars(600, {"accuracy": 0.8123, "sequence_accuracy": 0.25, "loss": 1.5})
+evaluate.close()
+"""
+
+
+def test_encoder_decoder_columns_read_their_scalars(tmp_path):
+    script = tmp_path / "transformer_run.py"
+    script.write_text(SEQ2SEQ_RUN)
+    path = tmp_path / "README.md"
+    path.write_text(textwrap.dedent(f"""\
+        # Transformer
+
+            $ python {script} --mode train_and_eval
+
+        | step | test token accuracy (teacher forced) | test sequence accuracy | test loss |
+        |---|---|---|---|
+        | 600 | 1.00 % | 1.00 % | 1.000 |
+        """))
+    assert main(["--update", str(path)]) == 0
+    assert "| 600 | 81.23 % | 25.00 % | 1.500 |" in path.read_text()
+    assert main([str(path)]) == 0
