@@ -69,6 +69,9 @@ COLUMNS = {
     "test MLM perplexity": ("eval", "mlm_perplexity", 1.0),
     "test perplexity": ("eval", "lm_perplexity", 1.0),  # GPT-2 (pytorch/gpt2, tf/gpt2): exp of the mean token loss
     "test next-token accuracy": ("eval", "accuracy", 100.0),
+    # encoder-decoder models (pytorch/transformer): accuracies over the target tokens, teacher forced
+    "test token accuracy": ("eval", "accuracy", 100.0),
+    "test sequence accuracy": ("eval", "sequence_accuracy", 100.0),
 }
 # column kind -> (absolute, relative) difference a figure may show on another kind of CPU
 FOREIGN_TOLERANCE = {

@@ -9,6 +9,14 @@ A run's mode (common/pytorch/run.py parses the command line and picks the backen
     train_and_eval  train, evaluating at each checkpoint and at the end
     predict         write the model's outputs over the eval set to model_dir/predictions.npz
 
+A model that generates (greedy decoding: pytorch/transformer) defines, beside ``__call__``,
+``predict_step(batch) -> {name: numpy array}``: predict writes its arrays instead of the eval
+step's outputs, on the torch device (generation runs in torch: ``--device emulator`` refuses
+such a predict with one line); and optionally ``predictions_done(arrays, model_dir) ->
+{name: float}``, called with the concatenated arrays once predictions.npz is written: it writes
+its own files and returns its summary figures, which land as TensorBoard scalars in
+model_dir/predict.
+
 The loops (batches in order, log lines, TensorBoard scalars, checkpoints, the run lock,
 Ctrl-C) are the same on every device; only the step differs, and a step backend gives it:
 
@@ -223,6 +231,9 @@ class Runner:
             raise TypeError(f"model_fn must return a PyTorchBaseModel, got {type(self.model).__name__}")
         self.global_step = 0
         self.data_state = None
+        if self.mode == "predict" and args.device == "emulator" and hasattr(self.model, "predict_step"):
+            raise UserError(f"--mode predict --device emulator: {type(self.model).__name__} predicts by generating "
+                            f"(predict_step), which runs on the CPU or a GPU; drop --device emulator")
         self.checkpoint = self._starting_checkpoint()
         self._eval_writer = None
         # the vendor's metric objects on the model (AccuracyMetric, ...), by the key they report as
@@ -446,10 +457,15 @@ class Runner:
         return results
 
     def predict(self) -> str:
-        """The model's outputs over the eval set, concatenated per name, in model_dir/predictions.npz."""
+        """The model's outputs over the eval set, concatenated per name, in model_dir/predictions.npz
+        (the model's ``predict_step`` outputs where it has one; the module docstring)."""
+        predict_step = getattr(self.model, "predict_step", None)
         collected: dict[str, list[np.ndarray]] = {}
         for batch in eval_batches(self.eval_loader, self.runconfig["seed"], self.runconfig["eval_steps"]):
-            _, outputs = self.steps.eval(batch)
+            if predict_step is not None:
+                outputs = predict_step(to_device(batch, self.device))
+            else:
+                _, outputs = self.steps.eval(batch)
             if not outputs:
                 raise UserError("predict: the model's __call__ returned the loss alone; return "
                                 "(loss, {name: tensor}) to have outputs to write")
@@ -465,4 +481,11 @@ class Runner:
             np.savez(f, **arrays)
         examples = len(next(iter(arrays.values())))
         logger.info("wrote the predictions of step %d over %d examples to %s", self.global_step, examples, path)
+        predictions_done = getattr(self.model, "predictions_done", None)
+        if predictions_done is not None:
+            figures = predictions_done(arrays, self.model_dir)
+            if figures:
+                writer = ScalarWriter(os.path.join(self.model_dir, "predict"))
+                writer.scalars(self.global_step, figures)
+                writer.close()
         return path

@@ -120,12 +120,13 @@ def test_a_percentage_must_say_so(tmp_path):
 
 
 def test_the_zoo_readmes_checked_tables_parse():
-    """What tox -e train reruns: the mnist, resnet, unet, bert and gpt2 READMEs hold checked tables of their run.py."""
+    """What tox -e train reruns: the mnist, resnet, unet, bert, gpt2 and transformer READMEs hold checked tables
+    of their run.py."""
     tables = [(os.path.relpath(t.path, ROOT), t) for path in readmes() for t in parse_tables(path)]
     expected = [os.path.join(fw, model, "README.md") for fw in ("pytorch", "tf")
-                for model in ("bert", "gpt2", "mnist", "resnet", "unet")]
-    # bert's and gpt2's folders are built one framework at a time: each one present has its tables
-    expected = [path for path in expected if not ("bert" in path or "gpt2" in path)
+                for model in ("bert", "gpt2", "mnist", "resnet", "transformer", "unet")]
+    # the language models' folders are built one framework at a time: each one present has its tables
+    expected = [path for path in expected if not any(m in path for m in ("bert", "gpt2", "transformer"))
                 or os.path.isdir(os.path.join(ROOT, os.path.dirname(path)))]
     assert sorted({path for path, _ in tables}) == sorted(expected)
     for path, table in tables:
@@ -238,4 +239,35 @@ def test_language_model_columns_read_their_scalars(tmp_path):
         """))
     assert main(["--update", str(path)]) == 0
     assert "| 200 | 87.7 | 31.23 % | 4.473 |" in path.read_text()
+    assert main([str(path)]) == 0
+
+
+SEQ2SEQ_RUN = """\
+import argparse, os
+from common.summaries import ScalarWriter
+parser = argparse.ArgumentParser()
+parser.add_argument("--mode")
+parser.add_argument("--model_dir")
+args = parser.parse_args()
+evaluate = ScalarWriter(os.path.join(args.model_dir, "eval"))
+evaluate.scalars(600, {"accuracy": 0.8123, "sequence_accuracy": 0.25, "loss": 1.5})
+evaluate.close()
+"""
+
+
+def test_encoder_decoder_columns_read_their_scalars(tmp_path):
+    script = tmp_path / "transformer_run.py"
+    script.write_text(SEQ2SEQ_RUN)
+    path = tmp_path / "README.md"
+    path.write_text(textwrap.dedent(f"""\
+        # Transformer
+
+            $ python {script} --mode train_and_eval
+
+        | step | test token accuracy (teacher forced) | test sequence accuracy | test loss |
+        |---|---|---|---|
+        | 600 | 1.00 % | 1.00 % | 1.000 |
+        """))
+    assert main(["--update", str(path)]) == 0
+    assert "| 600 | 81.23 % | 25.00 % | 1.500 |" in path.read_text()
     assert main([str(path)]) == 0

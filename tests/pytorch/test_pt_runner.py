@@ -238,3 +238,34 @@ def test_worker_processes_give_the_same_batches(tmp_path, data_dir):
     run_mnist(tmp_path / "workers", data_dir, "model.dropout=0.0", "train_input.num_workers=2")
     assert read_scalars(str(tmp_path / "main" / "train"))["loss"] == \
         read_scalars(str(tmp_path / "workers" / "train"))["loss"]
+
+
+def generating_model_fn(params, device):
+    """mnist's model with the predict hooks of a model that generates (runner.py's docstring)."""
+    m = model.model_fn(params, device)
+    m.predict_step = lambda batch: {"doubled_labels": batch[1].cpu().numpy() * 2}
+    m.predictions_done = lambda arrays, model_dir: {"mean_doubled": float(arrays["doubled_labels"].mean())}
+    return m
+
+
+def run_generating(model_dir, data_dir, *extra):
+    from common.pytorch.run import run
+
+    argv = ["--mode", "predict", "--params", TINY, "--model_dir", str(model_dir),
+            f"train_input.data_dir={data_dir}", f"eval_input.data_dir={data_dir}", *extra]
+    return run(generating_model_fn, data.get_train_dataloader, data.get_eval_dataloader, utils.default_params, argv)
+
+
+def test_predict_writes_the_predict_step_of_a_generating_model(tmp_path, data_dir, capsys):
+    run_mnist(tmp_path, data_dir)
+    path = run_generating(tmp_path, data_dir)
+    eval_loader = data.get_eval_dataloader(tiny_params(f"eval_input.data_dir={data_dir}"))
+    labels = torch.cat([labels for _, labels in eval_loader]).numpy()  # (64,)
+    with np.load(path) as predictions:
+        assert list(predictions) == ["doubled_labels"]  # predict_step's arrays, not the eval step's logits
+        np.testing.assert_array_equal(predictions["doubled_labels"], labels * 2)
+    assert read_scalars(str(tmp_path / "predict"))["mean_doubled"] == [(4, pytest.approx(2 * labels.mean()))]
+    with pytest.raises(SystemExit):  # generation runs in torch: the emulator refuses it in one line
+        run_generating(tmp_path, data_dir, "--device", "emulator")
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--device emulator" in err.strip().splitlines()[-1]
