@@ -211,11 +211,18 @@ def _default_value(spec: Any) -> Any:
     return copy.deepcopy(spec)
 
 
+def shown(text: Any) -> str:
+    """A key or a command-line argument as a user typed it, inside a one-line message: with
+    its control characters (a newline, a tab) escaped, so that the message stays one line."""
+    text = str(text)
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
 def dotted(key_path: Iterable) -> str:
     """``('model', 'hidden_sizes', 1)`` -> ``model.hidden_sizes[1]``."""
     text = ""
     for part in key_path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+        text += f"[{part}]" if isinstance(part, int) else (f".{shown(part)}" if text else shown(part))
     return text
 
 
@@ -226,7 +233,7 @@ def _lines_of(node: yaml.Node, path: tuple = (), out: dict | None = None) -> dic
     out = {} if out is None else out
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
-            key_path = path + (key_node.value,)
+            key_path = path + (_key_of(key_node),)
             out[key_path] = key_node.start_mark.line + 1
             _lines_of(value_node, key_path, out)
     elif isinstance(node, yaml.SequenceNode):
@@ -234,6 +241,16 @@ def _lines_of(node: yaml.Node, path: tuple = (), out: dict | None = None) -> dic
             out.setdefault(path + (i,), item.start_mark.line + 1)
             _lines_of(item, path + (i,), out)
     return out
+
+
+def _key_of(node: yaml.Node) -> Any:
+    """A mapping key as the loaded data holds it: ``0:`` is the int 0, ``true:`` True, not text."""
+    if isinstance(node, yaml.ScalarNode) and node.tag != "tag:yaml.org,2002:str":
+        try:
+            return yaml.safe_load(yaml.serialize(node))
+        except (yaml.YAMLError, TypeError):
+            pass
+    return node.value
 
 
 def read_yaml(path: str) -> tuple[dict, dict[tuple, int]]:
@@ -288,7 +305,8 @@ def read_params_file(path: str, _seen: tuple = ()) -> tuple[dict, dict[tuple, st
     merged, merged_where = read_params_file(base_path, _seen + (os.path.realpath(path),))
     for alias, canonical in ALIASES.items():  # this file's spelling of a setting replaces the base's other one
         for mine, theirs in ((alias, canonical), (canonical, alias)):
-            if mine[1] in (data.get(mine[0]) or {}) and isinstance(merged.get(theirs[0]), dict):
+            section = data.get(mine[0])  # not a mapping: _apply names it as the error it is
+            if isinstance(section, dict) and mine[1] in section and isinstance(merged.get(theirs[0]), dict):
                 merged[theirs[0]].pop(theirs[1], None)
     _deep_update(merged, data)
     for key_path in list(merged_where):  # a list or value replaced here loses the base's lines below it
@@ -427,9 +445,9 @@ def _apply(target: dict, spec: Mapping, data: Mapping, path: tuple, where_of, ro
     for key, value in data.items():
         given = path + (key,)
         leaf = ALIASES.get(given, given)[-1]  # aliases stay within their section
-        name = ".".join(map(str, path + (leaf,)))
+        name = ".".join(map(shown, path + (leaf,)))
         if leaf not in spec:
-            raise UserError(f"{where_of(given)}: unknown key '{'.'.join(map(str, given))}'{_suggest(given, root)}")
+            raise UserError(f"{where_of(given)}: unknown key '{'.'.join(map(shown, given))}'{_suggest(given, root)}")
         leaf_spec = spec[leaf]
         if isinstance(leaf_spec, Mapping):
             if not isinstance(value, Mapping):
@@ -451,12 +469,12 @@ def _check_aliases(data: Mapping, where_of) -> None:
 def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
     """``section.key=value`` (the value is read as YAML: 0.1, true, [500, 300], dynamic)."""
     if "=" not in text or text.startswith("="):
-        raise UserError(f"command line: override '{text}' must look like section.key=value")
+        raise UserError(f"command line: override '{shown(text)}' must look like section.key=value")
     key, raw = text.split("=", 1)
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:
-        raise UserError(f"command line: override '{text}': the value is not valid YAML") from None
+        raise UserError(f"command line: override '{shown(text)}': the value is not valid YAML") from None
     return tuple(key.strip().split(".")), value
 
 
@@ -484,7 +502,7 @@ class _Origins:
     def add_override(self, key_path: tuple, text: str) -> None:
         for known in [k for k in self.where if k[:len(key_path)] == key_path]:
             del self.where[known]
-        self.where[key_path] = f"command line '{text}'"
+        self.where[key_path] = f"command line '{shown(text)}'"
 
 
 def _model_dir_spec(spec: dict, model_dir: str | None) -> None:

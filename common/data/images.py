@@ -85,10 +85,37 @@ def _cifar_folder(data_dir: str, kind: str) -> str:
     return data_dir if os.path.basename(os.path.normpath(data_dir)) == folder else os.path.join(data_dir, folder)
 
 
+class _ArraysOnly(pickle.Unpickler):
+    """An unpickler that builds dicts, lists, strings, numbers and numpy arrays only: a pickle
+    can name any function to call while it loads, so a CIFAR-10 batch from elsewhere could
+    run code; here every other name is refused (pickle.UnpicklingError)."""
+
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+               ("numpy", "ndarray"), ("numpy", "dtype")}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self.ALLOWED:
+            raise RefusedPickle(f"its pickle names {module}.{name}, which loading it would call (a data file "
+                                f"holds arrays only); refused")
+        return super().find_class(module, name)
+
+
+class RefusedPickle(pickle.UnpicklingError):
+    """A pickle naming a function other than numpy's array builders (``_ArraysOnly``)."""
+
+
+def load_arrays_pickle(f) -> object:
+    """``pickle.load(f, encoding="latin1")`` (CIFAR-10's python 2 pickles) building data only."""
+    return _ArraysOnly(f, encoding="latin1").load()
+
+
 def _read_python_batch(path: str) -> tuple[np.ndarray, np.ndarray]:
     try:
         with open(path, "rb") as f:
-            entry = pickle.load(f, encoding="latin1")
+            entry = load_arrays_pickle(f)
+    except RefusedPickle as e:
+        raise UserError(f"{path}: {e}") from None
     except FileNotFoundError:
         raise UserError(f"{path}: missing (a CIFAR-10 python folder holds data_batch_1..5 and test_batch)") from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError, IndexError) as e:

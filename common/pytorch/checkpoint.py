@@ -11,7 +11,9 @@ with ``torch.load(weights_only=True)`` (no pickled code runs on load):
 The emulator writes the same format, so either can resume the other's training.
 
 A kill during a save leaves no half-written checkpoint (the write is atomic), but a disk
-that fills up, a copy cut short or a bad sector can still leave a damaged newest file:
+that fills up, a copy cut short or a bad sector can still leave a damaged newest file
+(torch.load itself does not check the zip's CRC-32 of each entry, so a flipped bit in a
+tensor would load as a wrong weight; ``load_checkpoint`` checks them first):
 ``last_readable`` then falls back to the newest one that reads, with a warning naming
 the bad file, and refuses (naming every bad file) when none reads, so that a training run
 never starts again from step 0 over a model_dir that holds checkpoints.
@@ -24,6 +26,7 @@ import os
 import random
 import re
 import zipfile
+import zlib
 from typing import Any, Mapping
 
 import numpy as np
@@ -64,18 +67,37 @@ def latest_checkpoint(model_dir: str) -> str | None:
 def save_checkpoint(state: dict, model_dir: str, step: int, keep_max: int) -> str:
     """Write ``checkpoint_{step}.mdl`` atomically, then keep only the newest ``keep_max`` (0: all)."""
     path = checkpoint_path(model_dir, step)
-    with atomic_open(path, "wb") as f:
-        torch.save(state, f)
+    try:
+        with atomic_open(path, "wb") as f:
+            torch.save(state, f)
+    except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
+        raise not_saved(path, e, latest_checkpoint(model_dir)) from None
     if keep_max > 0:
         for _, old in list_checkpoints(model_dir)[:-keep_max]:
             os.remove(old)
     return path
 
 
+def not_saved(path: str, error: BaseException, kept: str | None) -> BaseException:
+    """A checkpoint write that the disk refused (full, over quota, read-only) as one line naming
+    the file and the newest complete checkpoint, which the atomic write left as it was; any
+    other error as it is (a bug keeps its traceback)."""
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return error
+    return UserError(f"{path}: not saved ({cause.strerror or cause}); the newest complete checkpoint is kept: "
+                     f"{kept or 'none (none was written yet)'}")
+
+
 def load_checkpoint(path: str) -> dict:
     """Read a checkpoint safely; a missing, corrupt or foreign file is a UserError naming it."""
     if not os.path.isfile(path):
         raise UnreadableCheckpoint(f"{path}: checkpoint not found")
+    damaged = _bad_entry(path)
+    if damaged:
+        raise UnreadableCheckpoint(f"{path}: not a readable checkpoint (damaged: {damaged})")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for a damaged file (zip, pickle, EOF)
@@ -90,6 +112,21 @@ def load_checkpoint(path: str) -> dict:
         missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
         raise UnreadableCheckpoint(f"{path}: not a zoo checkpoint (missing {', '.join(missing)})")
     return state
+
+
+def _bad_entry(path: str) -> str | None:
+    """What is damaged in the zip archive of a torch.save file: the first entry whose CRC-32
+    does not match its bytes, or None (also None for a file that is no zip: torch.load says so)."""
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return None
+    try:
+        with archive:
+            bad = archive.testzip()  # a garbled entry header counts as a bad entry there too
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, zlib.error) as e:  # data cut short or garbled
+        return _shorten(str(e) or type(e).__name__)
+    return f"the CRC-32 of entry {bad} does not match its bytes" if bad else None
 
 
 def last_readable(checkpoints: list[tuple[int, str]], model_dir: str, warn: bool = True) -> tuple[str, dict] | None:

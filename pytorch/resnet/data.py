@@ -27,7 +27,8 @@ import torchvision.transforms as T
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader, Dataset
 
-from common.data.images import MEAN_STD, cifar10_format, digits_arrays, list_image_folder, read_cifar10
+from common.data.images import (MEAN_STD, RefusedPickle, cifar10_format, digits_arrays, list_image_folder,
+                                 load_arrays_pickle, read_cifar10)
 from common.errors import UserError
 
 logger = logging.getLogger("zoo")
@@ -86,7 +87,13 @@ def collate_batch(batch):
 class LocalCIFAR10(torchvision.datasets.CIFAR10):
     """torchvision's CIFAR-10 reader on a local copy: its md5 check of the official archive's
     files is skipped (a copy's batches may be regenerated or a subset); a damaged batch is
-    found by the reader and named instead."""
+    found by the reader and named instead. torchvision reads the batches with pickle.load,
+    which runs whatever a pickle names: each file is read first by common/data/images.py,
+    whose unpickler builds arrays only and refuses a batch that would run code."""
+
+    def __init__(self, root: str, train: bool = True, **kwargs):
+        read_cifar10(root, "train" if train else "test")
+        super().__init__(root, train=train, **kwargs)
 
     def _check_integrity(self) -> bool:
         return True
@@ -95,7 +102,9 @@ class LocalCIFAR10(torchvision.datasets.CIFAR10):
         path = os.path.join(self.root, self.base_folder, self.meta["filename"])
         try:
             with open(path, "rb") as f:
-                self.classes = pickle.load(f, encoding="latin1")[self.meta["key"]]
+                self.classes = load_arrays_pickle(f)[self.meta["key"]]
+        except RefusedPickle as e:
+            raise UserError(f"{path}: {e}") from None
         except FileNotFoundError:
             raise UserError(f"{path}: missing (a CIFAR-10 python folder holds batches.meta, data_batch_1..5 "
                             f"and test_batch)") from None

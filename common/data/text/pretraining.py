@@ -33,6 +33,7 @@ import random
 
 import numpy as np
 
+from common.data.text.shards import read_hdf5_datasets
 from common.errors import UserError
 
 MIN_SEQ_LENGTH = 8  # [CLS] a [SEP] b [SEP] and room to mask
@@ -250,18 +251,14 @@ def write_hdf5(arrays: dict[str, np.ndarray], path) -> None:
     with h5py.File(path, "w") as f:
         for name, (dtype, _) in FEATURES.items():
             data = arrays[name].astype(np.int32 if dtype == "int64" else np.float32)
-            f.create_dataset(name, data=data, compression="gzip", compression_opts=4)
+            # fletcher32: a checksum per chunk, so that a flipped bit is found on reading (gzip alone
+            # lets some through as other numbers)
+            f.create_dataset(name, data=data, compression="gzip", compression_opts=4, fletcher32=True)
 
 
 def read_hdf5(path, max_seq_length=None, max_predictions_per_seq=None) -> dict[str, np.ndarray]:
     """The arrays of one HDF5 file, schema-checked; UserError naming the file and the field."""
-    import h5py
-
-    try:
-        with h5py.File(path, "r") as f:
-            arrays = {name: f[name][()] for name in FEATURES if name in f and isinstance(f[name], h5py.Dataset)}
-    except OSError as e:
-        raise UserError(f"{path}: not a readable HDF5 file ({str(e).splitlines()[0]})") from None
+    arrays = read_hdf5_datasets(path, FEATURES)
     check_arrays_schema(arrays, path, max_seq_length, max_predictions_per_seq)
     return arrays
 

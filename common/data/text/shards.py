@@ -21,6 +21,7 @@ import dataclasses
 import json
 import os
 import time
+import zlib
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -81,20 +82,73 @@ def write_hdf5(arrays: Mapping[str, np.ndarray], path, schema: Schema) -> None:
 
     with h5py.File(path, "w") as f:
         for name in schema.names:
-            f.create_dataset(name, data=arrays[name].astype(np.int32), compression="gzip", compression_opts=4)
+            # fletcher32: a checksum per chunk, so that a damaged file is refused rather than read as other numbers
+            f.create_dataset(name, data=arrays[name].astype(np.int32), compression="gzip", compression_opts=4,
+                             fletcher32=True)
 
 
 def read_hdf5(path, schema: Schema, lengths: Mapping | None = None) -> dict[str, np.ndarray]:
     """The int32 arrays of one HDF5 shard, schema-checked."""
+    arrays = read_hdf5_datasets(path, schema.names)
+    check_arrays(arrays, path, schema, lengths)
+    return {n: a.astype(np.int32) for n, a in arrays.items()}
+
+
+def read_hdf5_datasets(path, names) -> dict[str, np.ndarray]:
+    """The datasets ``names`` of an HDF5 file (those it holds), read whole; a damaged file is a
+    UserError naming it. A damaged chunk index or filter list can read as zeros, or as the
+    compressed bytes, without an error from HDF5: every chunk must be found as the layout says."""
     import h5py
 
     try:
         with h5py.File(path, "r") as f:
-            arrays = {n: f[n][()] for n in schema.names if n in f and isinstance(f[n], h5py.Dataset)}
-    except OSError as e:
-        raise UserError(f"{path}: not a readable HDF5 file ({str(e).splitlines()[0]})") from None
-    check_arrays(arrays, path, schema, lengths)
-    return {n: a.astype(np.int32) for n, a in arrays.items()}
+            arrays = {}
+            for name in names:
+                if name not in f or not isinstance(f[name], h5py.Dataset):
+                    continue
+                dataset = f[name]
+                arrays[name] = dataset[()]
+                if dataset.size and not _all_stored(dataset):
+                    raise UserError(f"{path}: not a readable HDF5 file (the stored chunks of dataset {name!r} do "
+                                    f"not match its layout: the file is damaged or was cut short while written)")
+    except (OSError, KeyError, RuntimeError, ValueError, TypeError) as e:  # h5py's errors for a damaged file
+        line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UserError(f"{path}: not a readable HDF5 file ({line})") from None
+    return arrays
+
+
+def _all_stored(dataset) -> bool:
+    """Whether every chunk of ``dataset`` (or its one contiguous block) is found where a read
+    looks for it: a damaged chunk index can leave one out, or move it, and HDF5 then reads
+    the fill value (zeros) in its place without a word."""
+    stored = dataset.id.get_storage_size()
+    if stored == 0:
+        return False
+    chunk = dataset.chunks or dataset.shape
+    grid = [-(-n // c) for n, c in zip(dataset.shape, chunk)]
+    if dataset.id.get_create_plist().get_nfilters() == 0 and \
+            stored != int(np.prod(grid)) * int(np.prod(chunk)) * dataset.dtype.itemsize:
+        return False  # unfiltered bytes have one size only (a damaged filter list reads gzip's bytes as numbers)
+    if dataset.chunks is None:
+        return True
+    # the chunk index answers a walk over it and a look-up by place on separate paths: the
+    # look-up is the one a read takes (a second read of each chunk's stored bytes, compressed)
+    plist = dataset.id.get_create_plist()
+    filters = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
+    for index in np.ndindex(*grid):
+        try:
+            _, raw = dataset.id.read_direct_chunk(tuple(i * c for i, c in zip(index, dataset.chunks)))
+            # the zoo's own pipeline (gzip, then Fletcher-32's 4 bytes): the chunk's bytes, unpacked, must
+            # be as many as its layout says (a damaged datatype can read float32 as float64 without a word)
+            if filters == [_DEFLATE, _FLETCHER32] and \
+                    len(zlib.decompress(raw[:-4])) != int(np.prod(chunk)) * dataset.dtype.itemsize:
+                return False
+        except (OSError, RuntimeError, ValueError, KeyError, zlib.error):
+            return False
+    return True
+
+
+_DEFLATE, _FLETCHER32 = 1, 3  # HDF5's filter ids (h5py.h5z.FILTER_DEFLATE, FILTER_FLETCHER32)
 
 
 class HDF5Examples:
@@ -180,14 +234,27 @@ def check_tfrecord(path, schema: Schema, lengths: Mapping | None = None) -> dict
     return found
 
 
+def check_whole_records(path, sizes: list[int]) -> None:
+    """A file cut inside the 12-byte header of a record reads as a clean end in TensorFlow's
+    reader; the records' sizes must add up to the file's size. (Each record: its length, 8
+    bytes, and the length's CRC-32C, 4; the data; the data's CRC-32C, 4.)"""
+    whole = sum(size + 16 for size in sizes)
+    left = os.path.getsize(path) - whole
+    if left:
+        raise UserError(f"{path}: corrupt TFRecord file ({left} bytes after its last whole record: cut short "
+                        f"while written or copied?)")
+
+
 def count_tfrecord(path, schema: Schema) -> int:
     import tensorflow as tf
 
     check_tfrecord(path, schema)
     try:
-        return sum(1 for _ in tf_records(path))
+        sizes = [len(record) for record in tf_records(path)]
     except tf.errors.OpError as e:
         raise UserError(f"{path}: corrupt TFRecord file ({type(e).__name__})") from None
+    check_whole_records(path, sizes)
+    return len(sizes)
 
 
 def tfrecord_dataset(paths, schema: Schema, lengths: Mapping | None = None):

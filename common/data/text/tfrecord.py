@@ -6,11 +6,13 @@ segment_ids) and of max_predictions_per_seq (masked_lm_positions, masked_lm_ids)
 list (masked_lm_weights) and one int64 (next_sentence_labels, 1 = random next).
 """
 
+
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.util import deprecation
 
 from common.data.text.pretraining import FEATURES
+from common.data.text.shards import check_whole_records
 from common.errors import UserError
 
 
@@ -69,9 +71,11 @@ def check_tfrecord_schema(path, max_seq_length=None, max_predictions_per_seq=Non
 
 def count_tfrecord(path) -> int:
     try:
-        return sum(1 for _ in _records(path))
+        sizes = [len(record) for record in _records(path)]
     except tf.errors.OpError as e:
         raise UserError(f"{path}: corrupt TFRecord file ({type(e).__name__})") from None
+    check_whole_records(path, sizes)
+    return len(sizes)
 
 
 def pretraining_dataset(paths, max_seq_length=None, max_predictions_per_seq=None) -> tf.data.Dataset:

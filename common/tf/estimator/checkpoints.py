@@ -224,13 +224,22 @@ def _files_of(prefix: str) -> list[str]:
 def save_checkpoint(saver, session, model_dir: str, step: int, keep_max: int) -> str:
     """Save ``model_dir/model.ckpt-<step>``, then name it in the state file, then drop old ones."""
     prefix = os.path.join(os.path.abspath(model_dir), PREFIX)
-    with session.graph.as_default():  # a v1 Saver called outside its graph would build itself for eager mode
-        path = saver.save(session, prefix, global_step=step, write_meta_graph=False, write_state=False)
-    for name in _files_of(path):
-        _fsync(name)
-    kept = [p for p in list_checkpoints(model_dir) if p != path] + [path]
-    dropped, kept = kept[:-keep_max], kept[-keep_max:]
-    write_state(model_dir, kept)
+    path = f"{prefix}-{step}"
+    previous = list_checkpoints(model_dir)
+    try:
+        with session.graph.as_default():  # a v1 Saver called outside its graph would build itself for eager mode
+            path = saver.save(session, prefix, global_step=step, write_meta_graph=False, write_state=False)
+        for name in _files_of(path):
+            _fsync(name)
+        kept = [p for p in previous if p != path] + [path]
+        dropped, kept = kept[:-keep_max], kept[-keep_max:]
+        write_state(model_dir, kept)
+    except (tf.errors.OpError, OSError) as e:  # a full disk, a quota, a read-only file system
+        for name in _files_of(path) if path not in previous else ():  # the state file never named them
+            os.remove(name)
+        reason = op_error_line(e) if isinstance(e, tf.errors.OpError) else (e.strerror or str(e))
+        newest = previous[-1] if previous else "none (none was written yet)"
+        raise UserError(f"{path}: not saved ({reason}); the newest complete checkpoint is kept: {newest}") from None
     for old in dropped:
         for name in _files_of(old):
             os.remove(name)

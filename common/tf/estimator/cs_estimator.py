@@ -165,6 +165,8 @@ class CerebrasEstimator:
                         logger.warning("the training dataset ended at step %d, before step %d: repeat it in TRAIN "
                                        "mode (the device needs a repeating dataset)", step, last)
                         break
+                    except tf.errors.DataLossError as e:  # a TFRecord file's record fails its checksum
+                        raise damaged_input("training", step + 1, e, saved_path) from None
                     step += 1
                     if not math.isfinite(loss_value):
                         kept = saved_path or "none (no checkpoint was written yet)"
@@ -414,6 +416,8 @@ class Evaluator:
                 self.eval_step()
             except tf.errors.OutOfRangeError:
                 break
+            except tf.errors.DataLossError as e:
+                raise damaged_input("eval", batches + 1, e, None) from None
             batches += 1
         if batches == 0:
             raise UserError("the eval dataset yielded no batch (fewer examples than eval_input.batch_size with "
@@ -434,3 +438,12 @@ def _scalar_summaries(serialized: bytes) -> dict[str, float]:
     """The simple_value scalars of a merged tf.compat.v1.summary (the model_fn's own summaries)."""
     summary = tf.compat.v1.Summary.FromString(serialized)
     return {value.tag: value.simple_value for value in summary.value if value.WhichOneof("value") == "simple_value"}
+
+
+def damaged_input(what: str, step: int, error: Exception, kept: str | None) -> UserError:
+    """A damaged input record (tf.data reports a TFRecord record whose CRC does not match, or a
+    file cut inside a record) as one line; tf.data does not say which file."""
+    at = f"at step {step}" if what == "training" else f"in eval batch {step}"
+    saved = f"; the newest checkpoint is kept: {kept}" if kept else ""
+    return UserError(f"the {what} data holds a damaged record {at} ({checkpoints.op_error_line(error)}): one of its "
+                     f"input files is corrupt or was cut short; write it again{saved}")
