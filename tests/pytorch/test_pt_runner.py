@@ -253,7 +253,7 @@ def run_generating(model_dir, data_dir, *extra):
 
     argv = ["--mode", "predict", "--params", TINY, "--model_dir", str(model_dir),
             f"train_input.data_dir={data_dir}", f"eval_input.data_dir={data_dir}", *extra]
-    return run(generating_model_fn, data.get_train_dataloader, data.get_eval_dataloader, utils.default_params, argv)
+    return run(generating_model_fn, data.get_train_dataloader, data.get_eval_dataloader, utils.default_params, argv=argv)
 
 
 def test_predict_writes_the_predict_step_of_a_generating_model(tmp_path, data_dir, capsys):
