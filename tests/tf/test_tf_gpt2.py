@@ -198,8 +198,13 @@ def test_tiny_trains_evaluates_and_predicts_on_the_cpu(tmp_path, data_dir):
     path = train_tiny(tmp_path, "--mode", "predict", *with_data(data_dir))
     with np.load(path) as predictions:  # each eval window's most likely next tokens
         assert predictions["predictions"].shape == (48, 128) and predictions["predictions"].max() < 4096
-    # zoo convert: the checkpoint to a Hugging Face directory (the keys from the params_train.yaml beside
-    # it, a TF config) and back to a TF checkpoint, bit for bit
+
+
+def test_a_trained_checkpoint_round_trips_through_hugging_face(tmp_path, data_dir):
+    """zoo convert: the checkpoint to a Hugging Face directory (the keys from the params_train.yaml
+    beside it, a TF config) and back to a TF checkpoint, bit for bit (safetensors go through torch)."""
+    pytest.importorskip("torch")
+    train_tiny(tmp_path, "--mode", "train", *with_data(data_dir))
     from common.convert import convert
     from common.gpt2_names import read_gpt2_weights
 
