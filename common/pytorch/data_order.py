@@ -45,8 +45,9 @@ def epoch_seed(seed: int, epoch: int) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
-def _index_order(loader: DataLoader, generator: torch.Generator, epoch: int) -> list:
-    """The epoch's batches of indices (or single indices without auto-batching), from the loader's sampler."""
+def _drawn(loader: DataLoader, iterable, generator: torch.Generator, epoch: int) -> list:
+    """``iterable`` (the loader's sampler or batch sampler) drawn whole for ``epoch``, the
+    sampler using ``generator`` (its own generator is put back after)."""
     sampler = loader.sampler
     if hasattr(sampler, "set_epoch"):
         sampler.set_epoch(epoch)
@@ -54,10 +55,16 @@ def _index_order(loader: DataLoader, generator: torch.Generator, epoch: int) -> 
     if saved is not _MISSING:
         sampler.generator = generator
     try:
-        return list(loader.batch_sampler if loader.batch_sampler is not None else sampler)
+        return list(iterable)
     finally:
         if saved is not _MISSING:
             sampler.generator = saved
+
+
+def _index_order(loader: DataLoader, generator: torch.Generator, epoch: int) -> list:
+    """The epoch's batches of indices (or single indices without auto-batching), from the loader's sampler."""
+    batches = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
+    return _drawn(loader, batches, generator, epoch)
 
 
 def _slices_of_global_batches(loader: DataLoader, generator: torch.Generator, epoch: int, world: World) -> list:
@@ -69,17 +76,7 @@ def _slices_of_global_batches(loader: DataLoader, generator: torch.Generator, ep
                         "an IterableDataset, a custom batch_sampler or batch_size=None cannot be sliced")
     b = loader.batch_size
     g = b * world.size
-    sampler = loader.sampler
-    if hasattr(sampler, "set_epoch"):
-        sampler.set_epoch(epoch)
-    saved = getattr(sampler, "generator", _MISSING)
-    if saved is not _MISSING:
-        sampler.generator = generator
-    try:
-        indices = list(sampler)
-    finally:
-        if saved is not _MISSING:
-            sampler.generator = saved
+    indices = _drawn(loader, loader.sampler, generator, epoch)
     # an incomplete last global batch cannot be shared evenly: it is left out, as drop_last does
     return [indices[k * g + world.rank * b:k * g + (world.rank + 1) * b] for k in range(len(indices) // g)]
 
