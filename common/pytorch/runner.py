@@ -11,7 +11,8 @@ A run's mode (common/pytorch/run.py parses the command line and picks the backen
 
 A model that generates (greedy decoding: pytorch/transformer) defines, beside ``__call__``,
 ``predict_step(batch) -> {name: numpy array}``: predict writes its arrays instead of the eval
-step's outputs, on the torch device (generation runs in torch: ``--device emulator`` refuses
+step's outputs (over the eval set, or over ``predict_dataloader()`` where the model has one,
+as a Lightning module may: pytorch/gpt2's prompts), on the torch device (generation runs in torch: ``--device emulator`` refuses
 such a predict with one line); and optionally ``predictions_done(arrays, model_dir) ->
 {name: float}``, called with the concatenated arrays once predictions.npz is written: it writes
 its own files and returns its summary figures, which land as TensorBoard scalars in
@@ -461,7 +462,10 @@ class Runner:
         (the model's ``predict_step`` outputs where it has one; the module docstring)."""
         predict_step = getattr(self.model, "predict_step", None)
         collected: dict[str, list[np.ndarray]] = {}
-        for batch in eval_batches(self.eval_loader, self.runconfig["seed"], self.runconfig["eval_steps"]):
+        predict_dataloader = getattr(self.model, "predict_dataloader", None)
+        loader = predict_dataloader() if predict_dataloader is not None else self.eval_loader
+        limit = None if predict_dataloader is not None else self.runconfig["eval_steps"]  # every prompt
+        for batch in eval_batches(loader, self.runconfig["seed"], limit):
             if predict_step is not None:
                 outputs = predict_step(to_device(batch, self.device))
             else:

@@ -104,19 +104,23 @@ def _check_device(device: str) -> None:
 
 
 def run(model_fn: Callable, train_input_fn: Callable, eval_input_fn: Callable, default_params_fn: Callable,
-        argv: list[str] | None = None) -> Any:
+        argv: list[str] | None = None, predictions_done: Callable | None = None) -> Any:
     """Parse the command line, run the mode; bad input exits with one ``error:`` line.
 
     ``default_params_fn`` is the zoo's ``default_params() -> dict`` or the vendor's
-    ``set_defaults(params, mode=mode)`` (common/cli.py::effective_params tells them apart)."""
+    ``set_defaults(params, mode=mode)`` (common/cli.py::effective_params tells them apart).
+    ``predictions_done(arrays, params, model_dir) -> {name: float}``, where given, runs once
+    predict has written predictions.npz (``arrays``: its contents): it writes the model's own
+    files (tf/gpt2's completions) and may return figures, which are logged."""
     model_folder = os.path.dirname(os.path.abspath(inspect.getfile(model_fn)))
     args = parse_command_line(argv, prog=f"{os.path.relpath(model_folder)}/run.py")
     setup_logging(args.verbose)
-    return guarded(lambda a: _run(a, model_fn, train_input_fn, eval_input_fn, default_params_fn, model_folder),
-                   args)
+    return guarded(lambda a: _run(a, model_fn, train_input_fn, eval_input_fn, default_params_fn, model_folder,
+                                  predictions_done), args)
 
 
-def _run(args, model_fn, train_input_fn, eval_input_fn, default_params_fn: Callable, model_folder: str) -> Any:
+def _run(args, model_fn, train_input_fn, eval_input_fn, default_params_fn: Callable, model_folder: str,
+         predictions_done: Callable | None = None) -> Any:
     params = effective_params(args, default_params_fn, model_folder, "tf", mode=_COMPILE_MODES[args.mode])
     if not (args.validate_only or args.compile_only):  # these build for the device, which takes every 16-bit format
         check_precision(params, args.device)
@@ -166,7 +170,11 @@ def _run(args, model_fn, train_input_fn, eval_input_fn, default_params_fn: Calla
     if mode == "train_and_eval":
         return estimator.train_and_evaluate(train_input_fn, eval_input_fn, steps=steps, max_steps=max_steps,
                                             eval_steps=rc["eval_steps"], on_ready=write_params)
-    return _predict(estimator, eval_input_fn, args.checkpoint_path, rc["eval_steps"], write_params)
+    path, arrays = _predict(estimator, eval_input_fn, args.checkpoint_path, rc["eval_steps"], write_params)
+    if predictions_done is not None:
+        for name, value in (predictions_done(arrays, params, estimator.model_dir) or {}).items():
+            logger.info("predict: %s %.6g", name, value)
+    return path
 
 
 def _read_keys_of(input_fn: Callable, params: Any, mode: str) -> None:
@@ -180,8 +188,8 @@ def _read_keys_of(input_fn: Callable, params: Any, mode: str) -> None:
 
 
 def _predict(estimator, input_fn: Callable, checkpoint_path: str | None, max_batches: int | None,
-             write_params: Callable[[], None]) -> str:
-    """Predictions of the eval input, stacked per key, to model_dir/predictions.npz."""
+             write_params: Callable[[], None]) -> tuple[str, dict[str, np.ndarray]]:
+    """Predictions of the eval input, stacked per key, to model_dir/predictions.npz: its path and arrays."""
     batches: dict[str, list[np.ndarray]] = {}
     predictions = estimator.predict(input_fn, checkpoint_path=checkpoint_path, yield_single_examples=False,
                                     on_ready=write_params)
@@ -199,4 +207,4 @@ def _predict(estimator, input_fn: Callable, checkpoint_path: str | None, max_bat
         np.savez(f, **arrays)
     count = len(next(iter(arrays.values())))
     logger.info("predict: wrote %d predictions (%s) to %s", count, ", ".join(arrays), path)
-    return path
+    return path, arrays

@@ -28,17 +28,25 @@ when the model is built (a constant of the graph), so that the graph needs no si
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 from typing import Mapping
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
+from common.data.text.lm import read_lm_meta
+from common.data.text.prompts import encode_prompts, write_completions
+from common.data.text.tokenizer import read_gpt2
 from common.errors import UserError
 from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.metrics import Metric
+
+logger = logging.getLogger("zoo")
 
 # the batch, a tuple of tensors in this order (data.py builds them); each (B, T) int64
 FIELDS = ("input_ids", "attention_mask", "labels")
@@ -251,11 +259,24 @@ class Perplexity(Metric):
 
 
 class GPT2Model(PyTorchBaseModel):
+    """With ``predict_input.prompt_file`` set, ``--mode predict`` decodes greedily from each
+    prompt of the file (the hooks of common/pytorch/runner.py: ``predict_dataloader``,
+    ``predict_step`` and ``predictions_done``, given to this model only then); without it,
+    predict writes the eval set's next-token argmax and losses."""
+
     def __init__(self, params: Mapping, device: torch.device):
         p = params["model"]
         check_sizes(p)
         super().__init__(params, GPT2LMHeadModel(p), device)
         self.metrics = {"accuracy": NextTokenAccuracy(), "lm_perplexity": Perplexity()}
+        self.predict_input = params["predict_input"]
+        if self.predict_input["prompt_file"] is not None:
+            self.data_dir = params["eval_input"]["data_dir"]  # its tokenizer and end-of-text id
+            # read now: a bad prompt file stops the run before anything else happens
+            self.prompts = encode_prompts(self.predict_input["prompt_file"], self._tokenizer(),
+                                          self.predict_input["max_new_tokens"], p["max_position_embeddings"])
+            self.predict_dataloader, self.predict_step = self._prompts, self._generate
+            self.predictions_done = self._write_completions
 
     def __call__(self, batch):
         input_ids, attention_mask, labels = batch  # (B, T) each
@@ -265,6 +286,43 @@ class GPT2Model(PyTorchBaseModel):
         if self.model.training:  # the metrics' outputs in eval only: no argmax over the vocab in a training step
             return loss
         return loss, {"predictions": logits.argmax(-1), "token_losses": losses}  # (B, T) each
+
+
+    # --- predict: greedy decoding from a prompt file, on the CPU or a GPU -----------------------
+
+    def _tokenizer(self):
+        return read_gpt2(os.path.join(self.data_dir, "encoder.json"), os.path.join(self.data_dir, "vocab.bpe"))
+
+    def _prompts(self) -> DataLoader:
+        arrays = self.prompts
+        dataset = TensorDataset(torch.from_numpy(arrays["tokens"]).long(), torch.from_numpy(arrays["prompt_length"]))
+        return DataLoader(dataset, batch_size=self.predict_input["batch_size"], shuffle=False)
+
+    def _generate(self, batch) -> dict[str, np.ndarray]:
+        """max_new_tokens greedy steps: token t + 1 of each row = the argmax of its logits at t.
+        Each step runs the whole (B, L) sequence (no cache of keys and values: a prompt file is
+        small), and the causal mask keeps the padding behind a prompt out of its logits."""
+        tokens, prompt_length = batch
+        tokens = tokens.clone()
+        rows = torch.arange(tokens.shape[0], device=tokens.device)
+        self.model.eval()
+        with torch.no_grad():
+            for step in range(self.predict_input["max_new_tokens"]):
+                last = prompt_length - 1 + step  # (B,) each row's newest token
+                end = int(last.max()) + 1
+                logits = self.model(tokens[:, :end])  # (B, end, V)
+                tokens[rows, last + 1] = logits[rows, last].argmax(-1)
+        return {"tokens": tokens.cpu().numpy(), "prompt_length": prompt_length.cpu().numpy()}
+
+    def _write_completions(self, arrays: Mapping[str, np.ndarray], model_dir: str) -> dict[str, float]:
+        """model_dir/completions.jsonl: each prompt's line, text and completion (cut at <|endoftext|>)."""
+        path = os.path.join(model_dir, "completions.jsonl")
+        count = write_completions(path, self.predict_input["prompt_file"], self._tokenizer(), arrays["tokens"],
+                                  arrays["prompt_length"], self.predict_input["max_new_tokens"],
+                                  read_lm_meta(self.data_dir)["eot_id"])
+        logger.info("greedy decoding: %d completions of up to %d tokens in %s", count,
+                    self.predict_input["max_new_tokens"], path)
+        return {}
 
 
 def model_fn(params: Mapping, device: torch.device) -> PyTorchBaseModel:

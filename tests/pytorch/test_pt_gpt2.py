@@ -2,6 +2,7 @@
 computations (Hugging Face's GPT-2 and GPT-J with the same weights, where transformers is
 installed); tiny training on the CPU and the emulator; and bad input."""
 
+import json
 import os
 
 import numpy as np
@@ -10,7 +11,10 @@ import torch
 
 from common import zoo
 from common.folder import import_beside, load_run_module
+from common.data.text.lm import read_lm_meta
+from common.data.text.tokenizer import read_gpt2
 from common.params import load_params
+from common.pytorch.checkpoint import latest_checkpoint, load_checkpoint
 from common.summaries import read_scalars
 
 GPT2 = os.path.join(zoo.ROOT, "pytorch", "gpt2")
@@ -231,8 +235,8 @@ def expect_one_error_line(capsys, argv, *fragments):
         assert fragment in error_lines[0], error_lines[0]
 
 
-def tiny_argv(tmp_path, *overrides):
-    return ["--params", TINY, "--model_dir", str(tmp_path / "model"), "--mode", "train", *overrides]
+def tiny_argv(tmp_path, *overrides, mode="train"):
+    return ["--params", TINY, "--model_dir", str(tmp_path / "model"), "--mode", mode, *overrides]
 
 
 def test_a_vocab_larger_than_the_embedding_table(tmp_path, capsys, data_dir):
@@ -299,3 +303,66 @@ def test_a_model_too_big_for_memory_with_a_buffer_is_refused():
 
     with pytest.raises(UserError, match=r"weights need .* GiB, more than half .* buffer 'table' would have no value"):
         model_for_capture(with_buffer, params_of(TINY), memory=1000)
+
+
+# --- predict with a prompt file: greedy decoding -------------------------------------------------
+
+PROMPTS = "The standard library\n\n  \nA function returns\nClasses provide a means of bundling\n"
+
+
+def reference_completion(net, ids, steps):
+    """Greedy decoding as its definition: ``steps`` times, run the whole sequence, append the last argmax."""
+    ids = list(ids)
+    with torch.no_grad():
+        for _ in range(steps):
+            ids.append(int(net(torch.tensor([ids]))[0, -1].argmax()))
+    return ids
+
+
+def test_predict_decodes_each_prompt_greedily_as_the_plain_loop(tmp_path, data_dir):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(PROMPTS, encoding="utf-8")
+    argv = with_data(data_dir, *NO_DROPOUT, "runconfig.max_steps=2")
+    train_tiny(tmp_path / "run", "--mode", "train", *argv)
+    train_tiny(tmp_path / "run", "--mode", "predict", *argv, f"predict_input.prompt_file={prompts}",
+               "predict_input.max_new_tokens=6", "predict_input.batch_size=2")  # batches of prompts of other lengths
+    lines = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
+    assert [(r["line"], r["prompt"]) for r in lines] == [(1, "The standard library"), (4, "A function returns"),
+                                                        (5, "Classes provide a means of bundling")]
+    tokenizer = read_gpt2(os.path.join(data_dir, "encoder.json"), os.path.join(data_dir, "vocab.bpe"))
+    net = model.GPT2LMHeadModel(params_of(TINY, *NO_DROPOUT)["model"])
+    net.load_state_dict(load_checkpoint(latest_checkpoint(str(tmp_path / "run")))["model"])
+    net.eval()
+    eot = read_lm_meta(data_dir)["eot_id"]
+    with np.load(tmp_path / "run" / "predictions.npz") as arrays:
+        tokens, prompt_length = arrays["tokens"], arrays["prompt_length"]
+    for row, length, record in zip(tokens, prompt_length, lines):
+        prompt_ids = tokenizer.encode(record["prompt"]).ids
+        assert list(row[:length]) == prompt_ids
+        expected = reference_completion(net, prompt_ids, 6)[len(prompt_ids):]
+        assert list(row[length:length + 6]) == expected
+        new = expected[:expected.index(eot)] if eot in expected else expected
+        assert record["completion"] == tokenizer.decode(new)
+
+
+def test_predict_refuses_a_prompt_the_positions_cannot_hold(tmp_path, capsys, data_dir):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("short\n" + "word " * 200 + "\n", encoding="utf-8")
+    expect_one_error_line(capsys, tiny_argv(tmp_path, *with_data(data_dir), f"predict_input.prompt_file={prompts}",
+                                            mode="predict"),
+                          f"{prompts}:2", "max_new_tokens 32", "model.max_position_embeddings")
+
+
+def test_predict_refuses_a_prompt_file_that_is_not_utf8(tmp_path, capsys, data_dir):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_bytes(b"fine\nnot \xff utf-8\n")
+    expect_one_error_line(capsys, tiny_argv(tmp_path, *with_data(data_dir), f"predict_input.prompt_file={prompts}",
+                                            mode="predict"), f"{prompts}:2", "not UTF-8")
+
+
+def test_predict_with_prompts_is_refused_on_the_emulator(tmp_path, capsys, data_dir):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The standard library\n", encoding="utf-8")
+    expect_one_error_line(capsys, tiny_argv(tmp_path, "--device", "emulator", *with_data(data_dir),
+                                            f"predict_input.prompt_file={prompts}", mode="predict"),
+                          "predict_step", "drop --device emulator")

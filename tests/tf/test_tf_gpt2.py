@@ -2,6 +2,7 @@
 (numpy, and pytorch/gpt2's logits through a converted checkpoint where torch is installed);
 tiny training on the CPU and the emulator; a compile that initialises no weight; bad input."""
 
+import json
 import os
 
 import numpy as np
@@ -10,6 +11,8 @@ import tensorflow as tf
 
 from common import zoo
 from common.folder import import_beside, load_run_module
+from common.data.text.lm import read_lm_meta
+from common.data.text.tokenizer import read_gpt2
 from common.params import load_params
 from common.summaries import read_scalars
 from common.tf.estimator import ModeKeys
@@ -297,3 +300,50 @@ def test_data_of_another_sequence_length(tmp_path, capsys, data_dir):
 ])
 def test_sizes_that_do_not_divide(tmp_path, capsys, data_dir, overrides, fragments):
     expect_one_error_line(capsys, tiny_argv(tmp_path, *with_data(data_dir, *overrides)), *fragments)
+
+
+# --- predict with a prompt file: greedy decoding -------------------------------------------------
+
+PROMPTS = "The standard library\n\n  \nA function returns\nClasses provide a means of bundling\n"
+
+
+def reference_completion(checkpoint, ids, steps):
+    """Greedy decoding as its definition: ``steps`` times, run the whole sequence (a graph of
+    its length, the trained weights restored), append the argmax after its last token."""
+    ids = list(ids)
+    p = params_of(TINY, *NO_DROPOUT)["model"]
+    for _ in range(steps):
+        with tf.Graph().as_default(), v1.Session() as session:
+            logits = model.gpt2_logits(tf.constant([ids], tf.int32), p, training=False)  # (T, V)
+            v1.train.Saver().restore(session, checkpoint)
+            ids.append(int(session.run(logits)[-1].argmax()))
+    return ids
+
+
+def test_predict_decodes_each_prompt_greedily_as_the_plain_loop(tmp_path, capsys, data_dir):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(PROMPTS, encoding="utf-8")
+    argv = with_data(data_dir, *NO_DROPOUT, "runconfig.max_steps=2")
+    train_tiny(tmp_path / "run", "--mode", "train", *argv)
+    train_tiny(tmp_path / "run", "--mode", "predict", *argv, f"predict_input.prompt_file={prompts}",
+               "predict_input.max_new_tokens=3", "predict_input.batch_size=2")  # a short last batch
+    lines = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
+    assert [(r["line"], r["prompt"]) for r in lines] == [(1, "The standard library"), (4, "A function returns"),
+                                                        (5, "Classes provide a means of bundling")]
+    tokenizer = read_gpt2(os.path.join(data_dir, "encoder.json"), os.path.join(data_dir, "vocab.bpe"))
+    eot = read_lm_meta(data_dir)["eot_id"]
+    checkpoint = tf.train.latest_checkpoint(str(tmp_path / "run"))
+    with np.load(tmp_path / "run" / "predictions.npz") as arrays:
+        tokens, prompt_length = arrays["tokens"], arrays["prompt_length"]
+    for row, length, record in zip(tokens, prompt_length, lines):
+        prompt_ids = tokenizer.encode(record["prompt"]).ids
+        assert list(row[:length]) == prompt_ids
+        expected = reference_completion(checkpoint, prompt_ids, 3)[len(prompt_ids):]
+        assert list(row[length:length + 3]) == expected
+        new = expected[:expected.index(eot)] if eot in expected else expected
+        assert record["completion"] == tokenizer.decode(new)
+    # a prompt the positions cannot hold with max_new_tokens after it: one line naming its file and line
+    prompts.write_text("short\n" + "word " * 200 + "\n", encoding="utf-8")
+    expect_one_error_line(capsys, ["--params", TINY, "--model_dir", str(tmp_path / "run"), "--mode", "predict",
+                                   *argv, f"predict_input.prompt_file={prompts}"],
+                          f"{prompts}:2", "max_new_tokens 32", "model.max_position_embeddings")

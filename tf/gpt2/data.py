@@ -31,6 +31,8 @@ from typing import Mapping
 import tensorflow as tf
 
 from common.data.text.lm import lm_dataset, prepare_lm, read_lm_meta
+from common.data.text.prompts import encode_prompts
+from common.data.text.tokenizer import read_gpt2
 from common.errors import UserError
 from common.tf.estimator import ModeKeys
 
@@ -80,12 +82,27 @@ def check_meta(input_params: Mapping, model: Mapping) -> dict:
     return meta
 
 
+def prompts_input_fn(params: Mapping) -> tf.data.Dataset:
+    """predict from predict_input.prompt_file: (tokens (B, L), prompt_length (B,)) batches, the
+    prompts tokenized with eval_input.data_dir's tokenizer (common/data/text/prompts.py); the
+    last batch may be short."""
+    predict_input, data_dir = params["predict_input"], params["eval_input"]["data_dir"]
+    tokenizer = read_gpt2(os.path.join(data_dir, "encoder.json"), os.path.join(data_dir, "vocab.bpe"))
+    arrays = encode_prompts(predict_input["prompt_file"], tokenizer, predict_input["max_new_tokens"],
+                            params["model"]["max_position_embeddings"])
+    logger.info("predict: %d prompts from %s, %d new tokens each", len(arrays["tokens"]),
+                predict_input["prompt_file"], predict_input["max_new_tokens"])
+    return tf.data.Dataset.from_tensor_slices(arrays).batch(predict_input["batch_size"])
+
+
 def input_fn(params: Mapping, mode: str) -> tf.data.Dataset:
     train = mode == ModeKeys.TRAIN
     input_params, model = params["train_input" if train else "eval_input"], params["model"]
     check_lengths(input_params, model)
     ensure_prepared(input_params)
     meta = check_meta(input_params, model)
+    if mode == ModeKeys.PREDICT and params["predict_input"]["prompt_file"] is not None:
+        return prompts_input_fn(params)
     split, data_dir = ("train" if train else "eval"), input_params["data_dir"]
     files = shard_files(data_dir, split)
     if not files:

@@ -40,18 +40,24 @@ batch-sized constant); the rotary sin/cos tables are numpy constants computed wh
 graph is built, so the graph holds no sin or cos.
 """
 
+import logging
 import math
+import os
 from typing import Mapping
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from common.data.text.lm import read_lm_meta
+from common.data.text.prompts import write_completions
+from common.data.text.tokenizer import read_gpt2
 from common.errors import UserError
 from common.tf.estimator import CSEstimatorSpec, EstimatorSpec, ModeKeys
 from common.tf.optim import build_train_op
 
 v1 = tf.compat.v1
+logger = logging.getLogger("zoo")
 
 MASKED = -1.0e9  # the score of a key after the query: exp() of it is 0 in float32 and in 16-bit formats
 
@@ -137,6 +143,11 @@ def rotate(t: tf.Tensor, tables: np.ndarray) -> tf.Tensor:
     return tf.concat([turned, t[..., R:]], axis=-1) if R < t.shape[-1] else turned
 
 
+def rows(batch: int | None, seq: int) -> int:
+    """B*T, or -1 where the batch size is known only when the graph runs (predict's last batch of prompts)."""
+    return -1 if batch is None else batch * seq
+
+
 def attention(x: tf.Tensor, causal: tf.Tensor, batch: int, seq: int, p: Mapping, training: bool) -> tf.Tensor:
     """(B*T, H) -> (B*T, H): causal multi-head self-attention, then c_proj and dropout; causal (T, T) bool."""
     heads, hidden = p["num_heads"], p["hidden_size"]
@@ -145,7 +156,7 @@ def attention(x: tf.Tensor, causal: tf.Tensor, batch: int, seq: int, p: Mapping,
     qkv = dense(x, 3 * hidden, "c_attn", std)  # (B*T, 3H): q, k, v
 
     def split_heads(t):  # (B*T, H) -> (B, heads, T, size)
-        return tf.transpose(tf.reshape(t, [batch, seq, heads, size]), [0, 2, 1, 3])
+        return tf.transpose(tf.reshape(t, [-1 if batch is None else batch, seq, heads, size]), [0, 2, 1, 3])
 
     q, k, v = (split_heads(qkv[:, i * hidden:(i + 1) * hidden]) for i in range(3))
     if p["position_embedding_type"] == "rotary":
@@ -154,7 +165,7 @@ def attention(x: tf.Tensor, causal: tf.Tensor, batch: int, seq: int, p: Mapping,
     scores = tf.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(size))  # (B, heads, T, T)
     scores = tf.where(causal, scores, tf.constant(MASKED, scores.dtype))  # (T, T) broadcast over B and heads
     probs = dropout(tf.nn.softmax(scores), p["attention_dropout_rate"], training)
-    context = tf.reshape(tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3]), [batch * seq, hidden])
+    context = tf.reshape(tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3]), [rows(batch, seq), hidden])
     # into the residual stream: N(0, std / sqrt(2 layers)), GPT-2's scaling
     out = dense(context, hidden, "c_proj", std / math.sqrt(2 * p["num_hidden_layers"]))
     return dropout(out, p["dropout_rate"], training)
@@ -199,7 +210,7 @@ def gpt2_logits(input_ids: tf.Tensor, p: Mapping, training: bool) -> tf.Tensor:
             wpe = weight("wpe", [p["max_position_embeddings"], hidden], std)
             x = x + tf.gather(wpe, tf.range(seq))[None]  # (1, T, H), broadcast
         x = dropout(x, p["embedding_dropout_rate"], training)
-        x = tf.reshape(x, [batch * seq, hidden])  # (B*T, H): the dense layers take 2-D inputs
+        x = tf.reshape(x, [rows(batch, seq), hidden])  # (B*T, H): the dense layers take 2-D inputs
         # query t sees keys 0..t: one (T, T) constant of the graph for every layer, broadcast over the
         # batch and the heads (a (B, T, T) mask would be a batch-sized constant; a mask computed in the
         # graph, e.g. band_part of ones, would be folded once per layer by the capture)
@@ -237,10 +248,55 @@ def lm_metrics(token_losses, predictions, labels, attention_mask) -> dict:
     }
 
 
+def greedy_decode(tokens: tf.Tensor, prompt_length: tf.Tensor, p: Mapping, max_new_tokens: int) -> tf.Tensor:
+    """tokens (B, L) int32, each prompt left-aligned (common/data/text/prompts.py); prompt_length (B,).
+    max_new_tokens greedy steps in a tf.while_loop: token t + 1 of each row = the argmax of its
+    logits at t. Each step runs the whole (B, L) sequence (no cache of keys and values); the
+    causal mask keeps the padding behind a prompt out of its logits. The first step, outside
+    the loop, creates the variables the loop's steps reuse."""
+    length, vocab = tokens.shape[1], p["vocab_size"]
+    row_ids = tf.range(tf.shape(tokens)[0])
+
+    def step(i, tokens):
+        logits = tf.reshape(gpt2_logits(tokens, p, training=False), [-1, length, vocab])  # (B, L, V)
+        last = prompt_length - 1 + i  # (B,) each row's newest token
+        new = tf.argmax(tf.gather(logits, last, batch_dims=1), -1, output_type=tokens.dtype)  # (B,)
+        return tf.tensor_scatter_nd_update(tokens, tf.stack([row_ids, last + 1], axis=1), new)
+
+    tokens = step(tf.constant(0, prompt_length.dtype), tokens)
+    if max_new_tokens == 1:
+        return tokens
+    with v1.variable_scope(v1.get_variable_scope(), reuse=True):
+        _, tokens = tf.while_loop(lambda i, _: i < max_new_tokens, lambda i, t: (i + 1, step(i, t)),
+                                  (tf.constant(1, prompt_length.dtype), tokens))
+    return tokens
+
+
+def predictions_done(arrays: Mapping[str, np.ndarray], params: Mapping, model_dir: str) -> dict[str, float]:
+    """After a predict from a prompt file: model_dir/completions.jsonl, each prompt's line, text
+    and completion (cut at <|endoftext|>), as pytorch/gpt2 writes it."""
+    predict_input = params["predict_input"]
+    if predict_input["prompt_file"] is None:
+        return {}
+    data_dir = params["eval_input"]["data_dir"]
+    tokenizer = read_gpt2(os.path.join(data_dir, "encoder.json"), os.path.join(data_dir, "vocab.bpe"))
+    path = os.path.join(model_dir, "completions.jsonl")
+    count = write_completions(path, predict_input["prompt_file"], tokenizer, arrays["tokens"], arrays["prompt_length"],
+                              predict_input["max_new_tokens"], read_lm_meta(data_dir)["eot_id"])
+    logger.info("greedy decoding: %d completions of up to %d tokens in %s", count, predict_input["max_new_tokens"],
+                path)
+    return {}
+
+
 def model_fn(features: Mapping, labels: tf.Tensor, mode: str, params: Mapping) -> EstimatorSpec:
-    """features: input_ids, attention_mask (B, T); labels: the next tokens (B, T)."""
+    """features: input_ids, attention_mask (B, T); labels: the next tokens (B, T). In predict
+    from a prompt file (data.py): tokens (B, L) and prompt_length (B,), decoded greedily."""
     p = params["model"]
     training = mode == ModeKeys.TRAIN
+    if mode == ModeKeys.PREDICT and "prompt_length" in features:
+        tokens = greedy_decode(features["tokens"], features["prompt_length"], p,
+                               params["predict_input"]["max_new_tokens"])
+        return EstimatorSpec(mode, predictions={"tokens": tokens, "prompt_length": features["prompt_length"]})
     input_ids = features["input_ids"]
     logits = gpt2_logits(input_ids, p, training)  # (B*T, V)
     if mode == ModeKeys.PREDICT:

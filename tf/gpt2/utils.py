@@ -6,7 +6,7 @@ small's (Radford et al. 2019; OpenAI's 124M hparams.json: n_vocab 50257, n_ctx 1
 n_embd 768, n_head 12, n_layer 12).
 """
 
-from common.params import POSITIVE, Typed
+from common.params import AT_LEAST_1, POSITIVE, Typed
 
 NONLINEARITIES = ("gelu_new", "gelu", "relu")
 POSITION_EMBEDDINGS = ("learned", "rotary")
@@ -50,6 +50,14 @@ def default_params() -> dict:
         },
         "train_input": _input(train=True, batch_size=512),
         "eval_input": _input(train=False, batch_size=512),
+        # --mode predict: greedy decoding from a prompt file (one prompt per line, UTF-8), tokenized
+        # with eval_input.data_dir's tokenizer; completions to model_dir/completions.jsonl. Without
+        # a prompt file, predict writes the eval set's next-token argmax and losses.
+        "predict_input": {
+            "prompt_file": Typed(None, (str,)),
+            "max_new_tokens": Typed(32, (int,), range=AT_LEAST_1),
+            "batch_size": Typed(8, (int,), range=AT_LEAST_1),
+        },
         "optimizer": {
             "optimizer_type": "adamw",
             # linear warm-up over 2,000 steps, then cosine decay to 0, as GPT-2/GPT-3-style training
