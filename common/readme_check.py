@@ -48,6 +48,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 
 from common.errors import UserError
@@ -265,7 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for path in args.paths or readmes():
             for table in parse_tables(path):
+                started = time.monotonic()
                 wrong = check_table(table, exact=args.update)
+                seconds = time.monotonic() - started
                 inside = os.path.abspath(path).startswith(ROOT + os.sep)
                 shown = os.path.relpath(os.path.abspath(path), ROOT) if inside else path
                 elsewhere = table.machine is not None and table.machine != machine()
@@ -279,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                 note = f" (measured on {table.machine}; this is {machine()}: within another CPU's rounding)" \
                     if elsewhere and not args.update else ""
                 print(f"{shown}:{table.line}: {len(table.figures) - len(wrong)} of {len(table.figures)} figures "
-                      f"hold{note}{' (the others updated)' if wrong and args.update else ''}: {table.command}")
+                      f"hold{note}{' (the others updated)' if wrong and args.update else ''}: {table.command}  "
+                      f"[{seconds:.0f} s]")
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
