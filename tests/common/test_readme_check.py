@@ -6,8 +6,8 @@ runs them with `python -m common.readme_check`; here each checked table is only 
 """
 
 import os
-import re
 import platform
+import re
 import sys
 import textwrap
 
