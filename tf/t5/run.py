@@ -1,0 +1,16 @@
+"""Train T5: python tf/t5/run.py --mode train"""
+from common.folder import import_beside
+from common.tf.run import run
+
+model, data, utils = import_beside(__file__, "model", "data", "utils")
+
+
+def main(argv=None):
+    result = run(model.model_fn, data.train_input_fn, data.eval_input_fn, utils.default_params, argv=argv)
+    if isinstance(result, str) and result.endswith("predictions.npz"):  # --mode predict: the decoded text beside it
+        model.write_predictions_text(result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
