@@ -59,7 +59,8 @@ def torch_names(num_layers: int, num_decoder_layers: int, gated: bool = False, t
             names.append(f"{block}.0.layer_norm.weight")
             ff = 1
             if stack == "decoder":
-                names += [f"{block}.1.EncDecAttention.{w}.weight" for w in _ATTENTION] + [f"{block}.1.layer_norm.weight"]
+                names += [f"{block}.1.EncDecAttention.{w}.weight" for w in _ATTENTION]
+                names.append(f"{block}.1.layer_norm.weight")
                 ff = 2
             names += [f"{block}.{ff}.DenseReluDense.{w}.weight" for w in _feed_forward(gated)]
             names.append(f"{block}.{ff}.layer_norm.weight")
@@ -71,7 +72,8 @@ def torch_names(num_layers: int, num_decoder_layers: int, gated: bool = False, t
 
 _NAME = re.compile(
     r"shared\.weight|lm_head\.weight|(encoder|decoder)\.final_layer_norm\.weight"
-    r"|(encoder|decoder)\.block\.\d+\.layer\.[0-2]\.(SelfAttention|EncDecAttention)\.(q|k|v|o|relative_attention_bias)\.weight"
+    r"|(encoder|decoder)\.block\.\d+\.layer\.[0-2]\.(SelfAttention|EncDecAttention)"
+    r"\.(q|k|v|o|relative_attention_bias)\.weight"
     r"|(encoder|decoder)\.block\.\d+\.layer\.[0-2]\.DenseReluDense\.(wi|wi_0|wi_1|wo)\.weight"
     r"|(encoder|decoder)\.block\.\d+\.layer\.[0-2]\.layer_norm\.weight")
 

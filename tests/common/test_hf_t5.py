@@ -59,7 +59,8 @@ def test_hugging_faces_t5_computes_its_logits_in_pytorch_t5(tmp_path, feed_forwa
     input_ids, decoder_input_ids = torch.randint(0, 99, (3, 14), generator=g), torch.randint(0, 99, (3, 9), generator=g)
     attention_mask = (torch.arange(14)[None] < torch.tensor([[14], [9], [3]])).long()
     with torch.no_grad():
-        expected = theirs(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+        expected = theirs(input_ids=input_ids, attention_mask=attention_mask,
+                          decoder_input_ids=decoder_input_ids).logits
         torch.testing.assert_close(ours(input_ids, attention_mask, decoder_input_ids), expected, rtol=1e-5, atol=1e-5)
 
 
@@ -97,7 +98,8 @@ def test_a_pytorch_t5_run_converts_with_the_params_beside_it(tmp_path):
     net = zoo_run(tmp_path, "model.relative_attention_max_distance=100")
     convert(str(tmp_path / "checkpoint_3.mdl"), str(tmp_path / "hf"))
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
-    assert (config["num_layers"], config["num_decoder_layers"], config["relative_attention_max_distance"]) == (2, 2, 100)
+    sizes = (config["num_layers"], config["num_decoder_layers"], config["relative_attention_max_distance"])
+    assert sizes == (2, 2, 100)
     tensors = hf_tensors(tmp_path / "hf")
     assert set(tensors) == set(net.state_dict())
     assert torch.equal(tensors["decoder.block.1.layer.1.EncDecAttention.k.weight"],

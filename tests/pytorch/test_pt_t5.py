@@ -242,6 +242,27 @@ def test_the_emulator_trains_and_evaluates_as_the_cpu(tmp_path, data_dir):
         assert on_emulator[name] == pytest.approx(on_cpu[name], rel=1e-4), name
 
 
+def test_a_model_too_big_for_memory_compiles_as_the_real_one():
+    """The 3B and 11B configs compile from a build without weights (torch's meta device): the
+    bucket ids, a numpy constant rather than a buffer, keep their values there."""
+    from common.pytorch.device_run import capture_step, model_for_capture
+    from device.api import compile_graph
+
+    params = params_of(TINY, *NO_DROPOUT)
+    real = model_for_capture(model.model_fn, params, memory=2**40)
+    stand_in = model_for_capture(model.model_fn, params, memory=1000)  # "1000 bytes available"
+    assert all(set(p.stride()) == {0} for p in stand_in.model.parameters())
+    batch = (random_ids(B=8, T=64), padding_mask(B=8, T=64, lengths=(64, 50, 40, 30, 64, 64, 9, 2)),
+             random_ids(B=8, T=16, seed=1), padding_mask(B=8, T=16, lengths=(16,) * 8), random_ids(B=8, T=16, seed=2))
+
+    def kernels(m):
+        graph, _ = capture_step(m, batch, True, params)
+        result = compile_graph(graph, mode="train", profile_name="wse2", execution_mode="pipelined")
+        return [(k.kind, k.flops_fwd, k.weight_bytes) for k in result.kernels], result.cost.samples_per_s
+
+    assert kernels(stand_in) == kernels(real)
+
+
 # --- bad input: one line naming what is wrong, a non-zero exit, no traceback -----------------------
 
 
