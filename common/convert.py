@@ -21,6 +21,8 @@ common/gpt2_names.py), also convert between PyTorch, TF and Hugging Face directo
                                                       transposed to Linear's [out, in]); or -> model.ckpt-0
     zoo convert run/checkpoint_8.mdl hf_out/          the zoo's BERT or GPT-2 -> a Hugging Face directory
     zoo convert run/checkpoint_8.mdl tf/model.ckpt-8  PyTorch -> TF (and TF -> .mdl/.pt) for BERT and GPT-2
+    zoo convert hf_t5/ run/checkpoint_0.mdl           T5ForConditionalGeneration -> pytorch/t5 (the same names;
+                                                      the tied embed_tokens and lm_head stored once), and back
 
 A destination with no extension (or an empty folder) is a Hugging Face directory; one
 named *.ckpt or *.ckpt-N a TF checkpoint. Converting from Hugging Face prints the model
@@ -196,7 +198,7 @@ def convert(src: str, dst: str, params: str | None = None) -> str:
 
 
 def _convert_named(src: str, dst: str, source: str, target: str, params: str | None) -> str:
-    """BERT and GPT-2 between PyTorch, TF and Hugging Face, through the zoo's PyTorch names and layout."""
+    """BERT, GPT-2 and T5 between PyTorch, TF (not T5) and Hugging Face, through the zoo's PyTorch names and layout."""
     import numpy as np
 
     from common import hf
@@ -218,6 +220,9 @@ def _convert_named(src: str, dst: str, source: str, target: str, params: str | N
         if keys is None:
             keys = hf.keys_for(family, weights, params or hf.params_beside(src), src)
         return hf.write_hf(dst, family, weights, keys)
+    if target == "tf" and family == "t5":
+        raise UserError(f"{dst}: T5 converts between pytorch/t5 and Hugging Face only (no mapping of tf/t5's "
+                        "variable names is defined)")
     if target == "tf":
         step = re.search(r"-(\d+)$", dst)
         prefix = hf.write_tf_checkpoint(dst, family, weights, int(step.group(1)) if step else 0)

@@ -1,14 +1,17 @@
 """Hugging Face model directories (config.json + model.safetensors, as ``save_pretrained`` writes
-them) read into and written from the zoo's BERT and GPT-2 weights, offline, without ``transformers``.
+them) read into and written from the zoo's BERT, GPT-2 and T5 weights, offline, without ``transformers``.
 
-The pivot between every format is a *family* ("bert" or "gpt2"), the weights as numpy arrays
-in the zoo's PyTorch names and layout (common/bert_names.py, common/gpt2_names.py), and the
-zoo's model keys (``hidden_size``, ``num_heads``, ... of the folder's params):
+The pivot between every format is a *family* ("bert", "gpt2" or "t5"), the weights as numpy
+arrays in the zoo's PyTorch names and layout (common/bert_names.py, common/gpt2_names.py,
+common/t5_names.py), and the zoo's model keys (``hidden_size``, ``num_heads``, ... of the
+folder's params; T5's are Hugging Face's T5Config names):
 
 - ``read_hf(path)``: a directory of ``BertForPreTraining`` (or another ``model_type: bert``
   model: its BERT weights) or ``GPT2LMHeadModel``; its config.json becomes the zoo keys.
   A config the zoo's models cannot reproduce (another activation, relative positions, an
-  untied GPT-2 head, ...) is refused in one line naming the key.
+  untied GPT-2 head, ...) is refused in one line naming the key. ``T5ForConditionalGeneration``
+  converts with its head tied to the shared embedding (T5 v1.0's; relu or gated-gelu):
+  transformers 5 ties every T5's head, so an untied one (v1.1's) is refused both ways.
 - ``write_hf(path, family, weights, keys)``: config.json and model.safetensors that
   ``BertForPreTraining.from_pretrained`` / ``GPT2LMHeadModel.from_pretrained`` read. The
   tied output projections (BERT's ``cls.predictions.decoder``, GPT-2's ``lm_head``) are not
@@ -30,12 +33,12 @@ import re
 
 import numpy as np
 
-from common import bert_names, gpt2_names
+from common import bert_names, gpt2_names, t5_names
 from common.errors import UserError
 
 CONFIG, WEIGHTS = "config.json", "model.safetensors"
-FAMILIES = ("bert", "gpt2")
-ARCHITECTURE = {"bert": "BertForPreTraining", "gpt2": "GPT2LMHeadModel"}
+FAMILIES = ("bert", "gpt2", "t5")
+ARCHITECTURE = {"bert": "BertForPreTraining", "gpt2": "GPT2LMHeadModel", "t5": "T5ForConditionalGeneration"}
 
 # The zoo key <- Hugging Face config key, per family; values copied as they are.
 _BERT_KEYS = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_hidden_layers": "num_hidden_layers",
@@ -49,7 +52,11 @@ _GPT2_KEYS = {"vocab_size": "vocab_size", "hidden_size": "n_embd", "num_hidden_l
               "layer_norm_epsilon": "layer_norm_epsilon", "nonlinearity": "activation_function",
               "initializer_range": "initializer_range", "embedding_dropout_rate": "embd_pdrop",
               "dropout_rate": "resid_pdrop", "attention_dropout_rate": "attn_pdrop"}
-KEYS = {"bert": _BERT_KEYS, "gpt2": _GPT2_KEYS}
+_T5_KEYS = {key: key for key in (  # pytorch/t5's model keys are T5Config's names
+    "vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
+    "relative_attention_num_buckets", "relative_attention_max_distance", "dropout_rate", "layer_norm_epsilon",
+    "feed_forward_proj")}
+KEYS = {"bert": _BERT_KEYS, "gpt2": _GPT2_KEYS, "t5": _T5_KEYS}
 # Activations both sides compute the same way (Hugging Face's "gelu" is the erf form, "gelu_new" the tanh one)
 _ACTIVATIONS = {"bert": ("gelu", "relu", "tanh"), "gpt2": ("gelu_new", "gelu", "relu")}
 # GPT-2 model keys of the zoo that Hugging Face's GPT2LMHeadModel can only hold at one value
@@ -64,6 +71,8 @@ def is_hf_dir(path: str) -> bool:
 
 def _hf_to_zoo_name(family: str, name: str) -> tuple[str | None, bool]:
     """(zoo PyTorch name or None to skip, transpose) of a Hugging Face tensor name."""
+    if family == "t5":
+        return t5_names.hf_name_to_torch(name), False
     if family == "bert":
         if name.startswith("cls.predictions.decoder."):  # tied to the word embeddings and cls.predictions.bias
             return None, False
@@ -91,7 +100,7 @@ def read_hf(path: str) -> tuple[str, dict[str, np.ndarray], dict]:
     if family not in FAMILIES:
         arch = ", ".join(config.get("architectures") or []) or "no architecture named"
         raise UserError(f"{config_path}: model_type {family!r} ({arch}); the zoo converts Hugging Face's BERT "
-                        "(model_type bert) and GPT-2 (model_type gpt2)")
+                        "(model_type bert), GPT-2 (model_type gpt2) and T5 (model_type t5)")
     keys = _keys_from_config(family, config, config_path)
     if not os.path.isfile(weights_path):
         others = sorted(os.path.basename(p) for p in glob.glob(os.path.join(path, "*.safetensors")))
@@ -113,6 +122,8 @@ def read_hf(path: str) -> tuple[str, dict[str, np.ndarray], dict]:
 
 
 def _keys_from_config(family: str, config: dict, where: str) -> dict:
+    if family == "t5":
+        return _t5_keys_from_config(config, where)
     keys = {}
     for zoo_key, hf_key in KEYS[family].items():
         if hf_key not in config:
@@ -140,7 +151,33 @@ def _keys_from_config(family: str, config: dict, where: str) -> dict:
     return keys
 
 
+def _t5_keys_from_config(config: dict, where: str) -> dict:
+    config = {"num_decoder_layers": config.get("num_layers"), **config}
+    if config["num_decoder_layers"] is None:  # T5Config's default: as many as the encoder
+        config["num_decoder_layers"] = config.get("num_layers")
+    missing = [k for k in _T5_KEYS.values() if k not in config]
+    if missing:
+        raise UserError(f"{where}: no {missing[0]!r} (a T5ForConditionalGeneration config.json has one)")
+    if config["feed_forward_proj"] not in ("relu", "gated-gelu"):
+        raise UserError(f"{where}: feed_forward_proj {config['feed_forward_proj']!r}; the zoo's T5 computes relu "
+                        "and gated-gelu")
+    if config.get("tie_word_embeddings", True) is not True or config.get("scale_decoder_outputs", True) is not True:
+        key = "tie_word_embeddings" if config.get("tie_word_embeddings", True) is not True else "scale_decoder_outputs"
+        raise UserError(f"{where}: {key} {config[key]!r} (T5 v1.1's untied head); the zoo converts T5 with the head "
+                        "tied to the shared embedding and scaled by d_model^-0.5 only")
+    if config.get("is_decoder") or not config.get("is_encoder_decoder", True):
+        raise UserError(f"{where}: not an encoder-decoder T5 (is_decoder / is_encoder_decoder); the zoo's T5 has both")
+    return {**{k: config[v] for k, v in _T5_KEYS.items()}, **_T5_FIXED}
+
+
+_T5_FIXED = {"tie_word_embeddings": True}
+
+
 def _config_from_keys(family: str, keys: dict) -> dict:
+    if family == "t5":
+        return {"architectures": [ARCHITECTURE[family]], "model_type": family, "is_encoder_decoder": True,
+                "tie_word_embeddings": True, "pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0,
+                **{hf_key: keys[zoo_key] for zoo_key, hf_key in _T5_KEYS.items()}}
     config = {"architectures": [ARCHITECTURE[family]], "model_type": family, "tie_word_embeddings": True}
     config.update({hf_key: keys[zoo_key] for zoo_key, hf_key in KEYS[family].items()})
     if family == "bert":
@@ -162,6 +199,9 @@ def write_hf(path: str, family: str, weights: dict[str, np.ndarray], keys: dict)
             if keys.get(key, wanted) != wanted:
                 raise UserError(f"model.{key} {keys[key]!r}: Hugging Face's GPT2LMHeadModel has {wanted!r} only "
                                 "(a GPT-J-style model does not convert to it)")
+    if family == "t5" and keys.get("tie_word_embeddings", True) is not True:
+        raise UserError("model.tie_word_embeddings false: transformers 5 ties every T5's head to the shared "
+                        "embedding, so an untied head does not convert to Hugging Face's T5")
     check_weights(family, weights, keys, "the weights")
     tensors = {}
     for name, array in weights.items():
@@ -179,6 +219,8 @@ def write_hf(path: str, family: str, weights: dict[str, np.ndarray], keys: dict)
 
 def _shapes(family: str, keys: dict) -> dict[str, tuple]:
     """Every weight's shape (zoo PyTorch layout) of a model with ``keys``."""
+    if family == "t5":
+        return t5_names.shapes(keys)
     H, F, V, P = keys["hidden_size"], keys["filter_size"], keys["vocab_size"], keys["max_position_embeddings"]
     L = keys["num_hidden_layers"]
     if family == "bert":
@@ -214,6 +256,8 @@ def _shapes(family: str, keys: dict) -> dict[str, tuple]:
 
 def check_weights(family: str, weights: dict[str, np.ndarray], keys: dict, source: str) -> None:
     """One line when ``weights`` are not those of a model with ``keys``: a shape, a missing or extra tensor."""
+    if family == "t5":
+        return t5_names.check_weights(weights, keys, source)
     if keys["hidden_size"] % keys["num_heads"]:
         raise UserError(f"{source}: hidden size {keys['hidden_size']} is not a multiple of the "
                         f"{keys['num_heads']} heads")
@@ -246,6 +290,11 @@ def read_zoo(path: str) -> tuple[str, dict[str, np.ndarray]]:
     except UserError as bert_error:
         if "holds no BERT weight" not in str(bert_error):
             raise
+    try:  # before GPT-2, whose names include an untied lm_head.weight as a T5's do
+        return "t5", t5_names.read_t5_weights(path)
+    except UserError as t5_error:
+        if "holds no T5 weight" not in str(t5_error) and "a TF checkpoint; T5" not in str(t5_error):
+            raise
     try:
         return "gpt2", gpt2_names.read_gpt2_weights(path)
     except UserError as gpt2_error:
@@ -254,7 +303,7 @@ def read_zoo(path: str) -> tuple[str, dict[str, np.ndarray]]:
     raise UserError(f"{path}: {NEITHER} (the models whose names the zoo maps between frameworks and Hugging Face)")
 
 
-NEITHER = "holds no BERT or GPT-2 weight"
+NEITHER = "holds no BERT, GPT-2 or T5 weight"
 
 
 def write_tf_checkpoint(prefix: str, family: str, weights: dict[str, np.ndarray], step: int) -> str:
@@ -326,6 +375,16 @@ def keys_for(family: str, weights: dict[str, np.ndarray], params_path: str | Non
                  "type_vocab_size": weights["bert.embeddings.token_type_embeddings.weight"].shape[0],
                  "filter_size": weights["bert.encoder.layer.0.intermediate.dense.weight"].shape[0],
                  "num_hidden_layers": bert_names._num_layers(weights)}
+    elif family == "t5":
+        bias = weights["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"]  # (buckets, heads)
+        sizes = {"vocab_size": weights["shared.weight"].shape[0], "d_model": weights["shared.weight"].shape[1],
+                 "d_ff": weights["encoder.block.0.layer.1.DenseReluDense.wo.weight"].shape[1],
+                 "num_heads": bias.shape[1], "relative_attention_num_buckets": bias.shape[0],
+                 "d_kv": weights["encoder.block.0.layer.0.SelfAttention.q.weight"].shape[0] // bias.shape[1],
+                 "num_layers": t5_names.num_layers(weights, "encoder"),
+                 "num_decoder_layers": t5_names.num_layers(weights, "decoder"),
+                 "feed_forward_proj": "gated-gelu" if "encoder.block.0.layer.1.DenseReluDense.wi_0.weight" in weights
+                 else "relu"}
     else:
         sizes = {"vocab_size": weights["transformer.wte.weight"].shape[0],
                  "hidden_size": weights["transformer.wte.weight"].shape[1],
@@ -341,10 +400,12 @@ def keys_for(family: str, weights: dict[str, np.ndarray], params_path: str | Non
             raise UserError(f"{source}: {key} is {sizes[key]} in the weights but {params[key]} in {params_path}; "
                             "pass the params of this checkpoint")
         if key in sizes:
-            keys[key] = int(sizes[key])
+            keys[key] = sizes[key] if isinstance(sizes[key], str) else int(sizes[key])  # T5's feed_forward_proj
     if family == "gpt2":
         for key in _GPT2_FIXED:
             keys[key] = params.get(key, _GPT2_FIXED[key])
+    if family == "t5":
+        keys["tie_word_embeddings"] = "lm_head.weight" not in weights
     return keys
 
 
