@@ -88,10 +88,11 @@ def check_sizes(p: Mapping) -> None:
     if p["relative_attention_num_buckets"] < 4:
         raise UserError(f"model.relative_attention_num_buckets {p['relative_attention_num_buckets']}: needs at "
                         f"least 4 (half of them exact, half logarithmic, per direction)")
-    if p["relative_attention_max_distance"] * 4 <= p["relative_attention_num_buckets"]:
+    if p["relative_attention_max_distance"] * 2 <= p["relative_attention_num_buckets"]:
+        # the decoder's causal buckets are exact below num_buckets / 2: the logarithmic ones need a longer reach
         raise UserError(f"model.relative_attention_max_distance {p['relative_attention_max_distance']}: must be "
-                        f"more than a quarter of model.relative_attention_num_buckets "
-                        f"{p['relative_attention_num_buckets']} (the exact buckets)")
+                        f"more than half of model.relative_attention_num_buckets "
+                        f"{p['relative_attention_num_buckets']} (the decoder's exact buckets)")
 
 
 # --- relative positions: numpy, when the graph is built ----------------------------------------
