@@ -28,6 +28,10 @@ measured on, as a shell comment that ``--update`` writes (``machine()``)::
 
         $ OMP_NUM_THREADS=2 python pytorch/mnist/run.py --mode train_and_eval  # measured on x86_64 avx512f
 
+A command of minutes says so before the machine (``# long; measured on x86_64 avx512f``):
+``--skip_long`` leaves such tables out (the CI's run, to keep within its time; ``tox -e
+train`` checks every table).
+
 On that kind of machine every figure must hold at its printed precision. On another, a
 figure holds within what another CPU's rounding moves it by (``FOREIGN_TOLERANCE``: 1.5
 points of accuracy, 30 % or 0.02 of a loss), and the summary line says so; a model that
@@ -81,7 +85,7 @@ FOREIGN_TOLERANCE = {
     "overlap": (0.05, 0.0),  # Dice, IoU
     "perplexity": (0.5, 0.3),  # exp(loss): in the hundreds early on, where the loss's share moves it most
 }
-MARKER = re.compile(r"^    \$ (?P<command>.+?)(?:\s+#\s*measured on (?P<machine>\S.*?))?\s*$")
+MARKER = re.compile(r"^    \$ (?P<command>.+?)(?:\s+#\s*(?P<long>long; )?measured on (?P<machine>\S.*?))?\s*$")
 FIGURE = re.compile(r"^(?P<number>-?\d+(?:\.(?P<decimals>\d+))?)(?P<percent> %)?$")
 _ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _TIMEOUT_S = 1800  # one command; each mnist one takes 20 s to 2 minutes on 2 cores, as loaded
@@ -103,6 +107,7 @@ class Table:
     command: str
     figures: list[Figure]
     machine: str | None = None  # the kind of CPU the figures were measured on, where the README says
+    long: bool = False  # a run of minutes (``# long; measured on ...``): --skip_long leaves it out
 
 
 def machine() -> str:
@@ -174,7 +179,7 @@ def parse_tables(path: str) -> list[Table]:
                                     f"(a number{', then %' if COLUMNS[column][2] == 100 else ''})")
                 figures.append(Figure(row + 1, cell, int(cells[0]), column, printed))
             row += 1
-        tables.append(Table(path, i + 1, match["command"], figures, match["machine"]))
+        tables.append(Table(path, i + 1, match["command"], figures, match["machine"], bool(match["long"])))
     return tables
 
 
@@ -236,7 +241,7 @@ def check_table(table: Table, exact: bool = False) -> list[tuple[Figure, str | N
 def update(path: str, table: Table, corrections: list[tuple[Figure, str | None]]) -> None:
     """Write the measured figures in, and this machine as the one they were measured on."""
     lines = open(path, encoding="utf-8").read().split("\n")
-    lines[table.line - 1] = f"    $ {table.command}  # measured on {machine()}"
+    lines[table.line - 1] = f"    $ {table.command}  # {'long; ' if table.long else ''}measured on {machine()}"
     for figure, got in corrections:
         if got is None:
             raise UserError(f"{path}:{figure.line}: the run logged no {figure.column} at step {figure.step}")
@@ -260,12 +265,18 @@ def readmes(root: str = ROOT) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--update", action="store_true", help="write the measured figures into the tables")
+    parser.add_argument("--skip_long", action="store_true",
+                        help="leave out the tables whose command is marked '# long; measured on ...' (minutes each)")
     parser.add_argument("paths", nargs="*", help="README files (default: every README.md of the zoo)")
     args = parser.parse_args(argv)
     failed = 0
     try:
         for path in args.paths or readmes():
             for table in parse_tables(path):
+                if table.long and args.skip_long:
+                    print(f"{os.path.relpath(os.path.abspath(path), ROOT)}:{table.line}: skipped (long; "
+                          f"--skip_long): {table.command}")
+                    continue
                 started = time.monotonic()
                 wrong = check_table(table, exact=args.update)
                 seconds = time.monotonic() - started

@@ -122,13 +122,12 @@ def test_a_percentage_must_say_so(tmp_path):
 
 
 def test_the_zoo_readmes_checked_tables_parse():
-    """What tox -e train reruns: the mnist, resnet, unet, bert, gpt2 and transformer READMEs hold checked tables
-    of their run.py."""
+    """What tox -e train reruns: the README of every model folder holds checked tables of its run.py."""
     tables = [(os.path.relpath(t.path, ROOT), t) for path in readmes() for t in parse_tables(path)]
     expected = [os.path.join(fw, model, "README.md") for fw in ("pytorch", "tf")
-                for model in ("bert", "gpt2", "mnist", "resnet", "transformer", "unet")]
+                for model in ("bert", "gpt2", "mnist", "resnet", "t5", "transformer", "unet")]
     # the language models' folders are built one framework at a time: each one present has its tables
-    expected = [path for path in expected if not any(m in path for m in ("bert", "gpt2", "transformer"))
+    expected = [path for path in expected if not any(m in path for m in ("bert", "gpt2", "t5", "transformer"))
                 or os.path.isdir(os.path.join(ROOT, os.path.dirname(path)))]
     assert sorted({path for path, _ in tables}) == sorted(expected)
     for path, table in tables:
@@ -273,3 +272,12 @@ def test_encoder_decoder_columns_read_their_scalars(tmp_path):
     assert main(["--update", str(path)]) == 0
     assert "| 600 | 81.23 % | 25.00 % | 1.500 |" in path.read_text()
     assert main([str(path)]) == 0
+
+
+def test_skip_long_leaves_out_the_tables_marked_long(tmp_path, capsys):
+    path = readme(tmp_path, ["| 500 | 12.34 % | 0.129 | 0.00534 |"])  # figures that would not hold
+    text = path.read_text()
+    path.write_text(text.replace("--mode train_and_eval\n", "--mode train_and_eval  # long; measured on x86_64\n", 1))
+    assert main(["--skip_long", str(path)]) == 0
+    assert "skipped (long; --skip_long)" in capsys.readouterr().out
+    assert main([str(path)]) == 1  # without it, the table is checked (and its figures do not hold)
