@@ -158,9 +158,8 @@ def attention(x: tf.Tensor, memory: tf.Tensor, shape: tuple[int, int, int], p: M
 
 def feed_forward(x: tf.Tensor, p: Mapping, training: bool) -> tf.Tensor:
     """(N, H) -> (N, H): fc1 (filter_size) -> ReLU -> dropout -> fc2."""
-    with v1.variable_scope("ffn"):
-        h = dropout(tf.nn.relu(dense(x, p["filter_size"], "fc1")), p["relu_dropout_rate"], training)
-        return dense(h, p["hidden_size"], "fc2")
+    h = dropout(tf.nn.relu(dense(x, p["filter_size"], "fc1")), p["relu_dropout_rate"], training)
+    return dense(h, p["hidden_size"], "fc2")
 
 
 def residual(x: tf.Tensor, name: str, fn, p: Mapping, training: bool) -> tf.Tensor:
