@@ -96,39 +96,6 @@ def test_mock_model_trains_evaluates_and_predicts(tmp_path):
         np.testing.assert_array_equal(predictions["classes"], logits.argmax(-1))  # (16,), in the eval set's order
 
 
-def test_predictions_done_gets_the_written_arrays_and_its_figures_become_scalars(tmp_path, capsys):
-    """run's predictions_done hook (a generating model's, tf/transformer): after predictions.npz,
-    with its arrays, model_dir and params; its figures land in model_dir/predict at the checkpoint's
-    step. Such a model's predict on the emulator is one line."""
-    seen = {}
-
-    def predictions_done(arrays, model_dir, params):
-        seen.update(arrays=arrays, model_dir=model_dir, model=dict(params["model"]))
-        return {"share_of_class_0": float(np.mean(arrays["classes"] == 0))}
-
-    def run_with_hook(*argv):
-        params = tmp_path / "params.yaml"
-        params.write_text("runconfig: {seed: 1}\n")
-        try:
-            return run(model_fn, input_fn, input_fn, default_params, predictions_done=predictions_done,
-                       argv=["--params", str(params), "--model_dir", str(tmp_path / "model"), *argv])
-        except SystemExit as e:
-            return e
-
-    assert run_with_hook() is None
-    path = run_with_hook("--mode", "predict")
-    with np.load(path) as predictions:
-        np.testing.assert_array_equal(seen["arrays"]["classes"], predictions["classes"])
-    assert seen["model_dir"] == str(tmp_path / "model") and seen["model"] == {"dropout": 0.0}
-    expected = float(np.mean(seen["arrays"]["classes"] == 0))
-    assert read_scalars(str(tmp_path / "model" / "predict"))["share_of_class_0"] == [(4, expected)]
-    capsys.readouterr()
-    refused = run_with_hook("--mode", "predict", "--device", "emulator")
-    assert isinstance(refused, SystemExit) and refused.code not in (0, None)
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and "this model generates" in err.strip().splitlines()[-1]
-
-
 def test_model_fn_returning_a_non_spec(tmp_path, capsys):
     def bad_model_fn(features, labels, mode, params):
         return {"loss": tf.reduce_sum(features)}

@@ -47,7 +47,9 @@ Greedy decoding (PREDICT, ``--mode predict``) runs on the CPU, as pytorch/transf
 ``greedy_decode``: the encoder once per batch, then a ``tf.while_loop`` over the target
 positions that runs the decoder over the ids generated so far and appends each position's
 most likely token, until every sequence has produced </s>. ``predictions_done`` (which
-run.py hands to the runner) writes predictions.txt and logs the greedy exact match.
+run.py hands to the runner, common/tf/run.py) writes predictions.txt and logs the greedy
+exact match. The emulator refuses the PREDICT graph when it validates it (the loop's length
+depends on the data; the device runs a static number of steps), naming the op and its line.
 """
 
 from __future__ import annotations
@@ -326,7 +328,7 @@ def exact_matches(generated: np.ndarray, labels: np.ndarray, decoder_attention_m
     return np.where(decoder_attention_mask.astype(bool), generated == labels, True).all(axis=1)
 
 
-def predictions_done(arrays: Mapping[str, np.ndarray], model_dir: str, params: Mapping) -> dict[str, float]:
+def predictions_done(arrays: Mapping[str, np.ndarray], params: Mapping, model_dir: str) -> dict[str, float]:
     """Greedy exact match over the predicted examples (logged), and model_dir/predictions.txt:
     one line per example, ``source -> generated`` decoded with the data's tokenizer.json, and
     the reference where the two differ (pytorch/transformer's predictions_done)."""
