@@ -3,8 +3,8 @@
 The model defaults are the paper's base model (Vaswani et al. 2017, table 3: d_model 512,
 6 + 6 layers, 8 heads, d_ff 2048, P_drop 0.1, label smoothing 0.1; a shared source/target
 BPE vocabulary of about 37,000 tokens for WMT 2014 English-German) and its optimizer
-(5.3: Adam with beta1 0.9, beta2 0.98, epsilon 1e-9). A TF twin (tf/transformer) is to
-have the same keys and defaults.
+(5.3: Adam with beta1 0.9, beta2 0.98, epsilon 1e-9). The TF twin (tf/transformer/utils.py)
+has the same keys and defaults, but for the input's num_workers (num_parallel_calls there).
 """
 
 from common.params import AT_LEAST_1, POSITIVE, Typed

@@ -376,20 +376,17 @@ def exact_matches(generated: np.ndarray, labels: np.ndarray, decoder_attention_m
     return np.where(decoder_attention_mask.astype(bool), generated == labels, True).all(axis=1)
 
 
-def write_predictions_text(npz_path: str) -> str:
-    """Beside model_dir/predictions.npz, predictions.txt: one line per example, ``source ->
-    generated`` decoded with the eval data's tokenizer.json (sentinels shown), and the
-    reference where the two differ; the greedy exact match is logged."""
+def predictions_done(arrays: Mapping[str, np.ndarray], params: Mapping, model_dir: str) -> dict[str, float]:
+    """After predict (common/tf/run.py's hook): model_dir/predictions.txt, one line per example,
+    ``source -> generated`` decoded with the eval data's tokenizer.json (sentinels shown), and
+    the reference where the two differ; the greedy exact match is logged and returned."""
     import logging
 
-    import yaml
     from tokenizers import Tokenizer
 
     from common.io import atomic_open
 
-    model_dir = os.path.dirname(npz_path)
-    with open(os.path.join(model_dir, "params_predict.yaml")) as f:  # the run's effective params
-        data_dir = yaml.safe_load(f)["eval_input"]["data_dir"]
+    data_dir = params["eval_input"]["data_dir"]
     meta = read_meta(data_dir)
     tokenizer = Tokenizer.from_file(os.path.join(data_dir, "tokenizer.json"))
 
@@ -399,9 +396,8 @@ def write_predictions_text(npz_path: str) -> str:
             ids = ids[:ids.index(meta["eos_id"])]
         return tokenizer.decode([i for i in ids if i != meta["pad_id"]], skip_special_tokens=False).strip()
 
-    with np.load(npz_path) as arrays:
-        generated, sources, labels = arrays["generated_ids"], arrays["input_ids"], arrays["labels"]
-        matches = exact_matches(generated, labels, arrays["decoder_attention_mask"])
+    generated, sources, labels = arrays["generated_ids"], arrays["input_ids"], arrays["labels"]
+    matches = exact_matches(generated, labels, arrays["decoder_attention_mask"])
     path = os.path.join(model_dir, "predictions.txt")
     with atomic_open(path, "w") as f:
         for source, output, reference, match in zip(sources, generated, labels, matches):
@@ -409,4 +405,4 @@ def write_predictions_text(npz_path: str) -> str:
             f.write(line + ("\n" if match else f"    (expected: {text(reference)})\n"))
     logging.getLogger("zoo").info("greedy decoding: %d of %d examples exactly right (exact match %.2f %%); %s",
                                   int(matches.sum()), len(matches), 100 * float(matches.mean()), path)
-    return path
+    return {"exact_match": float(matches.mean())}

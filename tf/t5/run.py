@@ -6,10 +6,8 @@ model, data, utils = import_beside(__file__, "model", "data", "utils")
 
 
 def main(argv=None):
-    result = run(model.model_fn, data.train_input_fn, data.eval_input_fn, utils.default_params, argv=argv)
-    if isinstance(result, str) and result.endswith("predictions.npz"):  # --mode predict: the decoded text beside it
-        model.write_predictions_text(result)
-    return result
+    return run(model.model_fn, data.train_input_fn, data.eval_input_fn, utils.default_params, argv=argv,
+               predictions_done=model.predictions_done)
 
 
 if __name__ == "__main__":
