@@ -78,7 +78,7 @@ class CerebrasEstimator:
         """``mode``'s graph from ``input_fn`` and ``model_fn`` (for the device capture and tests)."""
         with quiet_tf_logs():
             return build_graph(self.model_fn, input_fn, mode, self.params, self.config.tf_random_seed,
-                               mixed_policy)
+                               mixed_policy, self.config.train_distribute)
 
     def open_session(self, input_fn: Callable, mode: str, mixed_policy: bool = True,
                      weights: bool = True) -> GraphSession:

@@ -1,0 +1,82 @@
+"""Data-parallel training on the TF Estimator (common/tf/estimator/distribute.py): N replicas
+with batch B train as one device with batch N x B; refusals are one line.
+
+The whole runs go to a subprocess: the logical CPUs a MirroredStrategy mirrors over can be
+set up only before TensorFlow's runtime starts, which this test process has done.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from common.summaries import read_scalars
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# runs tf/<folder>'s main(argv) for each argv, in one process (one TensorFlow start)
+RUNS = """
+import json, sys
+from common.folder import load_run_module
+module = load_run_module(sys.argv[1])
+for argv in json.loads(sys.argv[2]):
+    module.main(argv)
+"""
+
+
+def _run_in_new_process(folder: str, *argvs: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+    return subprocess.run([sys.executable, "-c", RUNS, os.path.join(ROOT, "tf", folder), json.dumps(argvs)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _losses(model_dir) -> list[float]:
+    return [value for _, value in read_scalars(os.path.join(model_dir, "train"))["loss"]]
+
+
+def _weights(model_dir, step: int) -> dict[str, np.ndarray]:
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(os.path.join(model_dir, f"model.ckpt-{step}"))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if not name.startswith("_") and "iterator" not in name.lower()}
+
+
+def test_two_replicas_of_batch_b_train_as_one_device_with_batch_2b(tiny_args, tmp_path):
+    two, one = tmp_path / "two", tmp_path / "one"
+    result = _run_in_new_process(
+        "mnist",
+        tiny_args("--mode", "train", "train_input.batch_size=16", "runconfig.train_distribute=mirrored",
+                  "runconfig.num_devices=2", model_dir=two),
+        tiny_args("--mode", "train", "train_input.batch_size=32", model_dir=one))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "training data parallel on 2 replicas" in result.stderr and "16 examples per replica, 32 per step" \
+        in result.stderr
+    assert len(_losses(two)) == 4
+    np.testing.assert_allclose(_losses(two), _losses(one), rtol=1e-5)  # fp32, Adam
+    a, b = _weights(two, 4), _weights(one, 4)
+    assert set(a) == set(b)  # the one-device names: the checkpoint restores anywhere
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["runconfig.train_distribute=ring"], "runconfig.train_distribute"),
+    (["runconfig.num_devices=2"], "runconfig.num_devices=2 needs runconfig.train_distribute: mirrored"),
+    (["runconfig.train_distribute=mirrored"], "on the CPU needs runconfig.num_devices"),
+    (["runconfig.train_distribute=mirrored", "runconfig.num_devices=2", "--device=emulator"],
+     "the emulated device is one system per run"),
+    (["runconfig.train_distribute=mirrored", "runconfig.num_devices=2", "--compile_only"],
+     "the device is one system per run and compiles one graph"),
+    (["runconfig.train_distribute=multi_worker_mirrored"], "MultiWorkerMirroredStrategy does not run"),
+])
+def test_a_strategy_that_cannot_run_is_one_line(tf_mnist, tiny_args, tmp_path, capsys, overrides, message):
+    with pytest.raises(SystemExit) as exit_info:
+        tf_mnist.main(tiny_args("--mode", "train", *overrides))
+    assert exit_info.value.code != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and message in err[-1], err[-3:]
+    assert not (tmp_path / "model").exists()
