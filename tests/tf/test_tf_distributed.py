@@ -7,6 +7,7 @@ set up only before TensorFlow's runtime starts, which this test process has done
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -71,12 +72,60 @@ def test_two_replicas_of_batch_b_train_as_one_device_with_batch_2b(tiny_args, tm
      "the emulated device is one system per run"),
     (["runconfig.train_distribute=mirrored", "runconfig.num_devices=2", "--compile_only"],
      "the device is one system per run and compiles one graph"),
-    (["runconfig.train_distribute=multi_worker_mirrored"], "MultiWorkerMirroredStrategy does not run"),
+    (["runconfig.train_distribute=multi_worker_mirrored"], "multi_worker_mirrored needs TF_CONFIG"),
+    (["runconfig.train_distribute=multi_worker_mirrored", "runconfig.num_devices=2"],
+     "runconfig.num_devices=2 is for train_distribute: mirrored"),
 ])
-def test_a_strategy_that_cannot_run_is_one_line(tf_mnist, tiny_args, tmp_path, capsys, overrides, message):
+def test_a_strategy_that_cannot_run_is_one_line(tf_mnist, tiny_args, tmp_path, capsys, monkeypatch, overrides,
+                                                message):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
     with pytest.raises(SystemExit) as exit_info:
         tf_mnist.main(tiny_args("--mode", "train", *overrides))
     assert exit_info.value.code != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") and message in err[-1], err[-3:]
     assert not (tmp_path / "model").exists()
+
+
+def test_a_bad_tf_config_is_one_line(tf_mnist, tiny_args, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 3}}')
+    with pytest.raises(SystemExit):
+        tf_mnist.main(tiny_args("--mode", "train", "runconfig.train_distribute=multi_worker_mirrored"))
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("error: TF_CONFIG=") and "with k < the number of workers" in last
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("localhost", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_two_worker_processes_train_as_one_device_with_twice_the_batch(tiny_args, tmp_path):
+    """MultiWorkerMirroredStrategy across 2 processes on this machine (gRPC on localhost), TF_CONFIG as
+    tf.estimator's workers had it; worker 0 writes model_dir, worker 1 a folder of its own."""
+    workers = [f"localhost:{port}" for port in _free_ports(2)]
+    runs = []
+    for index in range(2):
+        env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
+               "TF_CONFIG": json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})}
+        argv = tiny_args("--mode", "train", "train_input.batch_size=16",
+                         "runconfig.train_distribute=multi_worker_mirrored", model_dir=tmp_path / "workers")
+        runs.append(subprocess.Popen([sys.executable, "-c", RUNS, os.path.join(ROOT, "tf", "mnist"), json.dumps([argv])],
+                                     cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    one = _run_in_new_process("mnist", tiny_args("--mode", "train", "train_input.batch_size=32",
+                                                 model_dir=tmp_path / "one"))
+    outputs = [run.communicate(timeout=600) for run in runs]
+    for run, (_, err) in zip(runs, outputs):
+        assert run.returncode == 0, err[-3000:]
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert "training data parallel on 2 replicas" in outputs[0][1] and "worker 1 of a multi-worker run" in outputs[1][1]
+    np.testing.assert_allclose(_losses(tmp_path / "workers"), _losses(tmp_path / "one"), rtol=1e-5)
+    a, b = _weights(tmp_path / "workers", 4), _weights(tmp_path / "one", 4)
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    assert sorted(p.name for p in (tmp_path / "workers").glob("params_*.yaml")) == ["params_train.yaml"]

@@ -29,15 +29,25 @@ config; no speed-up is to be expected); with GPUs, the first ``num_devices`` GPU
 all). The emulated device and ``--validate_only`` / ``--compile_only`` are one device per
 run and refuse a strategy.
 
-MultiWorkerMirroredStrategy (several processes, TF_CONFIG) is refused with one line: in
-graph mode its collectives need a ``tf.compat.v1.Session`` whose target is the worker's
-gRPC server, which the strategy's ``update_config_proto``/``cluster_resolver.master()``
-set up only for tf.estimator's own training loop (README, "Several processes or GPUs").
+``train_distribute: multi_worker_mirrored`` trains across processes (on one machine or
+several) with MultiWorkerMirroredStrategy, each process told its place by TF_CONFIG as
+tf.estimator's were; each worker runs the same command. In graph mode the strategy's
+collectives run only in a session whose target is the worker's own gRPC server (which the
+strategy starts) with the strategy's session config (``update_config_proto``): without
+them, the first step fails with "Cannot assign a device for operation
+.../CollectiveBcastSend: ... explicitly assigned to /job:worker/replica:0/task:0/device:CPU:0
+but available devices are [ /job:localhost/replica:0/task:0/device:CPU:0 ]"; GraphSession
+opens that session. Every worker reads the whole input (the same order: the same seed)
+and takes its replica's slice of each global batch. The chief (worker 0) writes model_dir;
+the others write their checkpoints and logs into a temporary folder, deleted at the end.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
+import os
 from typing import Any, Callable, Mapping
 
 import keras
@@ -62,11 +72,57 @@ def strategy_from_params(runconfig: Mapping, device: str) -> Any:
         raise UserError(f"runconfig.train_distribute={kind} with --device emulator: the emulated device is one "
                         f"system per run; train on it without a strategy")
     if kind == "multi_worker_mirrored":
-        raise UserError("runconfig.train_distribute=multi_worker_mirrored: TensorFlow's MultiWorkerMirroredStrategy "
-                        "does not run in this runner's graph-mode session (README, 'Several processes or GPUs'); "
-                        "use train_distribute: mirrored on one machine, or the PyTorch side's torchrun across "
-                        "machines")
+        if count is not None:
+            raise UserError(f"runconfig.num_devices={count} is for train_distribute: mirrored; a worker of "
+                            f"multi_worker_mirrored trains on every GPU it has (--device gpu) or on its CPU")
+        return multi_worker_strategy()
     return mirrored_strategy(device, count)
+
+
+def _tf_config() -> dict:
+    """TF_CONFIG, checked: {"cluster": {"worker": [host:port, ...]}, "task": {"type": "worker", "index": k}}."""
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        raise UserError("runconfig.train_distribute=multi_worker_mirrored needs TF_CONFIG, the cluster and this "
+                        "process's place in it, e.g. TF_CONFIG='{\"cluster\": {\"worker\": [\"host0:2222\", "
+                        "\"host1:2222\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}'")
+    try:
+        config = json.loads(raw)
+        workers, task = config["cluster"]["worker"], config["task"]
+        index = task["index"]
+        ok = isinstance(workers, list) and task["type"] == "worker" and isinstance(index, int) and \
+            0 <= index < len(workers)
+    except (ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise UserError(f"TF_CONFIG={raw!r}: expected {{\"cluster\": {{\"worker\": [\"host:port\", ...]}}, "
+                        f"\"task\": {{\"type\": \"worker\", \"index\": k}}}} with k < the number of workers")
+    return config
+
+
+def multi_worker_strategy() -> tf.distribute.Strategy:
+    """MultiWorkerMirroredStrategy over the cluster TF_CONFIG describes (it starts this worker's gRPC server)."""
+    _tf_config()
+    from common.tf.estimator.session import quiet_tf_logs
+
+    with quiet_tf_logs():
+        return tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy()
+
+
+def worker_index(strategy: Any) -> int:
+    """This process's index among the workers (0 without a multi-worker strategy): 0 writes model_dir."""
+    if strategy is None or not isinstance(strategy, tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy):
+        return 0
+    return int(_tf_config()["task"]["index"])
+
+
+def session_options(strategy: Any, session_config: Any) -> tuple[str, Any]:
+    """The target and config of the session a graph built under ``strategy`` runs in: the worker's
+    gRPC server and the strategy's config for a multi-worker strategy, else the local defaults."""
+    if not isinstance(strategy, tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy):
+        return "", session_config
+    config = strategy.update_config_proto(session_config or tf.compat.v1.ConfigProto())
+    return "grpc://" + strategy.cluster_resolver.master(), config
 
 
 def mirrored_strategy(device: str, count: int | None) -> tf.distribute.Strategy:
@@ -167,7 +223,11 @@ def build_train_graph(model_fn: Callable, input_fn: Callable, params: Mapping, s
             first = replica * batch_size
             features, labels = tf.nest.map_structure(lambda t: t[first:first + batch_size], element)
             with g.keras_policy(params, mixed_policy), g.model_set_precision() as precision:
-                spec = g._check_spec(model_fn(features, labels, mode, params), mode, model_fn, graph)
+                spec = model_fn(features, labels, mode, params)
+            train_op = getattr(spec, "train_op", None)
+            if isinstance(train_op, tf.Variable):  # MultiWorkerMirroredStrategy's apply: the stepped global step
+                spec = dataclasses.replace(spec, train_op=train_op.op)
+            spec = g._check_spec(spec, mode, model_fn, graph)
             specs[replica] = spec
             precisions.append(precision[0])
             with tf.control_dependencies([spec.train_op]):
@@ -176,11 +236,12 @@ def build_train_graph(model_fn: Callable, input_fn: Callable, params: Mapping, s
         per_replica, reduction = run_replicas(strategy, step, seed)
         loss = strategy.reduce(reduction, per_replica, axis=None)
         train_op = tf.group(*strategy.experimental_local_results(per_replica), name="replicated_train_op")
-        first = specs[0]
+        first = specs[min(specs)]  # this process's first replica (a worker of several holds replica k of N)
         spec = type(first)(**{**vars(first), "loss": loss, "train_op": train_op})
         built = g.ModelGraph(graph=graph, mode=mode, spec=spec, features=None, labels=None, iterator=iterator,
                              global_step=global_step, batch_size=batch_size * replicas(strategy),
-                             static_shapes=static, cardinality=cardinality, model_precision=precisions[0])
+                             static_shapes=static, cardinality=cardinality, model_precision=precisions[0],
+                             strategy=strategy)
         built.train_op = g._run_state_updates(graph, train_op)
         built.learning_rate = g._single(graph, g.LEARNING_RATE_COLLECTION)
         built.loss_scale = g._single(graph, g.LOSS_SCALE_COLLECTION)

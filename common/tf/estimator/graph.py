@@ -63,6 +63,7 @@ class ModelGraph:
     # the 16-bit compute format of a Keras policy (or floatx) that model_fn set itself, as the
     # vendor's models do (set_policy(Policy("mixed_float16"))); None: model_fn set none
     model_precision: str | None = None
+    strategy: Any = None  # TRAIN under RunConfig.train_distribute: the tf.distribute strategy it was built for
 
 
 def call_input_fn(input_fn: Callable, params: Mapping, mode: str):
