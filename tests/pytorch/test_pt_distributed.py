@@ -259,3 +259,9 @@ def test_two_processes_evaluate_halves_and_report_the_metrics_of_one(tmp_path):
     for name in a:
         assert [s for s, _ in a[name]] == [s for s, _ in b[name]] == [2]
         np.testing.assert_allclose([v for _, v in a[name]], [v for _, v in b[name]], rtol=1e-6)
+
+
+def test_the_tf_strategy_keys_are_refused_in_one_line(tmp_path):
+    result = _single(tmp_path, tmp_path / "m", "runconfig.train_distribute=mirrored")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: runconfig.train_distribute is the TF runner's")

@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -128,18 +129,42 @@ def _free_ports(count: int) -> list[int]:
     return ports
 
 
-def test_two_worker_processes_train_as_one_device_with_twice_the_batch(tiny_args, tmp_path):
-    """MultiWorkerMirroredStrategy across 2 processes on this machine (gRPC on localhost), TF_CONFIG as
-    tf.estimator's workers had it; worker 0 writes model_dir, worker 1 a folder of its own."""
+def _workers(tiny_args, model_dir, *overrides, **env_extra) -> list[subprocess.Popen]:
+    """2 worker processes of a multi_worker_mirrored run of tf/mnist on this machine (gRPC on localhost)."""
     workers = [f"localhost:{port}" for port in _free_ports(2)]
     runs = []
     for index in range(2):
-        env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
+        env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", **env_extra,
                "TF_CONFIG": json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})}
         argv = tiny_args("--mode", "train", "train_input.batch_size=16",
-                         "runconfig.train_distribute=multi_worker_mirrored", model_dir=tmp_path / "workers")
+                         "runconfig.train_distribute=multi_worker_mirrored", *overrides, model_dir=model_dir)
         runs.append(subprocess.Popen([sys.executable, "-c", RUNS, os.path.join(ROOT, "tf", "mnist"), json.dumps([argv])],
                                      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return runs
+
+
+def test_a_killed_worker_stops_the_other_with_one_line(tiny_args, tmp_path):
+    model_dir = tmp_path / "workers"
+    runs = _workers(tiny_args, model_dir, "runconfig.max_steps=100000", "runconfig.log_steps=1000",
+                    "runconfig.checkpoint_steps=100", ZOO_DIST_TIMEOUT_S="30")
+    deadline = time.time() + 300
+    while not list(model_dir.glob("model.ckpt-*.index")) and time.time() < deadline and runs[0].poll() is None:
+        time.sleep(0.5)
+    assert list(model_dir.glob("model.ckpt-*.index")), runs[0].communicate(timeout=60)[1][-3000:]
+    runs[1].kill()
+    started = time.time()
+    _, err = runs[0].communicate(timeout=180)
+    runs[1].communicate()
+    assert time.time() - started < 120  # no hang
+    assert runs[0].returncode == 2
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: worker 0: a step failed (") and "another worker stopped" in last, err[-2000:]
+
+
+def test_two_worker_processes_train_as_one_device_with_twice_the_batch(tiny_args, tmp_path):
+    """MultiWorkerMirroredStrategy across 2 processes on this machine (gRPC on localhost), TF_CONFIG as
+    tf.estimator's workers had it; worker 0 writes model_dir, worker 1 a folder of its own."""
+    runs = _workers(tiny_args, tmp_path / "workers")
     one = _run_in_new_process("mnist", tiny_args("--mode", "train", "train_input.batch_size=32",
                                                  model_dir=tmp_path / "one"))
     outputs = [run.communicate(timeout=600) for run in runs]

@@ -8,9 +8,11 @@ builds its own RunConfig passes a ``tf.compat.v1.distribute.MirroredStrategy`` (
 on one device, so their metrics are exact. In the TRAIN graph:
 
 - each replica gets ``train_input.batch_size`` examples: the input_fn's batches are put
-  together into global batches of batch_size x replicas (``Dataset.rebatch``) and the
-  strategy hands replica k the k-th slice, the convention of the PyTorch side (torchrun):
-  N replicas with batch B train on exactly the examples of one device with batch 2B;
+  together into global batches of batch_size x replicas (``Dataset.rebatch``), read by one
+  iterator as on one device, and replica k takes the k-th slice of each, the convention of
+  the PyTorch side (torchrun): N replicas with batch B train on exactly the examples of one
+  device with batch N x B (tf.estimator's MirroredStrategy split the input_fn's batch
+  instead; here the per-replica batch stays what params say);
 - model_fn runs once per replica (tf.estimator did the same), its variables are
   MirroredVariables, created once and kept equal on every device;
 - the gradients are averaged over the replicas whatever the loss's reduction:
@@ -20,6 +22,13 @@ on one device, so their metrics are exact. In the TRAIN graph:
   hand or by tf.compat.v1.losses, is divided by the replicas before the optimizer adds
   their gradients up; a loss reduced by SUM is summed);
 - the logged loss is the global batch's: the replicas' mean (their sum for a SUM loss);
+- mixed-precision loss scaling (float16) is refused: its skip of a non-finite step is a
+  tf.cond around the update, which the replicas' merged update cannot sit in;
+- dropout and batch norm run per replica: the dropout masks are not those of one device
+  (so such curves agree only statistically), and batch norm normalises each replica's
+  slice by its own statistics, its moving statistics updated from one replica's batch, not
+  the mean over the replicas (tests/tf/test_tf_distributed.py measures how far tf/resnet
+  drifts from one device);
 - one checkpoint, with the variables under their one-device names (it restores on one
   device and in any number of replicas) and the input position in global batches, and one
   TensorBoard log: one session writes them.
@@ -40,6 +49,9 @@ but available devices are [ /job:localhost/replica:0/task:0/device:CPU:0 ]"; Gra
 opens that session. Every worker reads the whole input (the same order: the same seed)
 and takes its replica's slice of each global batch. The chief (worker 0) writes model_dir;
 the others write their checkpoints and logs into a temporary folder, deleted at the end.
+A step that waits on a lost worker gives up after ``ZOO_DIST_TIMEOUT_S`` seconds (default
+600, as the PyTorch side) and the run stops with one line; the same command on every
+worker resumes from the newest checkpoint.
 """
 
 from __future__ import annotations
@@ -56,8 +68,6 @@ import tensorflow as tf
 from common.errors import UserError
 
 logger = logging.getLogger("zoo")
-
-STRATEGIES = ("mirrored", "multi_worker_mirrored")
 
 
 def strategy_from_params(runconfig: Mapping, device: str) -> Any:
@@ -122,7 +132,34 @@ def session_options(strategy: Any, session_config: Any) -> tuple[str, Any]:
     if not isinstance(strategy, tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy):
         return "", session_config
     config = strategy.update_config_proto(session_config or tf.compat.v1.ConfigProto())
+    # a step that waits on a lost worker fails after the timeout instead of waiting for ever
+    config.operation_timeout_in_ms = int(timeout_s() * 1000)
     return "grpc://" + strategy.cluster_resolver.master(), config
+
+
+TIMEOUT_ENV = "ZOO_DIST_TIMEOUT_S"  # the PyTorch side's variable too (common/pytorch/distributed.py)
+
+
+def timeout_s() -> float:
+    value = os.environ.get(TIMEOUT_ENV, "600")
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise UserError(f"environment variable {TIMEOUT_ENV}={value!r}: a number of seconds above 0")
+    return seconds
+
+
+def lost_worker(error: Exception, strategy: Any) -> UserError | None:
+    """A multi-worker step that failed because another worker is gone, as one line (else None)."""
+    if not isinstance(strategy, tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy) or not \
+            isinstance(error, (tf.errors.DeadlineExceededError, tf.errors.UnavailableError, tf.errors.AbortedError,
+                               tf.errors.CancelledError, tf.errors.InternalError)):
+        return None
+    return UserError(f"worker {worker_index(strategy)}: a step failed ({type(error).__name__}): another worker "
+                     f"stopped or cannot be reached (steps give up after {TIMEOUT_ENV}={timeout_s():g} s); the "
+                     f"same command on every worker resumes from the newest checkpoint")
 
 
 def mirrored_strategy(device: str, count: int | None) -> tf.distribute.Strategy:
