@@ -199,8 +199,8 @@ def replicas(strategy: Any) -> int:
 
 
 def global_batches(dataset: tf.data.Dataset, batch_size: int, strategy: Any) -> tf.data.Dataset:
-    """The input_fn's batches of ``batch_size`` as global batches of batch_size x replicas, which
-    the strategy splits back into one batch_size slice per replica (an incomplete one is dropped)."""
+    """The input_fn's batches of ``batch_size`` as global batches of batch_size x replicas, each
+    replica's slice in turn (an incomplete last global batch is dropped)."""
     return dataset.rebatch(batch_size * replicas(strategy), drop_remainder=True)
 
 
@@ -282,7 +282,7 @@ def build_train_graph(model_fn: Callable, input_fn: Callable, params: Mapping, s
         built.train_op = g._run_state_updates(graph, train_op)
         built.learning_rate = g._single(graph, g.LEARNING_RATE_COLLECTION)
         built.loss_scale = g._single(graph, g.LOSS_SCALE_COLLECTION)
-        if g.summaries_enabled():  # the first replica's: every replica has the same summaries of its slice
+        if g.summaries_enabled():  # the first replica's summaries (of its slice); replica k's are under replica_k/
             summaries = [s for s in graph.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)
                          if not s.op.name.startswith("replica_")]
             built.summary = tf.compat.v1.summary.merge(summaries) if summaries else None
