@@ -109,6 +109,10 @@ COMMON_DEFAULTS: dict[str, Any] = {
         "keep_checkpoint_max": 5,  # 0: keep every checkpoint
         "log_steps": Typed(50, (int,), range=AT_LEAST_1),  # log line and TensorBoard scalars; TF: save_summary_steps
         "seed": 0,  # TF spelling: tf_random_seed
+        # TF: train data parallel with a tf.distribute strategy (mirrored) over num_devices local
+        # devices (common/tf/estimator/distribute.py); PyTorch runs data parallel through torchrun
+        "train_distribute": Typed(None, (str,), ("mirrored", "multi_worker_mirrored")),
+        "num_devices": Typed(None, (int,), range=AT_LEAST_1),
     },
     "optimizer": {
         "optimizer_type": Typed("adam", (str,), KINDS),

@@ -91,7 +91,25 @@ def epoch_batches(loader: DataLoader, seed: int, epoch: int, skip: int = 0, worl
         return itertools.islice(iter(loader), skip, None)
     else:
         order = _index_order(loader, generator, epoch)[skip:]
-    if loader.batch_sampler is not None or world.distributed:
+    return _replay(loader, order, generator, batched=loader.batch_sampler is not None or world.distributed)
+
+
+def eval_shard(loader: DataLoader, seed: int, limit: int | None = None, world: World = SINGLE) -> Iterator[Any]:
+    """The eval set's batches in the fixed order of (seed, epoch 0), the first ``limit`` of them
+    (all when None); in a data-parallel run, this process's share: batches rank, rank + N, ...
+    of that order. The processes thus evaluate exactly the batches of one process with the same
+    batch size, each once; when their number does not divide by N, the first processes get one
+    batch more (nothing is padded or dropped: the runner sums the eval over the processes)."""
+    if isinstance(loader.dataset, IterableDataset):  # its own order: every process reads it, keeps its share
+        return itertools.islice(iter(loader), world.rank, limit, world.size)
+    generator = torch.Generator().manual_seed(epoch_seed(seed, 0))
+    order = _index_order(loader, generator, 0)[:limit][world.rank::world.size]
+    return _replay(loader, order, generator, batched=loader.batch_sampler is not None)
+
+
+def _replay(loader: DataLoader, order: list, generator: torch.Generator, batched: bool) -> Iterator[Any]:
+    """A DataLoader with ``loader``'s settings over ``order`` (batches of indices when ``batched``, else indices)."""
+    if batched:
         indices: dict[str, Any] = {"batch_sampler": order}
     else:
         indices = {"batch_size": None, "sampler": order}

@@ -18,8 +18,12 @@ WORLD_SIZE > 1 the run is data parallel:
 - rank 0 alone writes into model_dir (the run lock, params, checkpoints, TensorBoard,
   predictions) and logs; the others log warnings and errors only, prefixed with their rank;
 - the logged loss is the mean of the processes' losses (the loss of the global batch);
-- eval, eval_all and predict run whole on every process (each sees every eval example, so
-  the metrics are those of one process, with no reduction to get wrong); rank 0 reports.
+- eval and eval_all share the eval set: process k evaluates batches k, k + N, ... of the
+  order one process evaluates (common/pytorch/data_order.eval_shard), each batch once, none
+  padded or dropped; the loss sum, the example count and every metric's sums (``summed``,
+  common/pytorch/metrics.py) are added up over the processes, so the metrics are those of one
+  process over the whole eval set (up to the order of the float64 additions); rank 0 reports.
+  predict runs whole on every process, and rank 0 writes the predictions.
 
 A checkpoint is the same whatever the number of processes, and records where the data
 order stands in examples: resuming with another WORLD_SIZE continues from the same example.
@@ -39,6 +43,7 @@ import logging
 import os
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -166,3 +171,20 @@ def mean_across(value: float, world: World) -> float:
         t = t.cuda()
     dist.all_reduce(t)
     return float(t.item()) / world.size
+
+
+def sum_across(arrays: list[np.ndarray], world: World) -> list[np.ndarray]:
+    """Each array summed over the processes, as float64 (one all-reduce for all of them)."""
+    if not world.distributed or not arrays:
+        return arrays
+    flat = [np.asarray(a, np.float64).reshape(-1) for a in arrays]
+    t = torch.from_numpy(np.concatenate(flat))
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
+    dist.all_reduce(t)
+    total = t.cpu().numpy()
+    sums, start = [], 0
+    for a, f in zip(arrays, flat):
+        sums.append(total[start:start + f.size].reshape(np.shape(a)))
+        start += f.size
+    return sums

@@ -19,6 +19,7 @@ reports ``self.metrics`` (see "the vendor's metric classes" below).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping
@@ -39,7 +40,15 @@ def _pick(batch: Any, key: int | str) -> np.ndarray:
 
 
 class Metric:
-    """Accumulates over eval batches; ``result()`` is the value over everything seen."""
+    """Accumulates over eval batches; ``result()`` is the value over everything seen.
+
+    ``summed`` names the attributes that ``reset()`` zeroes and ``update()`` adds to
+    (numbers or numpy arrays): a data-parallel eval (common/pytorch/distributed.py) adds
+    them up over the processes, each of which saw its share of the eval set, before
+    ``result()``. A metric whose result is not a function of such sums cannot be reduced.
+    """
+
+    summed: tuple[str, ...] | None = None
 
     def reset(self) -> None:
         raise NotImplementedError
@@ -58,6 +67,8 @@ class Accuracy(Metric):
     (default: the last element) or a key of a dict batch. Labels equal to ``ignore_index``
     do not count.
     """
+
+    summed = ("correct", "total")
 
     def __init__(self, output: str = "logits", labels: int | str = -1, ignore_index: int | None = None):
         self.output, self.labels, self.ignore_index = output, labels, ignore_index
@@ -122,8 +133,11 @@ class CBMetric:
 
     A subclass writes ``update_on_host(...)`` (the arguments as CPU tensors), ``compute()``
     and ``reset_state()``; ``update_on_device(...)`` passes its arguments through unless
-    overridden. ``name`` defaults to the class name.
+    overridden. ``name`` defaults to the class name. ``summed`` names the attributes
+    ``reset_state()`` zeroes and ``update_on_host()`` adds to, as Metric.summed.
     """
+
+    summed: tuple[str, ...] | None = None
 
     def __init__(self, name: str | None = None):
         self._name = name or type(self).__name__
@@ -237,6 +251,8 @@ class AccuracyMetric(CBMetric):
     """Correct predictions over all predictions: ``labels`` and ``predictions`` are class ids of any
     (equal) size; with ``weights``, each counts its weight (weight 0 masks it out)."""
 
+    summed = ("total_correct", "total_weight")
+
     def reset_state(self) -> None:
         self.total_correct = 0.0
         self.total_weight = 0.0
@@ -263,6 +279,8 @@ class PerplexityMetric(CBMetric):
     passes its mean loss times the tokens it was divided by); the tokens are the number of
     ``labels``, or the sum of ``weights`` (the attention mask) when given.
     """
+
+    summed = ("total_loss", "total_tokens")
 
     def reset_state(self) -> None:
         self.total_loss = 0.0
@@ -291,6 +309,8 @@ class PerplexityMetric(CBMetric):
 
 class _ConfusionMetric(CBMetric):
     """Accumulates a weighted confusion matrix of ``labels`` against ``predictions`` (class ids)."""
+
+    summed = ("confusion_matrix",)
 
     def __init__(self, num_classes: int, name: str | None = None):
         self._name = name or type(self).__name__  # set early: the checks below name the metric
@@ -342,6 +362,7 @@ class FBetaScoreMetric(CBMetric):
     """
 
     AVERAGE_TYPES = ("micro", "macro")
+    summed = ("confusion_matrix",)
 
     def __init__(self, num_classes: int, beta: float = 1.0, average_type: str = "micro",
                  ignore_labels: list[int] | None = None, name: str | None = None):
@@ -385,6 +406,36 @@ class FBetaScoreMetric(CBMetric):
 
 
 # --- what the runners do with them ----------------------------------------------------------------
+
+
+def summed_state(metric: Metric | CBMetric) -> dict[str, Any]:
+    """The attributes of ``metric`` that add up over eval batches (``summed``), by name; a vendor
+    metric's count of calls with them."""
+    fields = getattr(metric, "summed", None)
+    if fields is None:
+        cls = type(metric)
+        try:
+            where = f"{inspect.getsourcefile(cls)}:{inspect.getsourcelines(cls)[1]}"
+        except (OSError, TypeError):
+            where = cls.__module__
+        raise UserError(f"{where}: metric {cls.__name__} has no 'summed' (the attributes reset zeroes and update "
+                        f"adds to), which a data-parallel eval adds up over the processes; name them, e.g. "
+                        f"summed = (\"correct\", \"total\")")
+    state = {name: getattr(metric, name) for name in fields}
+    if isinstance(metric, CBMetric):
+        state["_num_updates"] = metric._num_updates
+    return state
+
+
+def set_summed_state(metric: Metric | CBMetric, state: Mapping[str, Any]) -> None:
+    """Puts the sums back, each as the type it had (an int stays an int)."""
+    for name, value in state.items():
+        old = getattr(metric, name)
+        if isinstance(old, np.ndarray):
+            setattr(metric, name, np.asarray(value, dtype=old.dtype).reshape(old.shape))
+        else:  # a number, handed as a 0-d array or a numpy scalar
+            value = float(np.asarray(value))
+            setattr(metric, name, type(old)(round(value) if isinstance(old, (int, np.integer)) else value))
 
 
 def report_key(name: str) -> str:

@@ -57,6 +57,10 @@ def run(model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn, default_
                 logging.getLogger("zoo").setLevel(logging.WARNING)
         params = effective_params(args, default_params_fn, model_folder, "pytorch")
         _add_extra_args(params, args, extra)
+        for key in ("train_distribute", "num_devices"):
+            if params["runconfig"][key] is not None:
+                raise UserError(f"runconfig.{key} is the TF runner's (tf.distribute strategies); a PyTorch run "
+                                f"trains data parallel when launched by torchrun --nproc_per_node N (README)")
         if args.validate_only or args.compile_only:
             from common.pytorch.device_run import compile_for_device  # the device; loaded only when asked for
 

@@ -55,9 +55,9 @@ from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.checkpoint import (UnreadableCheckpoint, describe_mismatch, last_readable, list_checkpoints,
                                        load_checkpoint, optimizer_mismatch, rng_state, save_checkpoint,
                                        set_rng_state)
-from common.pytorch.data_order import TrainOrder, epoch_batches
-from common.pytorch.distributed import SINGLE, World, mean_across, wrap
-from common.pytorch.metrics import cb_metrics_of
+from common.pytorch.data_order import TrainOrder, eval_shard
+from common.pytorch.distributed import SINGLE, World, mean_across, sum_across, wrap
+from common.pytorch.metrics import cb_metrics_of, set_summed_state, summed_state
 from common.summaries import ScalarWriter
 
 logger = logging.getLogger("zoo")
@@ -123,12 +123,10 @@ def last_step(runconfig: Mapping, global_step: int) -> int:
     return global_step + runconfig["steps"] if runconfig["steps"] is not None else runconfig["max_steps"]
 
 
-def eval_batches(loader: DataLoader, seed: int, eval_steps: int | None):
-    """The eval set in a fixed order (a shuffled eval loader is shuffled the same way every time)."""
-    for i, batch in enumerate(epoch_batches(loader, seed, epoch=0)):
-        if eval_steps is not None and i >= eval_steps:
-            return
-        yield batch
+def eval_batches(loader: DataLoader, seed: int, eval_steps: int | None, world: World = SINGLE):
+    """The eval set in a fixed order (a shuffled eval loader is shuffled the same way every time);
+    in a data-parallel run, this process's share of its batches (data_order.eval_shard)."""
+    return eval_shard(loader, seed, eval_steps, world)
 
 
 class StepWindow:
@@ -413,8 +411,10 @@ class Runner:
         model = self.model
         for metric in (*model.metrics.values(), *self.cb_metrics.values()):
             metric.reset()  # calls made while training (if the model makes any) do not count
+            if self.world.distributed:
+                summed_state(metric)  # a metric the processes cannot add up is refused before the eval
         total_loss, examples = 0.0, 0
-        for batch in eval_batches(self.eval_loader, self.runconfig["seed"], self.runconfig["eval_steps"]):
+        for batch in eval_batches(self.eval_loader, self.runconfig["seed"], self.runconfig["eval_steps"], self.world):
             loss, outputs = self.steps.eval(batch)
             size = batch_size(batch)
             total_loss += loss * size
@@ -423,6 +423,8 @@ class Runner:
                 batch = to_numpy(batch)
                 for metric in model.metrics.values():
                     metric.update(outputs, batch)
+        if self.world.distributed:
+            total_loss, examples = self._sum_across_processes(total_loss, examples)
         if examples == 0:
             raise UserError("eval data yielded no batches (is the eval set smaller than eval_input.batch_size "
                             "with drop_last?)")
@@ -434,6 +436,22 @@ class Runner:
             writer.scalars(self.global_step, metrics)
             writer.flush()
         return metrics
+
+    def _sum_across_processes(self, total_loss: float, examples: int) -> tuple[float, int]:
+        """The eval sums of every process, added up (each process evaluated its share of the eval set)."""
+        metrics = [*self.model.metrics.values(), *self.cb_metrics.values()]
+        states = [summed_state(metric) for metric in metrics]
+        names = [(i, name) for i, state in enumerate(states) for name in state]
+        sums = sum_across([np.asarray(total_loss), np.asarray(examples)] +
+                          [np.asarray(states[i][name]) for i, name in names], self.world)
+        added: list[dict[str, Any]] = [{} for _ in metrics]
+        for (i, name), value in zip(names, sums[2:]):
+            added[i][name] = value
+        for metric, state in zip(metrics, added):
+            set_summed_state(metric, state)
+        examples = int(round(float(sums[1])))
+        logger.info("eval over %d examples, shared by %d processes", examples, self.world.size)
+        return float(sums[0]), examples
 
     def _cb_results(self) -> dict[str, float]:
         results = {}

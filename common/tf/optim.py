@@ -133,6 +133,14 @@ def build_optimizer(optimizer_params: Mapping, lr: tf.Tensor, var_list: Sequence
 
 # --- the train op ------------------------------------------------------------------------
 
+def in_replica_of_several() -> int:
+    """The number of replicas when called in a replica of a tf.distribute strategy with several
+    (model_fn under runconfig.train_distribute: common/tf/estimator/distribute.py), else 1."""
+    if not tf.distribute.has_strategy() or tf.distribute.in_cross_replica_context():
+        return 1
+    return tf.distribute.get_strategy().num_replicas_in_sync
+
+
 def build_train_op(loss: tf.Tensor, params: Mapping, global_step: tf.Variable | None = None,
                    var_list: Sequence[tf.Variable] | None = None) -> tf.Operation:
     """``minimize(loss)`` with everything ``params`` say: schedule, optimizer, weight decay,
@@ -147,6 +155,11 @@ def build_train_op(loss: tf.Tensor, params: Mapping, global_step: tf.Variable | 
     optimizer = build_optimizer(p, lr, var_list)
 
     scaling = loss_scaling(params)
+    replicas = in_replica_of_several()
+    if replicas > 1 and scaling is not None:
+        raise UserError(f"optimizer.loss_scaling_factor={p['loss_scaling_factor']!r} with runconfig.train_distribute: "
+                        f"loss scaling skips steps with a tf.cond around the update, which the replicas cannot "
+                        f"share; train data parallel in bfloat16 or float32")
     if scaling == "dynamic":
         scale = tf.compat.v1.Variable(p["initial_loss_scale"], trainable=False, dtype=tf.float32, name="loss_scale")
         good_steps = tf.compat.v1.Variable(0, trainable=False, dtype=tf.int64, name="loss_scale_good_steps")
@@ -166,6 +179,11 @@ def build_train_op(loss: tf.Tensor, params: Mapping, global_step: tf.Variable | 
     grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
     grads = [g for g, _ in grads_and_vars]
     variables = [v for _, v in grads_and_vars]
+    if replicas > 1:
+        # the global batch's gradient on every replica, before clipping and weight decay see it: the
+        # replicas' gradients added up (compute_gradients divided a mean loss by the replicas, as
+        # tf.estimator had the v1 optimizers do: common/tf/estimator/distribute.py)
+        grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads)
     # one step as device/optimizer.py states it: unscale -> skip if non-finite -> clip by value
     # -> clip by global norm -> weight decay -> update rule
     if scaling is not None:
@@ -180,6 +198,10 @@ def build_train_op(loss: tf.Tensor, params: Mapping, global_step: tf.Variable | 
         # coupled L2 on the clipped gradient, as torch.optim's weight_decay: grad += weight_decay * var
         grads = [g if excluded_from_weight_decay(v.op.name, p["weight_decay_exclude"]) else g + p["weight_decay"] * v
                  for g, v in zip(grads, variables)]
+    if replicas > 1:
+        # apply_gradients adds the replicas' gradients up once more (a v1 optimizer's merge): each
+        # hands in 1/replicas of the global one (exact for 2 replicas: x/2 + x/2 == x)
+        grads = [g / replicas for g in grads]
     grads_and_vars = list(zip(grads, variables))
 
     if scaling is None:

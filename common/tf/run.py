@@ -12,13 +12,16 @@ position where it holds one for the same input pipeline) instead of the latest i
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import dataclasses
 import faulthandler
 import importlib.util
 import inspect
 import logging
 import os
 import re
+import shutil
 import sys
 import tempfile
 from typing import Any, Callable
@@ -125,10 +128,22 @@ def _run(args, model_fn, train_input_fn, eval_input_fn, default_params_fn: Calla
     if not (args.validate_only or args.compile_only):  # these build for the device, which takes every 16-bit format
         check_precision(params, args.device)
     _check_device(args.device)
+    if (args.validate_only or args.compile_only) and params["runconfig"]["train_distribute"] is not None:
+        raise UserError(f"runconfig.train_distribute={params['runconfig']['train_distribute']} with "
+                        f"{'--validate_only' if args.validate_only else '--compile_only'}: the device is one system "
+                        f"per run and compiles one graph; compile without a strategy")
 
     from common.tf.estimator import CerebrasEstimator, RunConfig  # TensorFlow loads here, after the flags
+    from common.tf.estimator.distribute import worker_index
 
     config = RunConfig.from_params(params, device=args.device)
+    worker = worker_index(config.train_distribute)
+    if worker > 0:  # a multi-worker run: the chief (worker 0) writes model_dir, the others a folder of their own
+        scratch = tempfile.mkdtemp(prefix=f"zoo_worker{worker}_")
+        atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+        logger.info("worker %d of a multi-worker run: worker 0 writes %s; this one writes into %s, deleted at the "
+                    "end", worker, config.model_dir, scratch)
+        config = dataclasses.replace(config, model_dir=scratch)
     estimator = CerebrasEstimator(model_fn, config=config, params=params,
                                   warm_start_from=args.checkpoint_path if args.mode in ("train", "train_and_eval")
                                   else None)

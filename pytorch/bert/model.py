@@ -263,6 +263,8 @@ def masked_lm_loss(mlm_logits: torch.Tensor, masked_lm_ids: torch.Tensor, masked
 class MaskedLMAccuracy(Metric):
     """Fraction of the real (weight 1) masked positions whose most likely token is the original."""
 
+    summed = ("correct", "total")  # added up over the processes of a data-parallel eval
+
     def reset(self) -> None:
         self.correct = self.total = 0.0
 
@@ -279,6 +281,8 @@ class MaskedLMAccuracy(Metric):
 class MaskedLMLoss(Metric):
     """The mean cross entropy over every real masked position of the eval set; ``perplexity``:
     its exponential (``mlm_perplexity``)."""
+
+    summed = ("sum", "total")  # added up over the processes of a data-parallel eval
 
     def __init__(self, perplexity: bool = False):
         self.perplexity = perplexity

@@ -224,6 +224,8 @@ def lm_loss(losses: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
 class NextTokenAccuracy(Metric):
     """The share of real label positions whose most likely token is the label (``accuracy``)."""
 
+    summed = ("correct", "total")  # added up over the processes of a data-parallel eval
+
     def __init__(self):
         self.reset()
 
@@ -242,6 +244,8 @@ class NextTokenAccuracy(Metric):
 
 class Perplexity(Metric):
     """exp of the mean token loss over every real label of the eval set (``lm_perplexity``)."""
+
+    summed = ("sum", "total")  # added up over the processes of a data-parallel eval
 
     def __init__(self):
         self.reset()

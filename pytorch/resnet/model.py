@@ -111,6 +111,8 @@ class ResNet(nn.Module):
 class TopKAccuracy(Metric):
     """Fraction of examples whose label is among the k largest logits (ties: the lower class first)."""
 
+    summed = ("correct", "total")  # added up over the processes of a data-parallel eval
+
     def __init__(self, k: int, output: str = "logits"):
         self.k, self.output = k, output
         self.reset()

@@ -294,6 +294,8 @@ class TokenAccuracy(Metric):
     """The share of real target tokens whose most likely token, given the true tokens before
     it (teacher forcing), is the label (``accuracy``)."""
 
+    summed = ("correct", "total")  # added up over the processes of a data-parallel eval
+
     def __init__(self):
         self.reset()
 
@@ -314,6 +316,8 @@ class SequenceAccuracy(Metric):
     """The share of examples whose every target token is predicted right under teacher forcing
     (``sequence_accuracy``): an upper bound of greedy decoding's exact match."""
 
+    summed = ("correct", "total")  # added up over the processes of a data-parallel eval
+
     def __init__(self):
         self.reset()
 
@@ -332,6 +336,8 @@ class SequenceAccuracy(Metric):
 
 class Perplexity(Metric):
     """exp of the mean plain cross entropy over every real target token of the eval set (``lm_perplexity``)."""
+
+    summed = ("sum", "total")  # added up over the processes of a data-parallel eval
 
     def __init__(self):
         self.reset()

@@ -15,7 +15,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from common.errors import UserError
 from common.pytorch import distributed
-from common.pytorch.data_order import TrainOrder, epoch_batches
+from common.pytorch.data_order import TrainOrder, epoch_batches, eval_shard
+from common.pytorch.metrics import Accuracy, MeanIOUMetric, Metric, set_summed_state, summed_state
 from common.summaries import read_scalars
 
 REPO = Path(__file__).resolve().parents[2]
@@ -202,3 +203,65 @@ def test_a_killed_process_stops_the_others_with_one_line_and_the_run_resumes(tmp
     _, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, err[-3000:]
     assert f"(step {newest})" in err and (model_dir / f"checkpoint_{newest + 4}.mdl").exists()
+
+
+# --- eval across processes -------------------------------------------------------------------------
+
+def test_the_processes_share_the_eval_batches_of_one_process_each_once():
+    loader = DataLoader(TensorDataset(torch.arange(45)), batch_size=4, shuffle=True)  # 12 batches, the last of 1
+    single = [b[0].tolist() for b in eval_shard(loader, seed=5)]
+    shares = [[b[0].tolist() for b in eval_shard(loader, 5, world=distributed.World(r, 3))] for r in range(3)]
+    assert [len(s) for s in shares] == [4, 4, 4]
+    assert [shares[i % 3][i // 3] for i in range(12)] == single  # batch i on process i mod 3, whole
+    limited = [[b[0].tolist() for b in eval_shard(loader, 5, 5, distributed.World(r, 2))] for r in range(2)]
+    assert limited == [[single[0], single[2], single[4]], [single[1], single[3]]]  # eval_steps=5: 3 + 2
+
+
+def test_metric_sums_come_back_as_their_types_and_a_metric_without_sums_is_refused():
+    accuracy = Accuracy()
+    accuracy.correct, accuracy.total = 3, 4
+    state = summed_state(accuracy)
+    set_summed_state(accuracy, {name: np.float64(2 * value) for name, value in state.items()})
+    assert (accuracy.correct, accuracy.total) == (6, 8) and type(accuracy.correct) is int
+    iou = MeanIOUMetric(num_classes=2)
+    iou(labels=torch.tensor([0, 1]), predictions=torch.tensor([0, 0]))
+    state = summed_state(iou)
+    assert state["_num_updates"] == 1
+    set_summed_state(iou, {name: 2 * np.asarray(value, np.float64) for name, value in state.items()})
+    assert iou.num_updates == 2 and iou.confusion_matrix.tolist() == [[2, 0], [2, 0]]
+
+    class Median(Metric):
+        def reset(self):
+            self.values = []
+
+    with pytest.raises(UserError, match=r"test_pt_distributed.py:\d+: metric Median has no 'summed'"):
+        summed_state(Median())
+
+
+def _eval_scalars(model_dir):
+    return read_scalars(str(model_dir / "eval"))
+
+
+def test_two_processes_evaluate_halves_and_report_the_metrics_of_one(tmp_path):
+    trained = _single(tmp_path, tmp_path / "trained", "runconfig.max_steps=2")
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    checkpoint = str(tmp_path / "trained" / "checkpoint_2.mdl")
+    one = _single(tmp_path, tmp_path / "one", "--mode", "eval", "--checkpoint_path", checkpoint)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = _torchrun(tmp_path, tmp_path / "two", "--mode", "eval", "--checkpoint_path", checkpoint)
+    _, err = two.communicate(timeout=300)
+    assert two.returncode == 0, err[-3000:]
+    assert err.count("| Eval ") == 1, err[-3000:]  # rank 0 reports, once
+    # the 11 whole batches of 32 of the 360 UCI test digits (eval_input.drop_last), each counted once
+    assert "eval over 352 examples, shared by 2 processes" in err
+    a, b = _eval_scalars(tmp_path / "two"), _eval_scalars(tmp_path / "one")
+    assert set(a) == set(b) == {"loss", "accuracy"}
+    for name in a:
+        assert [s for s, _ in a[name]] == [s for s, _ in b[name]] == [2]
+        np.testing.assert_allclose([v for _, v in a[name]], [v for _, v in b[name]], rtol=1e-6)
+
+
+def test_the_tf_strategy_keys_are_refused_in_one_line(tmp_path):
+    result = _single(tmp_path, tmp_path / "m", "runconfig.train_distribute=mirrored")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: runconfig.train_distribute is the TF runner's")

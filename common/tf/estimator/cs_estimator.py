@@ -78,7 +78,7 @@ class CerebrasEstimator:
         """``mode``'s graph from ``input_fn`` and ``model_fn`` (for the device capture and tests)."""
         with quiet_tf_logs():
             return build_graph(self.model_fn, input_fn, mode, self.params, self.config.tf_random_seed,
-                               mixed_policy)
+                               mixed_policy, self.config.train_distribute)
 
     def open_session(self, input_fn: Callable, mode: str, mixed_policy: bool = True,
                      weights: bool = True) -> GraphSession:
@@ -364,11 +364,19 @@ class CpuTrainStep:
         self.checked = False
 
     def __call__(self, step: int, log_now: bool) -> tuple[float, int, Mapping]:
-        if log_now:
-            logged = self.run.session.run(self.logged)
-            values = logged["step"]
-        else:
-            logged, values = {}, self.run.session.run(self.plain)
+        try:
+            if log_now:
+                logged = self.run.session.run(self.logged)
+                values = logged["step"]
+            else:
+                logged, values = {}, self.run.session.run(self.plain)
+        except tf.errors.OpError as e:  # a multi-worker step whose peer is gone: one line
+            from common.tf.estimator.distribute import lost_worker
+
+            lost = lost_worker(e, self.run.built.strategy)
+            if lost is None:
+                raise
+            raise lost from None
         if not self.checked:
             self.checked = True
             if self.run.step() != step + 1:

@@ -63,6 +63,7 @@ class ModelGraph:
     # the 16-bit compute format of a Keras policy (or floatx) that model_fn set itself, as the
     # vendor's models do (set_policy(Policy("mixed_float16"))); None: model_fn set none
     model_precision: str | None = None
+    strategy: Any = None  # TRAIN under RunConfig.train_distribute: the tf.distribute strategy it was built for
 
 
 def call_input_fn(input_fn: Callable, params: Mapping, mode: str):
@@ -176,6 +177,11 @@ def _ancestors(targets: list) -> set:
     return seen
 
 
+def components(variable) -> tuple:
+    """A distributed variable's per-device variables (under a strategy); else the variable itself."""
+    return tuple(variable._values) if isinstance(variable, tf.distribute.DistributedValues) else (variable,)
+
+
 def _run_state_updates(graph: tf.Graph, train_op: Any) -> Any:
     """Run the state updates of Keras 3 layers with every training step.
 
@@ -186,8 +192,8 @@ def _run_state_updates(graph: tf.Graph, train_op: Any) -> Any:
     variable, so the masks follow one deterministic stream that a checkpoint (which holds
     the seed variable) resumes, and the running statistics update as in eager Keras.
     """
-    initializers = {v.initializer for v in tf.compat.v1.global_variables()}
-    trainable = {v.handle.op for v in tf.compat.v1.trainable_variables()}
+    initializers = {c.initializer for v in tf.compat.v1.global_variables() for c in components(v)}
+    trainable = {c.handle.op for v in tf.compat.v1.trainable_variables() for c in components(v)}
     needed = _ancestors([train_op])
     advances = []
     for op in graph.get_operations():
@@ -253,13 +259,18 @@ def run_precision(params: Mapping, built: ModelGraph) -> str:
 
 
 def build_graph(model_fn: Callable, input_fn: Callable, mode: str, params: Mapping, seed: int,
-                mixed_policy: bool = True) -> ModelGraph:
+                mixed_policy: bool = True, strategy: Any = None) -> ModelGraph:
     """Build ``mode``'s graph in a fresh tf.Graph; nothing runs yet.
 
     ``mixed_policy``: build the layers under the Keras mixed-precision policy that params ask
     for (the CPU/GPU run); the device's graph is built in fp32 and the device rounds its
-    compute to the 16-bit format itself.
+    compute to the 16-bit format itself. ``strategy`` (TRAIN only): the graph on every replica
+    of a tf.distribute strategy (common/tf/estimator/distribute.py).
     """
+    if strategy is not None and mode == ModeKeys.TRAIN:
+        from common.tf.estimator.distribute import build_train_graph
+
+        return build_train_graph(model_fn, input_fn, params, seed, mixed_policy, strategy)
     # Keras names layers and draws default seeds from process-wide state: reset both, so
     # every build of the same model_fn gets the same variable names and initial values.
     keras.backend.clear_session()

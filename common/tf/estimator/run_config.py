@@ -2,7 +2,9 @@
 
 ``save_summary_steps`` sets both the log line and the TensorBoard scalars (params:
 ``runconfig.log_steps``); ``save_checkpoints_steps`` is ``runconfig.checkpoint_steps``;
-``tf_random_seed`` is ``runconfig.seed``.
+``tf_random_seed`` is ``runconfig.seed``. ``train_distribute`` is a tf.distribute strategy to
+train data parallel with (params: ``runconfig.train_distribute``, ``runconfig.num_devices``;
+common/tf/estimator/distribute.py).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class RunConfig:
     execution_mode: str = "pipelined"  # or weight_streaming
     micro_batch_size: int | None = None  # weight streaming: samples per pass; None: the largest that fits
     session_config: Any = None  # a tf.compat.v1.ConfigProto, or None for TensorFlow's defaults
+    train_distribute: Any = None  # a tf.compat.v1.distribute.MirroredStrategy, or None: one device
 
     def __post_init__(self):
         if self.device not in DEVICES:
@@ -41,15 +44,21 @@ class RunConfig:
         for name, key in _PARAMS_KEYS.items():
             if getattr(self, name) <= 0:
                 raise UserError(f"{key} (RunConfig.{name}) must be positive, got {getattr(self, name)}")
+        if self.train_distribute is not None and self.device == "emulator":
+            raise UserError("RunConfig.train_distribute with --device emulator: the emulated device is one system "
+                            "per run; train on it without a strategy")
 
     @classmethod
     def from_params(cls, params: Mapping, device: str = "cpu") -> "RunConfig":
+        from common.tf.estimator.distribute import strategy_from_params  # TensorFlow loads there
+
         runconfig, dev = params["runconfig"], params["device"]
         return cls(model_dir=runconfig["model_dir"], tf_random_seed=runconfig["seed"],
                    save_summary_steps=runconfig["log_steps"], save_checkpoints_steps=runconfig["checkpoint_steps"],
                    keep_checkpoint_max=runconfig["keep_checkpoint_max"], device=device,
                    device_profile=dev["profile"], execution_mode=dev["execution_mode"],
-                   micro_batch_size=dev["micro_batch_size"])
+                   micro_batch_size=dev["micro_batch_size"],
+                   train_distribute=strategy_from_params(runconfig, device))
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,10 @@ class GraphSession:
             self._init = tf.group(tf.compat.v1.variables_initializer(variables),
                                   tf.compat.v1.local_variables_initializer(), tf.compat.v1.tables_initializer())
             self.local_init = tf.compat.v1.local_variables_initializer()
-        self.session = tf.compat.v1.Session(graph=built.graph, config=config.session_config)
+        from common.tf.estimator.distribute import session_options
+
+        target, session_config = session_options(built.strategy, config.session_config)
+        self.session = tf.compat.v1.Session(target, graph=built.graph, config=session_config)
         self._restorers: dict[frozenset, Any] = {}
         self.session.run([self._init, built.iterator.initializer])
 
