@@ -392,6 +392,8 @@ class TokenAccuracy(Metric):
     """The share of real target tokens whose most likely token, given the true tokens before
     it (teacher forcing), is the label (``accuracy``)."""
 
+    summed = ("correct", "total")  # added up over the processes of a data-parallel eval
+
     def __init__(self):
         self.reset()
 
@@ -410,6 +412,8 @@ class TokenAccuracy(Metric):
 
 class Perplexity(Metric):
     """exp of the mean cross entropy over every real target token of the eval set (``lm_perplexity``)."""
+
+    summed = ("sum", "total")  # added up over the processes of a data-parallel eval
 
     def __init__(self):
         self.reset()
