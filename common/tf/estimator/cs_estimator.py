@@ -31,12 +31,13 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import tensorflow as tf
 
-from common.errors import NonFiniteLossError, UserError
+from common.errors import NonFiniteGradient, NonFiniteLossError, UserError
 from common.interrupt import Interrupted, stop_between_steps
 from common.log import TrainMeter, eval_line
 from common.params import fill_zoo_sections
@@ -46,6 +47,7 @@ from common.tf.estimator.graph import ModelGraph, build_graph, run_precision, wh
 from common.tf.estimator.mode_keys import ModeKeys
 from common.tf.estimator.run_config import RunConfig
 from common.tf.estimator.session import GraphSession, quiet_tf_logs
+from common.tf.optim import NON_FINITE
 
 logger = logging.getLogger("zoo")
 
@@ -167,12 +169,11 @@ class CerebrasEstimator:
                         break
                     except tf.errors.DataLossError as e:  # a TFRecord file's record fails its checksum
                         raise damaged_input("training", step + 1, e, saved_path) from None
+                    except NonFiniteGradient as e:  # not applied: the variables are the last step's
+                        raise NonFiniteLossError(non_finite(e, step + 1, saved_path)) from None
                     step += 1
                     if not math.isfinite(loss_value):
-                        kept = saved_path or "none (no checkpoint was written yet)"
-                        raise NonFiniteLossError(f"the loss is {loss_value} at step {step}; stopping. The last good "
-                                                 f"checkpoint is kept: {kept} (lower the learning rate, or clip "
-                                                 f"gradients with optimizer.max_gradient_norm)")
+                        raise NonFiniteLossError(non_finite(f"the loss is {loss_value}", step, saved_path))
                     meter.add(batch_size)
                     if log_now:
                         self._log_train(writer, meter, step, loss_value, logged, batch_size)
@@ -210,6 +211,11 @@ class CerebrasEstimator:
 
     def _save(self, run: GraphSession, step: int, saving_listeners, train_step) -> str:
         train_step.before_save(step)  # the emulator writes its weights into the session here
+        # finite gradients can still overflow a variable (a learning rate far too large): never saved
+        variable = non_finite_variable(run)
+        if variable is not None:
+            raise NonFiniteLossError(non_finite(f"the variable {variable[0]} is {variable[1]} (not saved)", step,
+                                                self.latest_checkpoint()))
         path = checkpoints.save_checkpoint(run.built.saver, run.session, self.model_dir, step,
                                            self.config.keep_checkpoint_max)
         logger.info("saved %s", path)
@@ -364,11 +370,21 @@ class CpuTrainStep:
         self.checked = False
 
     def __call__(self, step: int, log_now: bool) -> tuple[float, int, Mapping]:
-        if log_now:
-            logged = self.run.session.run(self.logged)
-            values = logged["step"]
-        else:
-            logged, values = {}, self.run.session.run(self.plain)
+        try:
+            if log_now:
+                logged = self.run.session.run(self.logged)
+                values = logged["step"]
+            else:
+                logged, values = {}, self.run.session.run(self.plain)
+        except tf.errors.InvalidArgumentError as e:  # common/tf/optim.py's check_finite stopped the step
+            found = re.search(re.escape(NON_FINITE) + r"(the loss|the gradient of (\S+)) : Tensor had (NaN|Inf) values",
+                              e.message)
+            if found is None:
+                raise
+            value = float("nan" if found[3] == "NaN" else "inf")
+            if found[2] is None:
+                return value, 0, {}  # the loss: the loop stops on it
+            raise NonFiniteGradient(found[2], value) from None
         if not self.checked:
             self.checked = True
             if self.run.step() != step + 1:
@@ -438,6 +454,24 @@ def _scalar_summaries(serialized: bytes) -> dict[str, float]:
     """The simple_value scalars of a merged tf.compat.v1.summary (the model_fn's own summaries)."""
     summary = tf.compat.v1.Summary.FromString(serialized)
     return {value.tag: value.simple_value for value in summary.value if value.WhichOneof("value") == "simple_value"}
+
+
+def non_finite(what: Any, step: int, kept: str | None) -> str:
+    """The line of a run stopped at ``step`` on ``what`` (a loss, gradient or variable that is NaN or inf)."""
+    return (f"{what} at step {step}; stopping. The last good checkpoint is kept: "
+            f"{kept or 'none (no checkpoint was written yet)'} (lower the learning rate, or clip gradients with "
+            f"optimizer.max_gradient_norm)")
+
+
+def non_finite_variable(run: GraphSession) -> tuple[str, float] | None:
+    """(name, a NaN or inf value) of the first floating-point variable of ``run`` that is not finite."""
+    variables = [v for v in run.built.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+                 if v.dtype.base_dtype.is_floating]
+    for v, value in zip(variables, run.session.run(variables)):
+        bad = np.asarray(value)[~np.isfinite(value)]
+        if bad.size:
+            return v.op.name, float(bad.flat[0])
+    return None
 
 
 def damaged_input(what: str, step: int, error: Exception, kept: str | None) -> UserError:
