@@ -13,8 +13,8 @@ LossScaleOptimizer and the emulator's scaler do, and training goes on to step 4.
 The faults are injected where each backend computes: the batch, a weight or a gradient
 hook in torch; the loss op, the optimizer's gradients or its update in the TF graph; the
 input of the first kernel, the backward pass's gradients or the weights after an update
-in the emulator. The quick run takes one fault per framework and device, and the skipped
-step on the PyTorch CPU; RELIABILITY_FULL=1 runs them all.
+in the emulator. The quick run takes an inf gradient on the PyTorch and TF CPU and the
+PyTorch emulator, and the skipped step on the PyTorch CPU; RELIABILITY_FULL=1 runs them all.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.reliability.conftest import FULL, mnist_argv, needs, run_main
+from tests.reliability.conftest import FULL, mnist_argv, needs, one_error_line, run_main
 
 FAULT_STEP = 3
 STEPS = 4
@@ -235,7 +235,7 @@ STOPS = [  # (framework, device, fault); the quick run takes the first of each f
     ("tf", "cpu", "loss"), ("tf", "cpu", "weight-inf"), ("pytorch", "emulator", "loss-input"),
     ("pytorch", "emulator", "weight-inf"), ("tf", "emulator", "gradient"), ("tf", "emulator", "weight-inf"),
 ]
-QUICK = STOPS[:4]
+QUICK = STOPS[:3]
 
 
 @pytest.fixture(scope="module")
@@ -322,3 +322,15 @@ def test_with_dynamic_loss_scaling_an_inf_gradient_skips_the_step_and_halves_the
     assert skipped and finite, "step 3 was applied" if not skipped else "non-finite weights"
     assert scales == [1024.0, 512.0, 512.0], scales
     assert math.isfinite(scales[-1])
+
+
+@pytest.mark.parametrize("framework,rate", [
+    ("pytorch", "1.0e+39"), ("pytorch", ".nan"),
+    ("tf", "{scheduler: PiecewiseConstant, values: [0.001, -.inf], boundaries: [2]}")])
+def test_a_learning_rate_beyond_float32_is_refused_before_training(framework, rate, mnist_dir, tmp_path, capsys):
+    if not FULL and rate != "1.0e+39":
+        pytest.skip("RELIABILITY_FULL=1 runs every learning rate")
+    status = run_main(framework, argv(framework, tmp_path / "model", mnist_dir, "cpu", f"optimizer.learning_rate={rate}"))
+    line = one_error_line(status, capsys.readouterr().err)
+    assert line.startswith("error: optimizer.learning_rate: a learning rate of ") and "not a finite float32" in line, line
+    assert not (tmp_path / "model").exists() or not saved_steps(framework, tmp_path / "model")
