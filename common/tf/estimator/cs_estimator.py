@@ -153,6 +153,7 @@ class CerebrasEstimator:
         train_step = train_step or CpuTrainStep(run, self.model_fn)
         writer = ScalarWriter(os.path.join(self.model_dir, "train"))
         saved_step, saved_path = step, self.latest_checkpoint()
+        finite = VariablesFinite(run.built.graph)
         explicit = self.warm_start_from is not None
         meter = TrainMeter(cfg.device, step, last, checkpoints.resolve_checkpoint(self.warm_start_from)
                            if explicit else saved_path, explicit_start=explicit)
@@ -178,15 +179,15 @@ class CerebrasEstimator:
                     if log_now:
                         self._log_train(writer, meter, step, loss_value, logged, batch_size)
                     if step % cfg.save_checkpoints_steps == 0 or step == last:
-                        saved_path = self._save(run, step, saving_listeners, train_step)
+                        saved_path = self._save(run, step, saving_listeners, train_step, finite)
                         saved_step = step
                         meter.saved(saved_path, step)
                 if stop.requested and step < last:
                     if saved_step != step:  # without the listeners: an eval there would delay the stop
-                        meter.saved(self._save(run, step, (), train_step), step)
+                        meter.saved(self._save(run, step, (), train_step, finite), step)
                     raise Interrupted(stop.signum, meter.interrupted(stop.signum, step))
             if saved_step != step:
-                self._save(run, step, saving_listeners, train_step)
+                self._save(run, step, saving_listeners, train_step, finite)
         except Interrupted as e:
             if str(e):
                 raise
@@ -209,10 +210,10 @@ class CerebrasEstimator:
         writer.scalars(step, scalars)
         writer.flush()
 
-    def _save(self, run: GraphSession, step: int, saving_listeners, train_step) -> str:
+    def _save(self, run: GraphSession, step: int, saving_listeners, train_step, finite: "VariablesFinite") -> str:
         train_step.before_save(step)  # the emulator writes its weights into the session here
         # finite gradients can still overflow a variable (a learning rate far too large): never saved
-        variable = non_finite_variable(run)
+        variable = finite.first_not_finite(run.session)
         if variable is not None:
             raise NonFiniteLossError(non_finite(f"the variable {variable[0]} is {variable[1]} (not saved)", step,
                                                 self.latest_checkpoint()))
@@ -463,15 +464,23 @@ def non_finite(what: Any, step: int, kept: str | None) -> str:
             f"optimizer.max_gradient_norm)")
 
 
-def non_finite_variable(run: GraphSession) -> tuple[str, float] | None:
-    """(name, a NaN or inf value) of the first floating-point variable of ``run`` that is not finite."""
-    variables = [v for v in run.built.graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
-                 if v.dtype.base_dtype.is_floating]
-    for v, value in zip(variables, run.session.run(variables)):
-        bad = np.asarray(value)[~np.isfinite(value)]
-        if bad.size:
-            return v.op.name, float(bad.flat[0])
-    return None
+class VariablesFinite:
+    """Whether each floating-point variable of ``graph`` is all finite: one boolean per
+    variable, built once, so that the check before a save fetches bytes, not the weights."""
+
+    def __init__(self, graph: tf.Graph):
+        with graph.as_default():
+            self.variables = [v for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+                              if v.dtype.base_dtype.is_floating]
+            self.flags = [tf.reduce_all(tf.math.is_finite(v)) for v in self.variables]
+
+    def first_not_finite(self, session) -> tuple[str, float] | None:
+        """(name, a NaN or inf value) of the first variable that is not finite, or None."""
+        for v, finite in zip(self.variables, session.run(self.flags)):
+            if not finite:
+                value = np.asarray(session.run(v))
+                return v.op.name, float(value[~np.isfinite(value)].flat[0])
+        return None
 
 
 def damaged_input(what: str, step: int, error: Exception, kept: str | None) -> UserError:
