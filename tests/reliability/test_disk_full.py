@@ -19,7 +19,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.reliability.conftest import mnist_argv, needs, one_error_line, run_main
+from tests.reliability.conftest import FULL, mnist_argv, needs, one_error_line, run_main
 
 
 class _FillingFile:
@@ -159,6 +159,8 @@ def _filling_open(real, target: str, room: int):
                                                    ("tf", "ir.json", 5000)])
 def test_a_full_disk_while_writing_the_compile_report_keeps_the_previous_report(
         framework, target, room, mnist_dir, tmp_path, capsys, monkeypatch, ledger):
+    if not FULL and framework != "pytorch":
+        pytest.skip("RELIABILITY_FULL=1 runs every file of the report")
     needs({"pytorch": "torch", "tf": "tensorflow"}[framework])
     import zoo_base.io
 
@@ -180,6 +182,8 @@ def test_a_full_disk_while_writing_the_compile_report_keeps_the_previous_report(
 @pytest.mark.parametrize("framework", ["pytorch", "tf"])
 def test_a_full_disk_while_writing_predictions_keeps_the_previous_ones(
         framework, uninterrupted, mnist_dir, tmp_path, capsys, monkeypatch, ledger):
+    if not FULL and framework != "pytorch":
+        pytest.skip("RELIABILITY_FULL=1 runs both frameworks")
     needs({"pytorch": "torch", "tf": "tensorflow"}[framework])
     import shutil
 
@@ -225,6 +229,8 @@ class _NearlyFullFile:
 @pytest.mark.parametrize("framework", ["pytorch", "tf"])
 def test_a_full_disk_while_writing_eval_results_leaves_no_half_record(
         framework, uninterrupted, mnist_dir, tmp_path, capsys, monkeypatch, ledger):
+    if not FULL and framework != "pytorch":
+        pytest.skip("RELIABILITY_FULL=1 runs both frameworks")
     needs({"pytorch": "torch", "tf": "tensorflow"}[framework])
     import builtins
     import shutil
