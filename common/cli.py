@@ -17,6 +17,7 @@ import traceback
 from typing import Any, Callable, Mapping, Sequence
 
 from common.errors import UserError
+from common.io import not_written
 from common.interrupt import Interrupted, raise_on_signals
 from common.params import MODES, defaults_form, load_params, load_vendor_params
 from common.runlock import release_all
@@ -150,12 +151,15 @@ def guarded(body: Callable[[argparse.Namespace], Any], args: argparse.Namespace)
     try:
         with raise_on_signals():
             return body(args)
-    except UserError as e:
+    except (UserError, OSError) as e:
+        error = e if isinstance(e, UserError) else not_written(e)  # a full disk: one line as well
+        if error is None:
+            raise
         if args.verbose:
             traceback.print_exc()
         # one line; a validation report that lists several findings adds one line per finding
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(e.exit_code) from None
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(error.exit_code) from None
     except KeyboardInterrupt as e:  # Interrupted, or a KeyboardInterrupt raised where our handler was not
         if args.verbose:
             traceback.print_exc()

@@ -5,6 +5,6 @@ same ``UserError`` without importing the runners; ``from common.errors import Us
 is the very same class.
 """
 
-from zoo_base.errors import NonFiniteLossError, UserError
+from zoo_base.errors import NonFiniteGradient, NonFiniteLossError, UserError
 
-__all__ = ["NonFiniteLossError", "UserError"]
+__all__ = ["NonFiniteGradient", "NonFiniteLossError", "UserError"]

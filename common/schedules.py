@@ -160,18 +160,32 @@ def _segment(spec: Any, where: str) -> Segment:
     return Segment("polynomial", steps, initial=initial, end=_number(spec, "end_learning_rate", where), power=power)
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _in_range(segments: list[Segment], where: str) -> list[Segment]:
+    """Learning rates the weights' float32 can hold: a NaN, an inf or 1e39 would make every
+    updated weight non-finite (torch.optim refuses 1e39 with a traceback mid-step)."""
+    for segment in segments:
+        for rate in (segment.initial, segment.end, *segment.values):
+            if not abs(rate) <= FLOAT32_MAX:
+                raise UserError(f"{where}: a learning rate of {rate} is not a finite float32 (the weights' format; "
+                                f"at most {FLOAT32_MAX:.4g})")
+    return segments
+
+
 def parse_schedule(learning_rate: Any, where: str = "optimizer.learning_rate") -> list[Segment]:
     """The validated segments of a learning-rate spec; bad specs raise UserError naming the key."""
     if isinstance(learning_rate, (int, float)) and not isinstance(learning_rate, bool):
-        return [Segment("constant", None, initial=float(learning_rate))]
+        return _in_range([Segment("constant", None, initial=float(learning_rate))], where)
     if isinstance(learning_rate, Mapping):
-        return [_segment(learning_rate, where)]
+        return _in_range([_segment(learning_rate, where)], where)
     if isinstance(learning_rate, (list, tuple)) and learning_rate:
         segments = [_segment(spec, f"{where}[{i}]") for i, spec in enumerate(learning_rate)]
         for i, segment in enumerate(segments[:-1]):
             if segment.steps is None:
                 raise UserError(f"{where}[{i}]: every schedule but the last in a list needs 'steps'")
-        return segments
+        return _in_range(segments, where)
     raise UserError(f"{where} must be a number, a schedule or a non-empty list of schedules, got {learning_rate!r}")
 
 

@@ -8,6 +8,7 @@ little-endian), its masked CRC32C, the data, and the data's masked CRC32C.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import struct
@@ -25,14 +26,26 @@ class ScalarWriter:
         os.makedirs(logdir, exist_ok=True)
         name = f"events.out.tfevents.{time.time():.6f}.{socket.gethostname()}.{os.getpid()}.{id(self)}"
         self.path = os.path.join(logdir, name)
-        self._file = open(self.path, "ab")
+        # unbuffered: each record reaches the file whole in write(), or not at all (below)
+        self._file = open(self.path, "ab", buffering=0)
+        self._size = 0
         self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
 
     def _write(self, event: event_pb2.Event) -> None:
         data = event.SerializeToString()
         header = struct.pack("<Q", len(data))
-        self._file.write(header + struct.pack("<I", masked_crc32c(header)) + data
-                         + struct.pack("<I", masked_crc32c(data)))
+        record = memoryview(header + struct.pack("<I", masked_crc32c(header)) + data
+                            + struct.pack("<I", masked_crc32c(data)))
+        try:
+            while record:  # a nearly full disk takes part of a write
+                record = record[self._file.write(record):]
+        except OSError as e:
+            # a full disk midway: cut the record off, so that the file ends on the last whole one
+            with contextlib.suppress(OSError):
+                self._file.truncate(self._size)
+            e.filename = e.filename or self.path
+            raise
+        self._size += len(record.obj)
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(v))
@@ -59,7 +72,10 @@ def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
         while pos + 12 <= len(data):
             (length,) = struct.unpack("<Q", data[pos:pos + 8])
             record = data[pos + 12:pos + 12 + length]
-            pos += 12 + length + 4
+            end = pos + 12 + length + 4
+            if end > len(data) or struct.unpack("<I", data[end - 4:end])[0] != masked_crc32c(record):
+                break  # a record cut short (a write that never finished) or damaged: not read as whole
+            pos = end
             event = event_pb2.Event.FromString(record)
             for value in event.summary.value:
                 result.setdefault(value.tag, []).append((event.step, value.simple_value))

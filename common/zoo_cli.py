@@ -33,6 +33,7 @@ import time
 
 from common import zoo
 from common.errors import UserError
+from common.io import not_written
 
 PROG = "zoo"
 
@@ -597,6 +598,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `zoo convert x.mdl | head`: the reader has gone, quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except OSError as e:  # a full disk: one line naming the file not written
+        error = not_written(e)
+        if error is None:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
 
 
 if __name__ == "__main__":

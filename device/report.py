@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
-from zoo_base.io import atomic_write_text
+from zoo_base.io import atomic_write_texts
 
 # colour per kernel kind (layout kernels take no PEs and are not drawn)
 KIND_COLOURS = {
@@ -40,8 +40,8 @@ def write_report(result, out_dir: str | Path) -> dict[str, Path]:
     if result.cost.systems:
         contents["systems.svg"] = render_systems_svg(result.cost)
     out_dir = Path(out_dir)
-    for name, text in contents.items():
-        atomic_write_text(out_dir / name, text)
+    # all or none: a full disk midway keeps the previous compile's files, a consistent set
+    atomic_write_texts({out_dir / name: text for name, text in contents.items()})
     return {name: out_dir / name for name in contents}
 
 

@@ -17,3 +17,13 @@ class NonFiniteLossError(UserError):
     """The loss became NaN or inf; the last good checkpoint is kept."""
 
     exit_code = 3
+
+
+class NonFiniteGradient(NonFiniteLossError):
+    """A gradient is NaN or inf and no loss scaling skips the step: the update is not applied
+    (the weights stay those of the step before). The runners add the step and the last good
+    checkpoint to the message."""
+
+    def __init__(self, name: str, value: float):
+        super().__init__(f"the gradient of {name} is {value}")
+        self.name, self.value = name, value

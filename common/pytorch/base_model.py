@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 import torch
 
-from common.errors import UserError
+from common.errors import NonFiniteGradient, UserError
 from common.precision import loss_scaling
 from common.pytorch.metrics import Metric
 from common.pytorch.optim import ScheduledLR, build_optimizer
@@ -109,6 +109,11 @@ class PyTorchBaseModel:
                     p.grad.div_(self.static_loss_scale)
         else:
             loss.backward()
+        # the first gradient that is NaN or inf, before clipping spreads it (dynamic scaling: the scaler checks)
+        overflow = self._non_finite_gradient() if self.scaler is None else None
+        if overflow is not None and self.static_loss_scale is None and bool(torch.isfinite(loss)):
+            # no loss scaling to skip the step: stop before the update spreads it into the weights
+            raise NonFiniteGradient(*overflow)
         if self.max_gradient_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_gradient_norm)
         elif self.max_gradient_value is not None:
@@ -116,14 +121,23 @@ class PyTorchBaseModel:
         if self.scaler is not None:
             self.scaler.step(self.optimizer)  # skipped when a gradient is inf/NaN
             self.scaler.update()
-        elif self.static_loss_scale is None or self._gradients_finite():
-            # a static loss scale skips a step whose gradients overflowed, as GradScaler and the device do
+        elif overflow is None:
+            # skipped: a static loss scale skips a step whose gradients overflowed, as GradScaler and the
+            # device do; a non-finite loss is not applied either (the runner stops on it)
             self.optimizer.step()
         self.lr_scheduler.step()
         return loss.detach()
 
-    def _gradients_finite(self) -> bool:
-        return all(bool(torch.isfinite(p.grad).all()) for p in self.model.parameters() if p.grad is not None)
+    def _non_finite_gradient(self) -> tuple[str, float] | None:
+        """(name, a NaN or inf value) of the first parameter whose gradient is not finite, or None."""
+        named = [(name, p.grad) for name, p in self.model.named_parameters() if p.grad is not None]
+        if not named or bool(torch.stack([torch.isfinite(g).all() for _, g in named]).all()):  # one sync
+            return None
+        for name, g in named:
+            bad = g[~torch.isfinite(g)]
+            if bad.numel():
+                return name, float(bad.flatten()[0])
+        return None
 
     @torch.no_grad()
     def eval_step(self, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

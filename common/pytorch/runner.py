@@ -45,7 +45,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from common import runlock
-from common.errors import NonFiniteLossError, UserError
+from common.errors import NonFiniteGradient, NonFiniteLossError, UserError
 from common.interrupt import Interrupted, stop_between_steps
 from common.io import atomic_open
 from common.log import TrainMeter, eval_line
@@ -116,6 +116,14 @@ def batch_size(batch: Any) -> int:
         if size:
             return size
     return 0
+
+
+def non_finite_weight(weights: Mapping[str, torch.Tensor]) -> tuple[str, float] | None:
+    """(name, a NaN or inf value) of the first floating-point tensor of ``weights`` that is not finite."""
+    for name, w in weights.items():
+        if w.is_floating_point() and not bool(torch.isfinite(w).all()):
+            return name, float(w[~torch.isfinite(w)].flatten()[0])
+    return None
 
 
 def last_step(runconfig: Mapping, global_step: int) -> int:
@@ -337,11 +345,19 @@ class Runner:
         writer = ScalarWriter(os.path.join(self.model_dir, "train")) if self.world.is_main else None
         metrics = None
 
+        def stopped(step: int, what) -> str:
+            return (f"step {step}: {what}; training stopped, the last good checkpoint is "
+                    f"{meter.checkpoint or 'none (none was written)'}")
+
         def save(step: int) -> None:
             if not self.world.is_main:  # rank 0 writes the checkpoint of every process (the same weights)
                 return
             state = {**self.steps.state(), "global_step": step, "rng": rng_state(),
                      "data_order": order.state()}
+            # finite gradients can still overflow a weight (a learning rate far too large): never saved
+            weight = non_finite_weight(state["model"])
+            if weight is not None:
+                raise NonFiniteLossError(stopped(step, f"the weight {weight[0]} is {weight[1]}, not saved"))
             path = save_checkpoint(state, self.model_dir, step, rc["keep_checkpoint_max"])
             meter.saved(path, step)
             logger.info("saved %s", path)
@@ -358,15 +374,17 @@ class Runner:
                             break
                         raise
                     fetched = time.perf_counter()
-                    loss = self.steps.train(batch)
+                    try:
+                        loss = self.steps.train(batch)
+                    except NonFiniteGradient as e:  # not applied: the weights are the last step's
+                        raise NonFiniteLossError(stopped(self.global_step + 1, e)) from None
                     step = self.global_step = self.global_step + 1
                     if step == started_at + 1:
                         report_unused(self.params)  # by the end of the first step, model and data code read their keys
                     # samples of the global batch: every process's slice (common/pytorch/distributed.py)
                     window.add(batch_size(batch) * self.world.size, fetched - started, time.perf_counter() - started)
                     if not math.isfinite(loss):
-                        raise NonFiniteLossError(f"step {step}: the loss is {loss}; training stopped, the last good "
-                                                 f"checkpoint is {meter.checkpoint or 'none (none was written)'}")
+                        raise NonFiniteLossError(stopped(step, f"the loss is {loss}"))
                     if step % rc["log_steps"] == 0 or step == final:
                         rate = window.end(step)
                         logger.info(meter.line(step, loss, rate))

@@ -141,6 +141,27 @@ def in_replica_of_several() -> int:
     return tf.distribute.get_strategy().num_replicas_in_sync
 
 
+NON_FINITE = "zoo non-finite: "  # the start of a check_numerics message (common/tf/estimator reads it)
+
+
+def check_finite(loss: tf.Tensor, grads: list, variables: list[tf.Variable]) -> list:
+    """``grads``, each passed through a check that stops the step when the loss or a gradient
+    is NaN or inf, before any variable changes: without loss scaling nothing skips such a
+    step, and it would leave NaN weights for the next checkpoint. The loss is checked first,
+    so a NaN loss is reported as the loss, not as its gradients."""
+    loss_checked = tf.debugging.check_numerics(loss, f"{NON_FINITE}the loss")
+    checked = []
+    with tf.control_dependencies([loss_checked]):
+        for g, v in zip(grads, variables):
+            message = f"{NON_FINITE}the gradient of {v.op.name}"
+            if isinstance(g, tf.IndexedSlices):  # a gathered table's gradient: its rows only
+                checked.append(tf.IndexedSlices(tf.debugging.check_numerics(g.values, message), g.indices,
+                                                g.dense_shape))
+            else:
+                checked.append(tf.debugging.check_numerics(g, message))
+    return checked
+
+
 def build_train_op(loss: tf.Tensor, params: Mapping, global_step: tf.Variable | None = None,
                    var_list: Sequence[tf.Variable] | None = None) -> tf.Operation:
     """``minimize(loss)`` with everything ``params`` say: schedule, optimizer, weight decay,
@@ -184,6 +205,8 @@ def build_train_op(loss: tf.Tensor, params: Mapping, global_step: tf.Variable | 
         # replicas' gradients added up (compute_gradients divided a mean loss by the replicas, as
         # tf.estimator had the v1 optimizers do: common/tf/estimator/distribute.py)
         grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads)
+    if scaling is None:
+        grads = check_finite(loss, grads, variables)
     # one step as device/optimizer.py states it: unscale -> skip if non-finite -> clip by value
     # -> clip by global norm -> weight decay -> update rule
     if scaling is not None:

@@ -4,7 +4,8 @@ One ``Optimizer`` runs what an ``OptimizerSpec`` (device/optimizer.py, which sta
 semantics: the order of a step, weight-decay exclusion, clipping, loss scaling) reads
 from the framework, in the order a framework training step applies it:
 
-    unscale the gradients (loss scaling)  ->  skip the step if any is inf/NaN
+    unscale the gradients (loss scaling)  ->  skip the step if any is inf/NaN (without
+    loss scaling: refuse it, NonFiniteGradient)
     ->  clip by value  ->  clip by global norm  ->  weight decay  ->  update rule
 
 Each rule follows the framework the model came from (``spec.semantics``) closely enough
@@ -33,7 +34,7 @@ import math
 import numpy as np
 
 from device.optimizer import SLOTS, OptimizerSpec
-from zoo_base.errors import UserError
+from zoo_base.errors import NonFiniteGradient, UserError
 
 
 class LossScaler:
@@ -130,6 +131,10 @@ class Optimizer:
             self.scaler.update(finite)
             if not finite:
                 return False
+        else:  # nothing skips the step: refuse it before it spreads into the weights
+            for name, g in grads.items():
+                if not np.isfinite(g).all():
+                    raise NonFiniteGradient(name, float(g[~np.isfinite(g)].flat[0]))
         # both clippings given: by value, then by global norm (device/optimizer.py)
         if self.spec.max_gradient_value is not None:
             grads = clip_by_value(grads, self.spec.max_gradient_value)

@@ -302,7 +302,8 @@ class Program:
 
         A non-finite loss is returned without touching weights, state or optimizer (the
         runner stops the run); with loss scaling, a non-finite gradient skips the update
-        and lowers the scale (see device/runtime/optimizers.py).
+        and lowers the scale (see device/runtime/optimizers.py), without it raises
+        NonFiniteGradient before any weight or state changes.
         """
         self._require_loss("train_step")
         if self.optimizer is None:
@@ -311,9 +312,9 @@ class Program:
         loss = float(env[self._loss_slot])
         if not math.isfinite(loss):
             return loss
-        self._state.update(updates)
         grads = self._backward(env, saved, self.optimizer.loss_scale)
         self.optimizer.apply_gradients(self._weights, grads, lr)
+        self._state.update(updates)
         return loss
 
     # ------------------------------------------------------- weights, state, optimizer

@@ -5,7 +5,9 @@ in tests/reliability/README.md.
 Each test records what it injected: the fault, the trials run and how many of them lost
 something (a checkpoint that no longer loads, weights that differ from an uninterrupted
 run, a damaged file read as if whole, a traceback instead of one line, a file written
-outside model_dir). It records before it asserts, so a failure shows in the table too.
+outside model_dir), and a test that measures (memory over a long run) its figures, which
+the table shows after the fault. It records before it asserts, so a failure shows in the
+table too.
 At the end the table is printed; a full run (``RELIABILITY_FULL=1``), or any run with
 ``RELIABILITY_WRITE_TABLE=1``, also writes its rows into the README between its two
 markers (rows it did not run are kept, each with the run it came from).
@@ -54,15 +56,18 @@ def flip_bit(data: bytes, rng: random.Random, lo: int = 0, hi: int | None = None
 
 
 class Ledger:
-    """Fault -> [trials, lost], in the order the tests recorded them."""
+    """Fault -> [trials, lost], in the order the tests recorded them, and the figures a test measured."""
 
     def __init__(self):
         self.rows: OrderedDict[str, list[int]] = OrderedDict()
+        self.figures: dict[str, str] = {}
 
-    def record(self, fault: str, trials: int, lost: int) -> None:
+    def record(self, fault: str, trials: int, lost: int, figures: str = "") -> None:
         row = self.rows.setdefault(fault, [0, 0])
         row[0] += trials
         row[1] += lost
+        if figures:
+            self.figures[fault] = figures
 
     def table(self, earlier: str = "") -> str:
         """The table of this run's rows; the rows of ``earlier`` (a table this wrote before) that
@@ -70,11 +75,13 @@ class Ledger:
         given = os.environ.get("RELIABILITY_TRIALS")
         run = (f"{'full' if FULL else 'quick'}{f', RELIABILITY_TRIALS={given}' if given else ''}, "
                f"{datetime.date.today().isoformat()}")
-        rows = {fault: f"| {fault} | {n:,} | {lost} | {run} |" for fault, (n, lost) in self.rows.items()}
+        rows = {fault: f"| {fault}{f' (measured: {self.figures[fault]})' if fault in self.figures else ''} "
+                       f"| {n:,} | {lost} | {run} |" for fault, (n, lost) in self.rows.items()}
         for line in earlier.splitlines():
             cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-            if len(cells) == 4 and cells[0] not in ("fault", "---") and cells[0] not in rows:
-                rows[cells[0]] = line.strip()
+            fault = re.sub(r" \(measured: .*\)$", "", cells[0])  # without the figures measured
+            if len(cells) == 4 and cells[0] not in ("fault", "---") and fault not in rows:
+                rows[fault] = line.strip()
         return "\n".join(["| fault | trials | lost | run |", "|---|---:|---:|---|", *rows.values()])
 
 

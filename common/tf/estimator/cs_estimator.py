@@ -31,12 +31,13 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import tensorflow as tf
 
-from common.errors import NonFiniteLossError, UserError
+from common.errors import NonFiniteGradient, NonFiniteLossError, UserError
 from common.interrupt import Interrupted, stop_between_steps
 from common.log import TrainMeter, eval_line
 from common.params import fill_zoo_sections
@@ -46,6 +47,7 @@ from common.tf.estimator.graph import ModelGraph, build_graph, run_precision, wh
 from common.tf.estimator.mode_keys import ModeKeys
 from common.tf.estimator.run_config import RunConfig
 from common.tf.estimator.session import GraphSession, quiet_tf_logs
+from common.tf.optim import NON_FINITE
 
 logger = logging.getLogger("zoo")
 
@@ -151,6 +153,7 @@ class CerebrasEstimator:
         train_step = train_step or CpuTrainStep(run, self.model_fn)
         writer = ScalarWriter(os.path.join(self.model_dir, "train"))
         saved_step, saved_path = step, self.latest_checkpoint()
+        finite = VariablesFinite(run.built.graph)
         explicit = self.warm_start_from is not None
         meter = TrainMeter(cfg.device, step, last, checkpoints.resolve_checkpoint(self.warm_start_from)
                            if explicit else saved_path, explicit_start=explicit)
@@ -167,25 +170,24 @@ class CerebrasEstimator:
                         break
                     except tf.errors.DataLossError as e:  # a TFRecord file's record fails its checksum
                         raise damaged_input("training", step + 1, e, saved_path) from None
+                    except NonFiniteGradient as e:  # not applied: the variables are the last step's
+                        raise NonFiniteLossError(non_finite(e, step + 1, saved_path)) from None
                     step += 1
                     if not math.isfinite(loss_value):
-                        kept = saved_path or "none (no checkpoint was written yet)"
-                        raise NonFiniteLossError(f"the loss is {loss_value} at step {step}; stopping. The last good "
-                                                 f"checkpoint is kept: {kept} (lower the learning rate, or clip "
-                                                 f"gradients with optimizer.max_gradient_norm)")
+                        raise NonFiniteLossError(non_finite(f"the loss is {loss_value}", step, saved_path))
                     meter.add(batch_size)
                     if log_now:
                         self._log_train(writer, meter, step, loss_value, logged, batch_size)
                     if step % cfg.save_checkpoints_steps == 0 or step == last:
-                        saved_path = self._save(run, step, saving_listeners, train_step)
+                        saved_path = self._save(run, step, saving_listeners, train_step, finite)
                         saved_step = step
                         meter.saved(saved_path, step)
                 if stop.requested and step < last:
                     if saved_step != step:  # without the listeners: an eval there would delay the stop
-                        meter.saved(self._save(run, step, (), train_step), step)
+                        meter.saved(self._save(run, step, (), train_step, finite), step)
                     raise Interrupted(stop.signum, meter.interrupted(stop.signum, step))
             if saved_step != step:
-                self._save(run, step, saving_listeners, train_step)
+                self._save(run, step, saving_listeners, train_step, finite)
         except Interrupted as e:
             if str(e):
                 raise
@@ -208,8 +210,13 @@ class CerebrasEstimator:
         writer.scalars(step, scalars)
         writer.flush()
 
-    def _save(self, run: GraphSession, step: int, saving_listeners, train_step) -> str:
+    def _save(self, run: GraphSession, step: int, saving_listeners, train_step, finite: "VariablesFinite") -> str:
         train_step.before_save(step)  # the emulator writes its weights into the session here
+        # finite gradients can still overflow a variable (a learning rate far too large): never saved
+        variable = finite.first_not_finite(run.session)
+        if variable is not None:
+            raise NonFiniteLossError(non_finite(f"the variable {variable[0]} is {variable[1]} (not saved)", step,
+                                                self.latest_checkpoint()))
         path = checkpoints.save_checkpoint(run.built.saver, run.session, self.model_dir, step,
                                            self.config.keep_checkpoint_max)
         logger.info("saved %s", path)
@@ -370,6 +377,15 @@ class CpuTrainStep:
                 values = logged["step"]
             else:
                 logged, values = {}, self.run.session.run(self.plain)
+        except tf.errors.InvalidArgumentError as e:  # common/tf/optim.py's check_finite stopped the step
+            found = re.search(re.escape(NON_FINITE) + r"(the loss|the gradient of (\S+)) : Tensor had (NaN|Inf) values",
+                              e.message)
+            if found is None:
+                raise
+            value = float("nan" if found[3] == "NaN" else "inf")
+            if found[2] is None:
+                return value, 0, {}  # the loss: the loop stops on it
+            raise NonFiniteGradient(found[2], value) from None
         except tf.errors.OpError as e:  # a multi-worker step whose peer is gone: one line
             from common.tf.estimator.distribute import lost_worker
 
@@ -446,6 +462,32 @@ def _scalar_summaries(serialized: bytes) -> dict[str, float]:
     """The simple_value scalars of a merged tf.compat.v1.summary (the model_fn's own summaries)."""
     summary = tf.compat.v1.Summary.FromString(serialized)
     return {value.tag: value.simple_value for value in summary.value if value.WhichOneof("value") == "simple_value"}
+
+
+def non_finite(what: Any, step: int, kept: str | None) -> str:
+    """The line of a run stopped at ``step`` on ``what`` (a loss, gradient or variable that is NaN or inf)."""
+    return (f"{what} at step {step}; stopping. The last good checkpoint is kept: "
+            f"{kept or 'none (no checkpoint was written yet)'} (lower the learning rate, or clip gradients with "
+            f"optimizer.max_gradient_norm)")
+
+
+class VariablesFinite:
+    """Whether each floating-point variable of ``graph`` is all finite: one boolean per
+    variable, built once, so that the check before a save fetches bytes, not the weights."""
+
+    def __init__(self, graph: tf.Graph):
+        with graph.as_default():
+            self.variables = [v for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+                              if v.dtype.base_dtype.is_floating]
+            self.flags = [tf.reduce_all(tf.math.is_finite(v)) for v in self.variables]
+
+    def first_not_finite(self, session) -> tuple[str, float] | None:
+        """(name, a NaN or inf value) of the first variable that is not finite, or None."""
+        for v, finite in zip(self.variables, session.run(self.flags)):
+            if not finite:
+                value = np.asarray(session.run(v))
+                return v.op.name, float(value[~np.isfinite(value)].flat[0])
+        return None
 
 
 def damaged_input(what: str, step: int, error: Exception, kept: str | None) -> UserError:
