@@ -1038,13 +1038,12 @@ def _convolution(self: _Lowering, node, input, weight, bias, stride, padding, di
         return self.decline(f"{len(stride)}-d convolution (only 2-d)")
     if transposed:
         return _conv_transpose(self, node, input, weight, bias, stride, padding, dilation, output_padding, groups)
-    if groups != 1:
-        return self.decline(f"groups={groups} (only 1)")
     shape, dtype = self.out(node)
     pad = _pair(padding)
+    grouped = {"groups": int(groups)} if groups != 1 else {}  # depthwise: groups = input channels
     y = self.emit("conv2d", [self.tensor(input), self.tensor(weight)], shape, dtype, strides=_pair(stride),
                   padding=[[pad[0], pad[0]], [pad[1], pad[1]]], dilations=_pair(dilation),
-                  layout="NCHW", weight_layout="OIHW")
+                  layout="NCHW", weight_layout="OIHW", **grouped)
     if bias is None:
         return y
     b = self.tensor(bias)
@@ -1128,6 +1127,18 @@ def _sdpa(self: _Lowering, node, query, key, value, attn_mask=None, dropout_p=0.
     if dropout_p > 0:
         probs = self.emit("dropout", [probs], self.shape(probs), dtype, rate=float(dropout_p))
     return self.emit("matmul", [probs, v], shape, dtype)
+
+
+def _bernoulli(self: _Lowering, node, self_, p=0.5, generator=None):
+    """``torch.empty(...).bernoulli_(p)``: a 0/1 mask, 1 with probability p, of the input's shape (its values
+    are never read). In-place dropout (``nn.Dropout(inplace=True)``) and torchvision's stochastic depth draw
+    their masks so; the emulator draws it as dropout of ones at rate 1 - p (the values 1 / p), times p."""
+    if generator is not None:
+        return self.decline("a generator argument (the device draws from its own)")
+    shape, dtype = self.out(node)
+    ones = self.emit("broadcast_to", [self.scalar(1.0, dtype)], shape, dtype, shape=list(shape))
+    kept = self.emit("dropout", [ones], shape, dtype, rate=1.0 - float(p))
+    return self.binary("mul", kept, self.scalar(float(p), dtype))
 
 
 def _dropout(self: _Lowering, node, input, p, train):
@@ -1293,6 +1304,7 @@ _LOWERINGS: dict[str, Callable] = {
     "aten.hardtanh.default": _hardtanh,
     "aten.dropout.default": _dropout,
     "aten.native_dropout.default": _dropout,
+    "aten.bernoulli.p": _bernoulli,
     # identity and casts
     "aten.clone.default": _identity,
     "aten.alias.default": _identity,

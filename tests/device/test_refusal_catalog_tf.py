@@ -72,8 +72,8 @@ def cumprod(x, img, ids):
     return tf.math.cumprod(x, axis=1)  # <cumprod>
 
 
-def depthwise_conv(x, img, ids):
-    return layers.DepthwiseConv2D(3)(img)  # <depthwise_conv>
+def conv3d(x, img, ids):
+    return layers.Conv3D(2, 1)(tf.expand_dims(img, 1))  # <conv3d>
 
 
 def reflect_pad(x, img, ids):
@@ -151,7 +151,7 @@ CASES = {
     sort: ("tf.sort", "TopKV2"),
     argsort: ("tf.argsort", "TopKV2"),
     cumprod: ("tf.math.cumprod",),
-    depthwise_conv: ("DepthwiseConv2D",),
+    conv3d: ("Conv3D",),
     reflect_pad: ("MirrorPad",),
     bitwise_and_on_ints: ("tf.bitwise.bitwise_and",),
     sparse_tensor: ("tf.sparse", "Sparse"),

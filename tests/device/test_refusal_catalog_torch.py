@@ -97,8 +97,8 @@ def median(x, img, ids):
     return torch.median(x, dim=1).values  # <median>
 
 
-def grouped_conv(x, img, ids):
-    return F.conv2d(img, torch.ones(4, 2, 3, 3), groups=2)  # <grouped_conv>
+def grouped_conv_transpose(x, img, ids):
+    return F.conv_transpose2d(img, torch.ones(4, 2, 3, 3), groups=2)  # <grouped_conv_transpose>
 
 
 def reflection_pad(x, img, ids):
@@ -178,7 +178,7 @@ CASES = {
     argsort: ("sort",),
     cumprod: ("cumprod",),
     median: ("median",),
-    grouped_conv: ("conv2d", "convolution"),
+    grouped_conv_transpose: ("conv_transpose2d", "convolution"),
     reflection_pad: ("reflection_pad2d",),
     bitwise_and_on_ints: ("bitwise_and",),
     sparse_tensor: ("sparse",),
