@@ -287,6 +287,12 @@ CASES += [
     Case("tile", [randn(2, 3)], {"multiples": [2, 1, 3]}, lambda x: x.repeat(2, 1, 3)),
     Case("pad", [randn(2, 3, 4)], {"pads": [[0, 0], [1, 2], [0, 3]], "value": 0.5},
          lambda x: F.pad(x, (0, 3, 1, 2), value=0.5)),
+    # values on the bounds get no gradient, in torch.clamp as in hardtanh (ReLU6)
+    Case("clamp", [np.array([-2.0, 0.0, 0.5, 6.0, 7.0, 3.0])], {"min": 0.0, "max": 6.0},
+         lambda x: torch.clamp(x, 0.0, 6.0), "bounds"),
+    Case("clamp", [np.array([-2.0, 0.0, 0.5, 6.0, 7.0, 3.0])], {"min": 0.0, "max": 6.0},
+         lambda x: F.relu6(x), "relu6"),
+    Case("clamp", [randn(3, 4)], {"min": -0.5}, lambda x: torch.clamp(x, min=-0.5), "min-only"),
     Case("pad", [randn(2, 3, 4, 5)], {"pads": [[0, 0], [0, 0], [1, 3], [2, 4]], "mode": "reflect"},
          lambda x: F.pad(x, (2, 4, 1, 3), mode="reflect"), "reflect"),
     Case("pad", [randn(2, 3, 4, 5)], {"pads": [[0, 0], [0, 0], [3, 1], [2, 6]], "mode": "edge"},

@@ -6,7 +6,7 @@
     Neg Exp Erf Log Sqrt Rsqrt Square Relu Tanh Sigmoid Selu      the same name, lower case
     Softplus                                                      softplus (beta 1, no threshold)
     Elu / LeakyRelu                                               elu(alpha=1) / maximum(x, alpha * x)
-    Relu6                                                         minimum(relu(x), 6)
+    Relu6                                                         clamp [0, 6] (no gradient on the bounds)
     IdentityN (tf.custom_gradient's forward)                      identity per output
     SquaredDifference                                             sub, square
     Pow (exponent 1, 2, 0.5, -0.5)                                identity, square, sqrt, rsqrt
@@ -126,15 +126,11 @@ def _map_elu(low: Lowering, tensor):
 
 
 def _map_relu6(low: Lowering, tensor):
-    """Relu6 (Keras ReLU(6.0), MobileNet's activation): minimum(relu(x), 6)."""
+    """Relu6 (Keras ReLU(6.0), MobileNet's activation): clamp to [0, 6], no gradient on the bounds (Relu6Grad)."""
     op = tensor.op
     x = op.inputs[0]
-
-    def build():
-        six = low.constant(op, "six", np.asarray(6.0, dtype=x.dtype.as_numpy_dtype))
-        relu = low.aux("relu", [low.value(x)], op, static_shape(x), ir_dtype(x.dtype))
-        low.emit("minimum", [relu, six], op, [tensor])
-    return Plan([x], build)
+    attrs = {"min": 0.0, "max": 6.0}
+    return Plan([x], lambda: low.emit("clamp", [low.value(x)], op, [tensor], attrs))
 
 
 def _map_identity_n(low: Lowering, tensor):
