@@ -43,7 +43,13 @@ def needs(entry):
         pytest.skip("in the full gallery only: GALLERY_FULL=1 (tox -e gallery)")
 
 
-@pytest.mark.parametrize("entry", list(ENTRIES.values()), ids=list(ENTRIES))
+def _cases():
+    for key, entry in ENTRIES.items():
+        marks = [pytest.mark.xfail(strict=True, reason=entry.known_gap)] if entry.known_gap else []
+        yield pytest.param(entry, id=key, marks=marks)
+
+
+@pytest.mark.parametrize("entry", list(_cases()))
 def test_trains_like_the_framework(entry):
     needs(entry)
     from tests.gallery.harness import RUNNERS

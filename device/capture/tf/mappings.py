@@ -28,6 +28,7 @@
     ResizeBilinear ResizeNearestNeighbor (half-pixel centres)     resize2d (bilinear, nearest)
     Tile / Unpack / Split SplitV                                  tile / slice + reshape / slice
     Pad PadV2 (tf.pad constant, Keras ZeroPadding2D)              pad
+    MirrorPad (tf.pad REFLECT, SYMMETRIC)                         pad (mode reflect, symmetric)
     language ops (masks, position buckets, gathers):
     Select SelectV2                                               where (Select's vector condition picks rows)
     Less LessEqual Greater GreaterEqual NotEqual                  less ... not_equal (bool)
@@ -544,10 +545,13 @@ def _map_split(low: Lowering, tensor):
 
 
 def _map_pad(low: Lowering, tensor):
-    """Pad / PadV2 (tf.pad mode CONSTANT, Keras ZeroPadding2D)."""
+    """Pad / PadV2 (tf.pad mode CONSTANT, Keras ZeroPadding2D), MirrorPad (tf.pad REFLECT, SYMMETRIC)."""
     op = tensor.op
     x = op.inputs[0]
     pads = [[int(a), int(b)] for a, b in low.attr(op.inputs[1], "the paddings")]
+    if op.type == "MirrorPad":
+        attrs = {"pads": pads, "mode": op.get_attr("mode").decode().lower()}  # reflect or symmetric
+        return Plan([x], lambda: low.emit("pad", [low.value(x)], op, [tensor], attrs))
     value = low.scalar(op.inputs[2]) if op.type == "PadV2" else 0.0
     if value is None:
         raise CannotMap("constant_values is not a constant")
@@ -585,7 +589,7 @@ MAPPINGS: dict[str, OpMapping] = {
     # vision and losses
     "Conv2DBackpropInput": _map_conv2d_backprop_input, "ResizeBilinear": _map_resize,
     "ResizeNearestNeighbor": _map_resize, "Tile": _map_tile, "Unpack": _map_unpack, "Split": _map_split,
-    "SplitV": _map_split, "Pad": _map_pad, "PadV2": _map_pad,
+    "SplitV": _map_split, "Pad": _map_pad, "PadV2": _map_pad, "MirrorPad": _map_pad,
 }
 
 
