@@ -76,10 +76,6 @@ def conv3d(x, img, ids):
     return layers.Conv3D(2, 1)(tf.expand_dims(img, 1))  # <conv3d>
 
 
-def reflect_pad(x, img, ids):
-    return tf.pad(img, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="REFLECT")  # <reflect_pad>
-
-
 def bitwise_and_on_ints(x, img, ids):
     return tf.cast(tf.bitwise.bitwise_and(ids, 3), tf.float32)  # <bitwise_and_on_ints>
 
@@ -152,7 +148,6 @@ CASES = {
     argsort: ("tf.argsort", "TopKV2"),
     cumprod: ("tf.math.cumprod",),
     conv3d: ("Conv3D",),
-    reflect_pad: ("MirrorPad",),
     bitwise_and_on_ints: ("tf.bitwise.bitwise_and",),
     sparse_tensor: ("tf.sparse", "Sparse"),
     ragged_tensor: ("Ragged",),
