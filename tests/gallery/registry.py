@@ -79,7 +79,7 @@ TORCHVISION = [
     Entry("resnet50", "torchvision", _torchvision("resnet50"), 64),
     Entry("mobilenet_v3_small", "torchvision", _torchvision("mobilenet_v3_small", dropout=0.0), 64, mixed=True),
     Entry("efficientnet_b0", "torchvision",
-          _torchvision("efficientnet_b0", dropout=0.0, stochastic_depth_prob=0.0), 32, mixed=True),
+          _torchvision("efficientnet_b0", dropout=0.0, stochastic_depth_prob=0.0), 64, mixed=True),
     Entry("convnext_tiny", "torchvision", _torchvision("convnext_tiny", stochastic_depth_prob=0.0), 64),
     Entry("vgg11_bn", "torchvision", _torchvision("vgg11_bn", dropout=0.0), 64),
     Entry("densenet121", "torchvision", _torchvision("densenet121"), 64),
