@@ -76,11 +76,14 @@ TORCHVISION = [
           known_gap="the gradient of features.13.conv.1.1.bias (a batch-norm shift after a depthwise conv on 4x4 "
                     "maps) is 9.7e-2 off torch's float64 gradient on the emulator, 1.9e-5 in torch's fp32; the "
                     "depthwise kernel alone is within 1.4e-7 of float64: the cause is not found yet"),
-    Entry("resnet50", "torchvision", _torchvision("resnet50"), 64),
+    Entry("resnet50", "torchvision", _torchvision("resnet50"), 64,
+          known_gap="the gradient of layer1.2.bn1.weight is 2.7e-2 off torch's (floor 2.7e-6), the first loss "
+                    "6.4e-6: not explained yet"),
     Entry("mobilenet_v3_small", "torchvision", _torchvision("mobilenet_v3_small", dropout=0.0), 64, mixed=True),
     Entry("efficientnet_b0", "torchvision",
           _torchvision("efficientnet_b0", dropout=0.0, stochastic_depth_prob=0.0), 64, mixed=True),
-    Entry("convnext_tiny", "torchvision", _torchvision("convnext_tiny", stochastic_depth_prob=0.0), 64),
+    Entry("convnext_tiny", "torchvision", _torchvision("convnext_tiny", stochastic_depth_prob=0.0), 64,
+          known_gap="refused: its nn.AdaptiveAvgPool2d reaches the capture as aten.as_strided"),
     Entry("vgg11_bn", "torchvision", _torchvision("vgg11_bn", dropout=0.0), 64),
     Entry("densenet121", "torchvision", _torchvision("densenet121"), 64),
     Entry("lraspp_mobilenet_v3_large", "torchvision", _torchvision_segmentation("lraspp_mobilenet_v3_large"), 64,
@@ -109,9 +112,13 @@ def keras_entry(name: str, size: int, **flags) -> Entry:
 # 64x64 where the smallest input the model takes (32x32) would leave batch norm 1x1 maps; VGG16 has
 # no batch norm; Xception takes 71x71 at least (its last maps are 3x3)
 KERAS = [
-    keras_entry("MobileNetV2", 64, mixed=True),
+    keras_entry("MobileNetV2", 64, mixed=True,
+                known_gap="mixed precision: the first loss is 2.7e-2 off the fp32 framework's (bound 2e-2); "
+                          "fp32 within the floor"),
     keras_entry("VGG16", 32, quick=True),
-    keras_entry("ResNet50", 64, mixed=True),
+    keras_entry("ResNet50", 64, mixed=True,
+                known_gap="mixed precision: the first loss is 1.1e-1 off the fp32 framework's (bound 2e-2); "
+                          "fp32 within the floor"),
     keras_entry("EfficientNetB0", 64, mixed=True),
     keras_entry("DenseNet121", 64),
     keras_entry("Xception", 71),
