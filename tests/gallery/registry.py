@@ -88,7 +88,9 @@ TORCHVISION = [
     Entry("densenet121", "torchvision", _torchvision("densenet121"), 64),
     Entry("lraspp_mobilenet_v3_large", "torchvision", _torchvision_segmentation("lraspp_mobilenet_v3_large"), 64,
           task="segment"),
-    Entry("fcn_resnet50", "torchvision", _torchvision_segmentation("fcn_resnet50"), 64, task="segment"),
+    Entry("fcn_resnet50", "torchvision", _torchvision_segmentation("fcn_resnet50"), 64, task="segment",
+          known_gap="the gradient of backbone.layer2.0.conv1.weight is 3.5e-2 off torch's (floor 2.8e-6), 3 steps "
+                    "1.2e-3 (floor 1.1e-5): the ResNet-50 backbone's gap (resnet50)"),
 ]
 
 
@@ -119,7 +121,9 @@ KERAS = [
     keras_entry("ResNet50", 64, mixed=True,
                 known_gap="mixed precision: the first loss is 1.1e-1 off the fp32 framework's (bound 2e-2); "
                           "fp32 within the floor"),
-    keras_entry("EfficientNetB0", 64, mixed=True),
+    keras_entry("EfficientNetB0", 64, mixed=True,
+                known_gap="mixed precision: the first loss is 6.9e-2 off the fp32 framework's (bound 2e-2); "
+                          "fp32 within the floor"),
     keras_entry("DenseNet121", 64),
     keras_entry("Xception", 71),
 ]
