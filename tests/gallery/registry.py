@@ -85,7 +85,9 @@ TORCHVISION = [
     Entry("convnext_tiny", "torchvision", _torchvision("convnext_tiny", stochastic_depth_prob=0.0), 64,
           known_gap="refused: its nn.AdaptiveAvgPool2d reaches the capture as aten.as_strided"),
     Entry("vgg11_bn", "torchvision", _torchvision("vgg11_bn", dropout=0.0), 64),
-    Entry("densenet121", "torchvision", _torchvision("densenet121"), 64),
+    Entry("densenet121", "torchvision", _torchvision("densenet121"), 64,
+          known_gap="the gradient of features.norm0.weight is 5.1e-5 off torch's (floor 2.7e-6); loss and 3 steps "
+                    "within bounds"),
     Entry("lraspp_mobilenet_v3_large", "torchvision", _torchvision_segmentation("lraspp_mobilenet_v3_large"), 64,
           task="segment"),
     Entry("fcn_resnet50", "torchvision", _torchvision_segmentation("fcn_resnet50"), 64, task="segment",
