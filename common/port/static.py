@@ -102,10 +102,9 @@ UNSUPPORTED_LAYERS: dict[str, tuple[str | None, str]] = {
     "torch.nn.ConvTranspose3d": (None, "transposed convolution"),
     "keras.layers.Conv1DTranspose": (None, "transposed convolution"),
     "torch.nn.Conv1d": ("groups", "grouped convolution"),
-    "torch.nn.Conv2d": ("groups", "grouped convolution"),
+    # torch.nn.Conv2d(groups=g), keras DepthwiseConv2D and SeparableConv2D run (conv2d's groups); Keras 3
+    # builds Conv2D(groups=g) as a function call (StatefulPartitionedCall) the TF capture cannot enter
     "keras.layers.Conv2D": ("groups", "grouped convolution"),
-    "keras.layers.DepthwiseConv2D": (None, "depthwise (grouped) convolution"),
-    "keras.layers.SeparableConv2D": (None, "depthwise (grouped) convolution"),
 }
 _CONV_FIX = ("an ordinary convolution (groups=1), or upsampling followed by one (nn.Upsample / "
              "keras.layers.UpSampling2D, then a convolution) in place of a transposed one")

@@ -77,9 +77,9 @@ _KEPT_WHOLE = (
     _aten.binary_cross_entropy_with_logits.default,
     _aten.cross_entropy_loss.default,
     _aten.nll_loss2d_forward.default,
-    # no kernel: kept whole so that validation names the user's op, not the indexing it decomposes to
-    _aten.reflection_pad2d.default,
-    _aten.replication_pad2d.default,
+    # the pad record's reflect and edge modes (torch decomposes them into indexing)
+    _aten.reflection_pad1d.default, _aten.reflection_pad2d.default, _aten.reflection_pad3d.default,
+    _aten.replication_pad1d.default, _aten.replication_pad2d.default, _aten.replication_pad3d.default,
     # recurrent layers, unrolled by torch_recurrent.py (torch's decomposition drops their dropout)
     _aten.lstm.input, _aten.gru.input, _aten.rnn_tanh.input, _aten.rnn_relu.input,
 )
@@ -731,6 +731,11 @@ def _leaky_relu(self: _Lowering, node, self_, negative_slope=0.01):
 def _clamp(self: _Lowering, node, self_, min=None, max=None, **_):
     dtype = self.out(node)[1]
     x = self.tensor(self_, dtype)
+    bounds = [b for b in (min, max) if b is not None]
+    if bounds and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds):
+        # one clamp node: its gradient is torch's on the bounds too (maximum's would split a tie)
+        attrs = {k: float(v) for k, v in (("min", min), ("max", max)) if v is not None}
+        return self.emit("clamp", [x], self.shape(x), dtype, **attrs)
     if min is not None:
         x = self.binary("maximum", x, self.tensor(min, dtype))
     if max is not None:
@@ -1038,13 +1043,12 @@ def _convolution(self: _Lowering, node, input, weight, bias, stride, padding, di
         return self.decline(f"{len(stride)}-d convolution (only 2-d)")
     if transposed:
         return _conv_transpose(self, node, input, weight, bias, stride, padding, dilation, output_padding, groups)
-    if groups != 1:
-        return self.decline(f"groups={groups} (only 1)")
     shape, dtype = self.out(node)
     pad = _pair(padding)
+    grouped = {"groups": int(groups)} if groups != 1 else {}  # depthwise: groups = input channels
     y = self.emit("conv2d", [self.tensor(input), self.tensor(weight)], shape, dtype, strides=_pair(stride),
                   padding=[[pad[0], pad[0]], [pad[1], pad[1]]], dilations=_pair(dilation),
-                  layout="NCHW", weight_layout="OIHW")
+                  layout="NCHW", weight_layout="OIHW", **grouped)
     if bias is None:
         return y
     b = self.tensor(bias)
@@ -1128,6 +1132,18 @@ def _sdpa(self: _Lowering, node, query, key, value, attn_mask=None, dropout_p=0.
     if dropout_p > 0:
         probs = self.emit("dropout", [probs], self.shape(probs), dtype, rate=float(dropout_p))
     return self.emit("matmul", [probs, v], shape, dtype)
+
+
+def _bernoulli(self: _Lowering, node, self_, p=0.5, generator=None):
+    """``torch.empty(...).bernoulli_(p)``: a 0/1 mask, 1 with probability p, of the input's shape (its values
+    are never read). In-place dropout (``nn.Dropout(inplace=True)``) and torchvision's stochastic depth draw
+    their masks so; the emulator draws it as dropout of ones at rate 1 - p (the values 1 / p), times p."""
+    if generator is not None:
+        return self.decline("a generator argument (the device draws from its own)")
+    shape, dtype = self.out(node)
+    ones = self.emit("broadcast_to", [self.scalar(1.0, dtype)], shape, dtype, shape=list(shape))
+    kept = self.emit("dropout", [ones], shape, dtype, rate=1.0 - float(p))
+    return self.binary("mul", kept, self.scalar(float(p), dtype))
 
 
 def _dropout(self: _Lowering, node, input, p, train):
@@ -1226,15 +1242,44 @@ def _upsample(method: str):
     return lower
 
 
+def _adaptive_windows(size: int, out: int) -> np.ndarray:
+    """(out, size): row i averages torch's window floor(i * size / out) .. ceil((i + 1) * size / out)."""
+    matrix = np.zeros((out, size), dtype=np.float64)
+    for i in range(out):
+        start, end = (i * size) // out, -((-(i + 1) * size) // out)
+        matrix[i, start:end] = 1.0 / (end - start)
+    return matrix
+
+
 def _adaptive_avg_pool(self: _Lowering, node, self_, output_size):
     shape, dtype = self.out(node)
     x = self.tensor(self_)
     (h, w), (out_h, out_w) = self.shape(x)[2:], shape[2:]
-    if h % out_h or w % out_w:
-        return self.decline(f"output_size={list(output_size)} that does not divide the input's {h}x{w}")
-    kernel = [h // out_h, w // out_w]
-    return self.emit("avg_pool2d", [x], shape, dtype, kernel=kernel, strides=kernel, padding=[[0, 0], [0, 0]],
-                     layout="NCHW")
+    if len(shape) != 4:
+        return self.decline(f"a {len(shape)}-d input (only (N, C, H, W))")
+    if h % out_h == 0 and w % out_w == 0:
+        kernel = [h // out_h, w // out_w]
+        return self.emit("avg_pool2d", [x], shape, dtype, kernel=kernel, strides=kernel,
+                         padding=[[0, 0], [0, 0]], layout="NCHW")
+    # windows that overlap or repeat: y = A_h x A_w^T with torch's windows, a linear map per axis
+    rows = self.constant(_adaptive_windows(h, out_h).astype(np.float32), dtype, f"{self.hint}.rows")
+    cols = self.constant(_adaptive_windows(w, out_w).astype(np.float32), dtype, f"{self.hint}.cols")
+    return self.emit("einsum", [x, rows, cols], shape, dtype, equation="nchw,ih,jw->ncij")
+
+
+def _mode_pad(mode: str) -> Callable:
+    """reflection_pad{1,2,3}d (mode reflect) and replication_pad{1,2,3}d (mode edge): pad pairs run from the
+    last axis backwards."""
+    def lower(self: _Lowering, node, self_, padding):
+        shape, dtype = self.out(node)
+        x = self.tensor(self_)
+        pairs = [[0, 0] for _ in shape]
+        for i in range(len(padding) // 2):
+            pairs[len(shape) - 1 - i] = [int(padding[2 * i]), int(padding[2 * i + 1])]
+        if any(p < 0 for pair in pairs for p in pair):
+            return self.decline(f"padding={list(padding)} with negative entries (cropping): slice instead")
+        return self.emit("pad", [x], shape, dtype, pads=pairs, mode=mode)
+    return lower
 
 
 def _constant_pad(self: _Lowering, node, self_, pad, value=0):
@@ -1293,6 +1338,7 @@ _LOWERINGS: dict[str, Callable] = {
     "aten.hardtanh.default": _hardtanh,
     "aten.dropout.default": _dropout,
     "aten.native_dropout.default": _dropout,
+    "aten.bernoulli.p": _bernoulli,
     # identity and casts
     "aten.clone.default": _identity,
     "aten.alias.default": _identity,
@@ -1369,6 +1415,8 @@ _LOWERINGS: dict[str, Callable] = {
     "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten.repeat.default": _repeat,
     "aten.constant_pad_nd.default": _constant_pad,
+    **{f"aten.reflection_pad{d}d.default": _mode_pad("reflect") for d in (1, 2, 3)},
+    **{f"aten.replication_pad{d}d.default": _mode_pad("edge") for d in (1, 2, 3)},
 }
 
 

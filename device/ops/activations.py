@@ -34,6 +34,30 @@ def _relu_backward(saved, grads, attrs, needs):
     return [select_or_zero(saved > 0, g)]
 
 
+def _clamp_forward(inputs, attrs, ctx):
+    x = inputs[0]
+    low, high = attrs.get("min"), attrs.get("max")
+    y = x
+    if low is not None:
+        y = np.maximum(y, x.dtype.type(low))
+    if high is not None:
+        y = np.minimum(y, x.dtype.type(high))
+    return [y], x
+
+
+def _clamp_backward(saved, grads, attrs, needs):
+    # the gradient passes strictly inside the bounds, as torch's clamp, hardtanh (ReLU6) and TF's Relu6Grad:
+    # a batch norm's shift starts at 0, so a channel the batch leaves constant sits exactly on ReLU6's
+    # lower bound, and a maximum (whose ties share the gradient) would pass half of it
+    x, low, high = saved, attrs.get("min"), attrs.get("max")
+    inside = np.ones(x.shape, dtype=bool)
+    if low is not None:
+        inside &= x > low
+    if high is not None:
+        inside &= x < high
+    return [select_or_zero(inside, grads[0])]
+
+
 def _gelu_forward(inputs, attrs, ctx):
     x = inputs[0]
     if attrs.get("approximate", "none") == "tanh":
@@ -99,6 +123,9 @@ def _activation(name: str, summary: str, kernel: dict, flops: int, attrs=()) -> 
 RECORDS = (
     _activation("relu", "max(x, 0); the gradient is selected, not multiplied (an inf or NaN stays out)",
                 {"forward": _relu_forward, "backward": _relu_backward}, 1),
+    _activation("clamp", "x limited to [min, max] (either optional); the gradient passes strictly inside (torch's "
+                "clamp, hardtanh and ReLU6, TF's Relu6)",
+                {"forward": _clamp_forward, "backward": _clamp_backward}, 2, attrs=("min?", "max?")),
     _activation("tanh", "hyperbolic tangent", unary(lambda x, at: np.tanh(x), lambda x, y, at: 1 - y * y), 4),
     _activation("sigmoid", "1 / (1 + e ** -x)", unary(_sigmoid, lambda x, y, at: y * (1 - y)), 4),
     # elu/selu as torch: alpha * expm1(x) below zero, derivative alpha * exp(x) for x <= 0

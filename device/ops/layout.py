@@ -134,15 +134,42 @@ def _tile_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
     return [tuple(None if d is None else d * int(m) for d, m in zip(shape, multiples))]
 
 
-# ---- constant padding (vision and losses) ----
+# ---- padding: constant, reflect, symmetric, edge (vision and losses) ----
+
+# mode -> numpy.pad's mode: torch's reflect and TF's MirrorPad REFLECT leave the edge out, TF's
+# SYMMETRIC repeats it, torch's replicate repeats the edge pixel
+PAD_MODES = {"constant": "constant", "reflect": "reflect", "symmetric": "symmetric", "edge": "edge"}
+
+
+def _pad_sources(n: int, before: int, after: int, mode: str) -> np.ndarray:
+    """For each position along a padded axis of ``n`` elements, the input index it copies."""
+    return np.pad(np.arange(n), (before, after), mode=PAD_MODES[mode])
 
 
 def _pad_forward(inputs, attrs, ctx):
     x = inputs[0]
     pads = [tuple(p) for p in attrs["pads"]]
-    value = attrs.get("value") or 0
-    index = tuple(slice(before, before + n) for (before, _), n in zip(pads, x.shape))
-    return [np.pad(x, pads, constant_values=x.dtype.type(value))], index
+    mode = attrs.get("mode", "constant")
+    if mode == "constant":
+        value = attrs.get("value") or 0
+        index = tuple(slice(before, before + n) for (before, _), n in zip(pads, x.shape))
+        return [np.pad(x, pads, constant_values=x.dtype.type(value))], (mode, index)
+    return [np.pad(x, pads, mode=PAD_MODES[mode])], (mode, x.shape)
+
+
+def _pad_backward(saved, grads, attrs, needs):
+    mode, index = saved
+    if mode == "constant":  # the gradient is the unpadded part
+        return [grads[0][index]]
+    g = grads[0]
+    for axis, ((before, after), n) in enumerate(zip(attrs["pads"], index)):  # index: the input's shape
+        if before == after == 0:
+            continue
+        # every padded position adds its gradient to the input position it copies
+        summed = np.zeros(g.shape[:axis] + (n,) + g.shape[axis + 1:], dtype=g.dtype)
+        np.add.at(summed, (slice(None),) * axis + (_pad_sources(n, before, after, mode),), g)
+        g = summed
+    return [g]
 
 
 def _pad_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
@@ -150,6 +177,13 @@ def _pad_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
     shape = tuple(shapes[0])
     if len(pads) != len(shape) or any(len(p) != 2 or min(p) < 0 for p in pads):
         raise ValueError(f"pads {pads} must be one non-negative [before, after] per axis of {shape}")
+    mode = attrs.get("mode", "constant")
+    if mode not in PAD_MODES:
+        raise ValueError(f"pad mode {mode!r} is not one of {', '.join(PAD_MODES)}")
+    # reflect takes at most n - 1 from each side, symmetric n (numpy would wrap around; torch and TF refuse)
+    most = {"reflect": lambda n: n - 1, "symmetric": lambda n: n}.get(mode)
+    if most and any(d is not None and max(p) > most(d) for d, p in zip(shape, pads)):
+        raise ValueError(f"{mode} padding {pads} is wider than the axes of {shape} allow")
     return [tuple(None if d is None else d + p[0] + p[1] for d, p in zip(shape, pads))]
 
 
@@ -181,7 +215,8 @@ RECORDS = (
     # vision and losses: tf.tile, torch's repeat (and the nearest upsampling Keras writes with it)
     _layout("tile", "numpy.tile(x, multiples) (more multiples than axes: leading axes of 1 first)", ("multiples",),
             _tile_shape, _tile_forward, _tile_backward),
-    # torch's F.pad (constant), tf.pad and Keras ZeroPadding2D: the gradient is the unpadded part
-    _layout("pad", "x padded with value (default 0): pads is one [before, after] per axis", ("pads", "value?"),
-            _pad_shape, _pad_forward, lambda index, grads, attrs, needs: [grads[0][index]]),
+    # torch's F.pad (constant, reflect, replicate), tf.pad (CONSTANT, REFLECT, SYMMETRIC), Keras ZeroPadding2D
+    _layout("pad", "x padded, pads one [before, after] per axis; mode constant (with value, default 0), reflect "
+            "(mirrored without the edge), symmetric (with it) or edge (the edge repeated)",
+            ("pads", "value?", "mode?"), _pad_shape, _pad_forward, _pad_backward),
 )

@@ -26,34 +26,56 @@ def _contiguous(y, layout):
 def _conv2d_forward(inputs, attrs, ctx):
     layout = attrs.get("layout", "NCHW")
     x = to_nhwc(inputs[0], layout)  # (N, H, W, C)
-    w = inputs[1] if attrs.get("weight_layout", "OIHW") == "HWIO" else inputs[1].transpose(2, 3, 1, 0)  # (kh, kw, C, O)
-    kh, kw, c, o = w.shape
+    w = inputs[1] if attrs.get("weight_layout", "OIHW") == "HWIO" else inputs[1].transpose(2, 3, 1, 0)  # (kh, kw, C/g, O)
+    kh, kw, cg, o = w.shape
+    groups = int(attrs.get("groups", 1))
     strides, dilations = pair(attrs.get("strides", 1)), pair(attrs.get("dilations", 1))
     pads = padding_pairs(attrs.get("padding", "VALID"), x.shape[1:3], (kh, kw), strides, dilations)
     xp = np.pad(x, ((0, 0), pads[0], pads[1], (0, 0)))
     win = windows(xp, (kh, kw), strides, dilations)  # (N, Ho, Wo, kh, kw, C)
     n, ho, wo = win.shape[:3]
-    cols = win.reshape(n * ho * wo, kh * kw * c)  # im2col: one row per output pixel
-    w2 = w.reshape(kh * kw * c, o)
-    y = (cols @ w2).reshape(n, ho, wo, o)
+    if groups == 1:
+        cols = win.reshape(n * ho * wo, kh * kw * cg)  # im2col: one row per output pixel
+        w2 = w.reshape(kh * kw * cg, o)
+        y = cols @ w2
+    else:
+        # one GEMM per group, batched: (g, N*Ho*Wo, kh*kw*C/g) @ (g, kh*kw*C/g, O/g)
+        cols = np.ascontiguousarray(win.reshape(n * ho * wo, kh * kw, groups, cg).transpose(2, 0, 1, 3))
+        cols = cols.reshape(groups, n * ho * wo, kh * kw * cg)
+        w2 = np.ascontiguousarray(w.reshape(kh * kw, cg, groups, o // groups).transpose(2, 0, 1, 3))
+        w2 = w2.reshape(groups, kh * kw * cg, o // groups)
+        y = np.matmul(cols, w2).transpose(1, 0, 2)  # (N*Ho*Wo, g, O/g): output channel g * O/g + j
+    y = y.reshape(n, ho, wo, o)
     # contiguous in the user's layout: what follows (batch norm, elementwise) runs over whole rows
-    return [_contiguous(y, layout)], (cols, w2, w.shape, win.shape, xp.shape, pads, strides, dilations)
+    return [_contiguous(y, layout)], (cols, w2, w.shape, win.shape, xp.shape, pads, strides, dilations, groups)
 
 
 def _conv2d_backward(saved, grads, attrs, needs):
-    cols, w2, w_shape, win_shape, padded_shape, pads, strides, dilations = saved
+    cols, w2, w_shape, win_shape, padded_shape, pads, strides, dilations, groups = saved
     layout = attrs.get("layout", "NCHW")
-    g2 = to_nhwc(grads[0], layout).reshape(cols.shape[0], -1)  # (N*Ho*Wo, O)
+    n, ho, wo, kh, kw, c = win_shape
+    g2 = to_nhwc(grads[0], layout).reshape(n * ho * wo, -1)  # (N*Ho*Wo, O)
     dx = dw = None
-    if needs[0]:
-        n, ho, wo, kh, kw, c = win_shape
-        # one batched GEMM, tap by tap: (kh * kw, N*Ho*Wo, C), each tap's slab contiguous
-        taps = np.matmul(g2, w2.reshape(kh * kw, c, -1).transpose(0, 2, 1)).reshape(kh, kw, n, ho, wo, c)
-        dx = _contiguous(crop(col2im(taps, padded_shape, strides, dilations, g2.dtype), pads), layout)
-    if needs[1]:
-        dw = (cols.T @ g2).reshape(w_shape)  # (kh, kw, C, O)
-        if attrs.get("weight_layout", "OIHW") != "HWIO":
-            dw = dw.transpose(3, 2, 0, 1)  # (O, C, kh, kw)
+    if groups == 1:
+        if needs[0]:
+            # one batched GEMM, tap by tap: (kh * kw, N*Ho*Wo, C), each tap's slab contiguous
+            taps = np.matmul(g2, w2.reshape(kh * kw, c, -1).transpose(0, 2, 1)).reshape(kh, kw, n, ho, wo, c)
+            dx = _contiguous(crop(col2im(taps, padded_shape, strides, dilations, g2.dtype), pads), layout)
+        if needs[1]:
+            dw = (cols.T @ g2).reshape(w_shape)  # (kh, kw, C, O)
+    else:
+        cg, o = w_shape[2], w_shape[3]
+        gg = np.ascontiguousarray(g2.reshape(-1, groups, o // groups).transpose(1, 0, 2))  # (g, N*Ho*Wo, O/g)
+        if needs[0]:
+            dcols = np.matmul(gg, w2.transpose(0, 2, 1))  # (g, N*Ho*Wo, kh*kw*C/g)
+            taps = dcols.reshape(groups, n * ho * wo, kh * kw, cg).transpose(2, 1, 0, 3)  # (kh*kw, N*Ho*Wo, g, C/g)
+            taps = np.ascontiguousarray(taps).reshape(kh, kw, n, ho, wo, c)
+            dx = _contiguous(crop(col2im(taps, padded_shape, strides, dilations, g2.dtype), pads), layout)
+        if needs[1]:
+            dw = np.matmul(cols.transpose(0, 2, 1), gg)  # (g, kh*kw*C/g, O/g)
+            dw = dw.reshape(groups, kh * kw, cg, o // groups).transpose(1, 2, 0, 3).reshape(w_shape)  # (kh, kw, C/g, O)
+    if dw is not None and attrs.get("weight_layout", "OIHW") != "HWIO":
+        dw = dw.transpose(3, 2, 0, 1)  # (O, C/g, kh, kw)
     return [dx, dw]
 
 
@@ -146,12 +168,17 @@ def _conv2d_weight(w: Shape, attrs: dict) -> tuple:
 
 
 def _conv2d_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
-    kh, kw, _, out_channels = _conv2d_weight(shapes[1], attrs)
+    kh, kw, group_channels, out_channels = _conv2d_weight(shapes[1], attrs)
+    groups = int(attrs.get("groups", 1))
+    channels = _spatial(shapes[0], attrs.get("layout", "NCHW"))[3]
+    if groups < 1 or out_channels % groups or (channels is not None and channels != group_channels * groups):
+        raise ValueError(f"groups={groups}: the input's {channels} channels and the weight's {out_channels} outputs "
+                         f"must split into {groups} groups of {group_channels} inputs each")
     return [_output_shape(shapes[0], out_channels, (kh, kw), attrs, pair(attrs.get("dilations", 1)))]
 
 
 def _conv2d_macs(work: Work) -> float:
-    # per output element: C_in x kh x kw
+    # per output element: C_in / groups x kh x kw (the weight holds one group's input channels)
     kh, kw, cin, _ = _conv2d_weight(work.inputs[1], work.attrs)
     return float(math.prod(work.outputs[0]) * cin * kh * kw)
 
@@ -311,8 +338,12 @@ def _resize2d_cost(work: Work) -> tuple[float, float]:
 
 RECORDS = (
     # a contraction: backward computes two products, d(input) and d(weight)
-    OpRecord("conv2d", "2-D convolution (cross-correlation) of x with w; strides, dilations, padding",
-             ("x", "w"), ("strides?", "padding?", "dilations?", "layout?", "weight_layout?"), "conv", (FLOAT, FLOAT),
+    # groups: the channels split into groups, each convolved with its own slice of the weight
+    # (depthwise: groups = input channels); the weight's input dimension is one group's channels
+    OpRecord("conv2d", "2-D convolution (cross-correlation) of x with w; strides, dilations, padding, groups "
+             "(output channel k reads input group k // (C_out / groups))",
+             ("x", "w"), ("strides?", "padding?", "dilations?", "layout?", "weight_layout?", "groups?"), "conv",
+             (FLOAT, FLOAT),
              _conv2d_shape, _conv2d_forward, _conv2d_backward,
              cost=contraction(_conv2d_macs), backward_ratio=2.0),
     OpRecord("max_pool2d", "maximum over each window (padding never wins; the first maximum gets the gradient)",

@@ -75,15 +75,17 @@ SUGGESTIONS.update({
     "aten.upsample_bicubic2d.vec": f"{_RESIZE}, or resize in the input pipeline",
     "aten.convolution.default": ("2-d convolutions with groups=1: write a grouped convolution as one conv per group "
                                  "joined by torch.cat"),
-    "aten._adaptive_avg_pool2d.default": "an output size that divides the input size (then it is avg_pool2d)",
+    "aten._adaptive_avg_pool2d.default": "an (N, C, H, W) input",
+    "aten.adaptive_max_pool2d.default": ("F.max_pool2d with a kernel and stride that divide the input, or "
+                                         "nn.AdaptiveAvgPool2d"),
     "aten.binary_cross_entropy_with_logits.default": ("a pos_weight fixed when the step is captured: a constant "
                                                       "tensor or a buffer, not computed from the batch"),
     "aten.cross_entropy_loss.default": ("class ids as targets, and class weights fixed when the step is "
                                         "captured; ignore_index and label_smoothing are supported"),
-    "aten.reflection_pad2d.default": "F.pad with mode='constant', or pad in the input pipeline",
-    "aten.replication_pad2d.default": "F.pad with mode='constant', or pad in the input pipeline",
+    "aten.reflection_pad2d.default": "padding narrower than the input (at most size - 1 per side)",
+    "aten.replication_pad2d.default": "non-negative padding; crop by slicing",
     "aten.constant_pad_nd.default": "non-negative padding; crop by slicing",
-    "MirrorPad": "tf.pad with mode='CONSTANT', or pad in the input pipeline",
+    "MirrorPad": "padding narrower than the input (REFLECT: at most size - 1 per side, SYMMETRIC: size)",
     "ResizeBilinear": "tf.image.resize(method='bilinear') or Keras UpSampling2D (half-pixel centres)",
     "ResizeNearestNeighbor": "Keras UpSampling2D, or tf.image.resize(method='nearest') by whole-number factors",
     "ResizeBicubic": "tf.image.resize(method='bilinear'), or resize in the input pipeline",

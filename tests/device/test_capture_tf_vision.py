@@ -154,6 +154,11 @@ TF_ATTRIBUTES = {
                               "half_pixel_centers": "refused unless True"},
     "Tile": {"T": "dtype", "Tmultiples": "dtype"},
     "Pad": {"T": "dtype", "Tpaddings": "dtype"},
+    "MirrorPad": {"T": "dtype", "Tpaddings": "dtype", "mode": "implemented"},
+    "DepthwiseConv2dNative": {"T": "dtype", "strides": "implemented", "padding": "implemented",
+                              "explicit_paddings": "implemented", "data_format": "implemented",
+                              "dilations": "implemented"},
+    "Relu6": {"T": "dtype"},
     "PadV2": {"T": "dtype", "Tpaddings": "dtype"},
     "Unpack": {"T": "dtype", "num": "implemented", "axis": "implemented"},
     "Split": {"T": "dtype", "num_split": "implemented"},
@@ -187,3 +192,32 @@ def test_conv2d_transpose_with_explicit_padding_matches_tf():
     session.close()
     np.testing.assert_allclose(got_loss, tf_loss, rtol=1e-5)
     np.testing.assert_allclose(got_grads["w"], tf_grads[0], rtol=1e-5, atol=1e-7)
+
+
+def gallery_fn(x, labels):  # x: (2, 6, 6, 4): the ops keras.applications add
+    y = tf.pad(x, [[0, 0], [1, 2], [2, 1], [0, 0]], mode="REFLECT")  # (2, 9, 9, 4)
+    y = layers.DepthwiseConv2D(3, strides=2, depth_multiplier=2, padding="same")(y)  # (2, 5, 5, 8)
+    y = layers.ReLU(6.0)(layers.Conv2D(6, 3)(y))  # (2, 3, 3, 6)
+    y = tf.pad(y, [[0, 0], [2, 1], [0, 3], [0, 0]], mode="SYMMETRIC")  # (2, 6, 6, 6)
+    y = layers.SeparableConv2D(4, 3)(y)  # (2, 4, 4, 4)
+    logits = layers.Dense(3)(layers.GlobalAveragePooling2D()(y))
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+
+
+def test_gallery_ops_lower_to_their_records_and_match_tf():
+    graph_tf, inputs, loss, variables, grads, session = build(gallery_fn, [((2, 6, 6, 4), tf.float32),
+                                                                           ((2,), tf.int32)])
+    graph = capture_tf.capture(graph_tf, inputs=inputs, loss=loss)
+    assert validate(graph, mode="train", profile=None).ok
+    assert sorted(n.attrs.get("groups", 1) for n in graph.nodes if n.op == "conv2d") == [1, 1, 4, 6]
+    assert [n.attrs["mode"] for n in graph.nodes if n.op == "pad"] == ["reflect", "symmetric"]
+    assert [n.op for n in graph.nodes].count("clamp") == 1
+    batch = [np.random.default_rng(4).standard_normal((2, 6, 6, 4)).astype(np.float32), np.array([0, 2], np.int32)]
+    got_loss, got_grads = Program(graph, capture_tf.read_weights(session, graph)).gradients(batch)
+    tf_loss, tf_grads = session.run([loss, grads], dict(zip(inputs, batch)))
+    session.close()
+    np.testing.assert_allclose(got_loss, tf_loss, rtol=1e-5)
+    for variable, expected in zip(variables, tf_grads):
+        name = variable.name.split(":")[0]
+        np.testing.assert_allclose(got_grads[name], expected, rtol=1e-5, atol=1e-6 * np.abs(expected).max(),
+                                   err_msg=name)

@@ -280,7 +280,7 @@ def test_unsupported_ops_become_aten_nodes_at_their_lines():
 
 
 def test_an_unsupported_variant_keeps_the_aten_name_and_a_reason():
-    model = nn.Conv2d(4, 4, 3, groups=2)
+    model = nn.ConvTranspose2d(4, 4, 3, groups=2)
     graph = capture(lambda batch: model(batch[0]).sum(), model, [torch.randn(1, 4, 5, 5)])
     (node,) = [n for n in graph.nodes if n.op not in OPS]
     assert node.op == "aten.convolution.default"

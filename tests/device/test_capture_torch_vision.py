@@ -137,11 +137,10 @@ class Refused(nn.Module):
         a = self.grouped_up(x)  # <refused-groups>
         b = self.corners(x)  # <refused-align-corners>
         c = F.interpolate(x, scale_factor=1.5, mode="nearest")  # <refused-nearest-factor>
-        d = F.adaptive_avg_pool2d(x, 4)  # <refused-adaptive>
+        d = F.adaptive_max_pool2d(x, 4)[0]  # <refused-adaptive-max>
         e = F.binary_cross_entropy_with_logits(x, targets, pos_weight=targets.mean((0, 1, 2)))  # <refused-pos-weight>
         f = F.cross_entropy(x, labels, weight=targets.mean((0, 2, 3)))  # <refused-class-weight>
-        g = F.pad(x, (1, 1, 1, 1), mode="reflect")  # <refused-reflect>
-        return a.mean() + b.mean() + c.mean() + d.mean() + e + f + g.mean()
+        return a.mean() + b.mean() + c.mean() + d.mean() + e + f
 
 
 def _line(tag: str) -> int:
@@ -153,10 +152,9 @@ def _line(tag: str) -> int:
     ("refused-groups", "aten.convolution.default", "groups=2"),
     ("refused-align-corners", "aten.upsample_bilinear2d.vec", "align_corners=True"),
     ("refused-nearest-factor", "aten.upsample_nearest2d.vec", "scale_factor=[1.5, 1.5]"),
-    ("refused-adaptive", "aten._adaptive_avg_pool2d.default", "output_size=[4, 4]"),
+    ("refused-adaptive-max", "aten.adaptive_max_pool2d.default", "not supported"),
     ("refused-pos-weight", "aten.binary_cross_entropy_with_logits.default", "pos_weight"),
     ("refused-class-weight", "aten.cross_entropy_loss.default", "weight"),
-    ("refused-reflect", "aten.reflection_pad2d.default", "not supported"),
 ])
 def test_unimplemented_attribute_values_are_refused_at_the_users_line(tag, framework_op, attribute):
     model = Refused()
@@ -168,3 +166,52 @@ def test_unimplemented_attribute_values_are_refused_at_the_users_line(tag, frame
     assert found[0].framework_op == framework_op and attribute in found[0].message
     assert found[0].file == inspect.getsourcefile(Refused)
     assert found[0].suggestion not in ("", DEFAULT_SUGGESTION)  # a suggestion for that op
+
+
+class GalleryOps(nn.Module):
+    """The ops torchvision's models add (tests/gallery): grouped and depthwise convolutions, reflect and
+    replicate padding, adaptive average pooling whose windows overlap (VGG's 7x7 on a small map)."""
+
+    def __init__(self):
+        super().__init__()
+        self.grouped = nn.Conv2d(4, 6, 3, padding=1, groups=2)
+        self.depthwise = nn.Conv2d(6, 12, 3, stride=2, padding=1, groups=6, bias=False)
+        self.head = nn.Linear(12 * 3 * 3, 3)
+
+    def forward(self, x, labels):  # x: (N, 4, 5, 5)
+        y = F.relu(self.grouped(F.pad(x, (1, 1, 2, 0), mode="reflect")))  # (N, 6, 7, 7)
+        y = self.depthwise(F.pad(y, (0, 1, 1, 0), mode="replicate"))  # (N, 12, 4, 4)
+        y = F.adaptive_avg_pool2d(y, 3)  # (N, 12, 3, 3): windows of 2 that overlap
+        return F.cross_entropy(self.head(y.flatten(1)), labels)
+
+
+def test_gallery_ops_lower_to_their_records_and_match_torch():
+    torch.manual_seed(3)
+    model = GalleryOps()
+    batch = [torch.randn(2, 4, 5, 5), torch.tensor([0, 2])]
+    graph, loss, grads, expected_loss, expected_grads = emulator_and_torch(model, lambda b: model(*b), batch)
+    assert validate(graph, mode="train", profile=None).ok
+    assert sorted(n.attrs.get("groups", 1) for n in graph.nodes if n.op == "conv2d") == [2, 6]
+    assert sorted(n.attrs["mode"] for n in graph.nodes if n.op == "pad") == ["edge", "reflect"]
+    assert [n.attrs["equation"] for n in graph.nodes if n.op == "einsum"] == ["nchw,ih,jw->ncij"]
+    assert_matches(loss, grads, expected_loss, expected_grads)
+
+
+def test_in_place_dropout_and_stochastic_depth_draw_device_masks():
+    """nn.Dropout(inplace=True) and torchvision's stochastic depth draw their masks with bernoulli_:
+    the emulator draws them as dropout, with the keep rate and the scale of torch's."""
+    from torchvision.ops import StochasticDepth
+
+    model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.25, inplace=True), StochasticDepth(0.5, "row"))
+    batch = [torch.randn(64, 8)]
+    graph = capture(lambda b: (model(b[0]).square().mean(), {"y": model(b[0])}), model, batch)
+    assert validate(graph, mode="train", profile=None).ok
+    assert sorted(n.attrs["rate"] for n in graph.nodes if n.op == "dropout") == [0.25, 0.25, 0.5, 0.5]
+    program = Program(graph, weights_of(model, graph), state_of(model, graph), seed=0)
+    with torch.no_grad():
+        plain = model[0](batch[0]).numpy()
+    y = program.forward([batch[0].numpy()], training=True)["y"]
+    kept = y != 0  # kept entries are scaled by 1 / 0.75 (dropout), then 1 / 0.5 (stochastic depth)
+    np.testing.assert_allclose(y[kept], (plain / 0.375)[kept], rtol=1e-5, atol=1e-6 * np.abs(plain).max())
+    rows_dropped = ~kept.any(axis=1)  # stochastic depth ("row"): whole examples
+    assert 0 < rows_dropped.sum() < 64 and 0.5 < kept[~rows_dropped].mean() < 0.95

@@ -72,12 +72,8 @@ def cumprod(x, img, ids):
     return tf.math.cumprod(x, axis=1)  # <cumprod>
 
 
-def depthwise_conv(x, img, ids):
-    return layers.DepthwiseConv2D(3)(img)  # <depthwise_conv>
-
-
-def reflect_pad(x, img, ids):
-    return tf.pad(img, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="REFLECT")  # <reflect_pad>
+def conv3d(x, img, ids):
+    return layers.Conv3D(2, 1)(tf.expand_dims(img, 1))  # <conv3d>
 
 
 def bitwise_and_on_ints(x, img, ids):
@@ -151,8 +147,7 @@ CASES = {
     sort: ("tf.sort", "TopKV2"),
     argsort: ("tf.argsort", "TopKV2"),
     cumprod: ("tf.math.cumprod",),
-    depthwise_conv: ("DepthwiseConv2D",),
-    reflect_pad: ("MirrorPad",),
+    conv3d: ("Conv3D",),
     bitwise_and_on_ints: ("tf.bitwise.bitwise_and",),
     sparse_tensor: ("tf.sparse", "Sparse"),
     ragged_tensor: ("Ragged",),

@@ -97,12 +97,12 @@ def median(x, img, ids):
     return torch.median(x, dim=1).values  # <median>
 
 
-def grouped_conv(x, img, ids):
-    return F.conv2d(img, torch.ones(4, 2, 3, 3), groups=2)  # <grouped_conv>
+def grouped_conv_transpose(x, img, ids):
+    return F.conv_transpose2d(img, torch.ones(4, 2, 3, 3), groups=2)  # <grouped_conv_transpose>
 
 
-def reflection_pad(x, img, ids):
-    return F.pad(img, (1, 1, 1, 1), mode="reflect")  # <reflection_pad>
+def adaptive_max_pool(x, img, ids):
+    return F.adaptive_max_pool2d(img, 4)  # <adaptive_max_pool>
 
 
 def bitwise_and_on_ints(x, img, ids):
@@ -178,8 +178,8 @@ CASES = {
     argsort: ("sort",),
     cumprod: ("cumprod",),
     median: ("median",),
-    grouped_conv: ("conv2d", "convolution"),
-    reflection_pad: ("reflection_pad2d",),
+    grouped_conv_transpose: ("conv_transpose2d", "convolution"),
+    adaptive_max_pool: ("adaptive_max_pool2d",),
     bitwise_and_on_ints: ("bitwise_and",),
     sparse_tensor: ("sparse",),
     complex_tensor: ("complex",),

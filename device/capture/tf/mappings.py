@@ -6,6 +6,8 @@
     Neg Exp Erf Log Sqrt Rsqrt Square Relu Tanh Sigmoid Selu      the same name, lower case
     Softplus                                                      softplus (beta 1, no threshold)
     Elu / LeakyRelu                                               elu(alpha=1) / maximum(x, alpha * x)
+    Relu6                                                         clamp [0, 6] (no gradient on the bounds)
+    IdentityN (tf.custom_gradient's forward)                      identity per output
     SquaredDifference                                             sub, square
     Pow (exponent 1, 2, 0.5, -0.5)                                identity, square, sqrt, rsqrt
     Identity Snapshot                                             identity
@@ -18,13 +20,15 @@
     Transpose / ConcatV2 / StridedSlice (ellipsis, new axis)      transpose / concat / slice (+ reshape)
     MatMul BatchMatMul{,V2,V3}                                    matmul (transpose_a/b, adj_x/y -> transpose)
     Einsum / Cast / ArgMax / Equal                                einsum / cast / argmax / equal
-    Conv2D                                                        conv2d (layout NHWC or NCHW, weight HWIO)
+    Conv2D                                                        conv2d (layout NHWC or NCHW, weight HWIO, groups)
+    DepthwiseConv2dNative                                         reshape of the filter, conv2d (groups = C)
     MaxPool AvgPool                                               max_pool2d avg_pool2d
     FusedBatchNorm{,V2,V3} training / inference                  batch_norm / its elementwise formula
     Conv2DBackpropInput (Keras Conv2DTranspose)                   conv_transpose2d (weight HWOI)
     ResizeBilinear ResizeNearestNeighbor (half-pixel centres)     resize2d (bilinear, nearest)
     Tile / Unpack / Split SplitV                                  tile / slice + reshape / slice
     Pad PadV2 (tf.pad constant, Keras ZeroPadding2D)              pad
+    MirrorPad (tf.pad REFLECT, SYMMETRIC)                         pad (mode reflect, symmetric)
     language ops (masks, position buckets, gathers):
     Select SelectV2                                               where (Select's vector condition picks rows)
     Less LessEqual Greater GreaterEqual NotEqual                  less ... not_equal (bool)
@@ -120,6 +124,22 @@ def _map_bias_add(low: Lowering, tensor):
 def _map_elu(low: Lowering, tensor):
     op = tensor.op
     return Plan([op.inputs[0]], lambda: low.emit("elu", [low.value(op.inputs[0])], op, [tensor], {"alpha": 1.0}))
+
+
+def _map_relu6(low: Lowering, tensor):
+    """Relu6 (Keras ReLU(6.0), MobileNet's activation): clamp to [0, 6], no gradient on the bounds (Relu6Grad)."""
+    op = tensor.op
+    x = op.inputs[0]
+    attrs = {"min": 0.0, "max": 6.0}
+    return Plan([x], lambda: low.emit("clamp", [low.value(x)], op, [tensor], attrs))
+
+
+def _map_identity_n(low: Lowering, tensor):
+    """IdentityN (what tf.custom_gradient wraps a forward in, e.g. Keras' swish): each output is its input.
+    The custom gradient is not taken: the IR differentiates the forward ops, the same function."""
+    op = tensor.op
+    x = op.inputs[tensor.value_index]
+    return Plan([x], lambda: low.emit("identity", [low.value(x)], op, [tensor]))
 
 
 def _map_leaky_relu(low: Lowering, tensor):
@@ -341,7 +361,28 @@ def _map_conv2d(low: Lowering, tensor):
              "dilations": _spatial(op.get_attr("dilations"), layout), "layout": layout,
              "weight_layout": "HWIO"}
     x, w = op.inputs
+    channels, group_channels = static_shape(x)[3 if layout == "NHWC" else 1], static_shape(w)[2]
+    if channels and group_channels and channels != group_channels:  # Keras Conv2D(groups=g)
+        attrs["groups"] = channels // group_channels
     return Plan([x, w], lambda: low.emit("conv2d", [low.value(x), low.value(w)], op, [tensor], attrs))
+
+
+def _map_depthwise_conv2d(low: Lowering, tensor):
+    """DepthwiseConv2dNative (Keras DepthwiseConv2D, SeparableConv2D's first half): a grouped conv2d with one
+    group per input channel; the filter (kh, kw, C, M) read as HWIO (kh, kw, 1, C * M), output channel c * M + m."""
+    op = tensor.op
+    layout = op.get_attr("data_format").decode()
+    x, w = op.inputs
+    kh, kw, channels, multiplier = static_shape(w)
+    attrs = {"strides": _spatial(op.get_attr("strides"), layout), "padding": _padding(op, layout),
+             "dilations": _spatial(op.get_attr("dilations"), layout), "layout": layout,
+             "weight_layout": "HWIO", "groups": channels}
+    grouped = [kh, kw, 1, channels * multiplier]
+
+    def build():
+        filters = low.aux("reshape", [low.value(w)], op, grouped, ir_dtype(w.dtype), {"shape": grouped})
+        low.emit("conv2d", [low.value(x), filters], op, [tensor], attrs)
+    return Plan([x, w], build)
 
 
 def _map_pool(low: Lowering, tensor):
@@ -504,10 +545,13 @@ def _map_split(low: Lowering, tensor):
 
 
 def _map_pad(low: Lowering, tensor):
-    """Pad / PadV2 (tf.pad mode CONSTANT, Keras ZeroPadding2D)."""
+    """Pad / PadV2 (tf.pad mode CONSTANT, Keras ZeroPadding2D), MirrorPad (tf.pad REFLECT, SYMMETRIC)."""
     op = tensor.op
     x = op.inputs[0]
     pads = [[int(a), int(b)] for a, b in low.attr(op.inputs[1], "the paddings")]
+    if op.type == "MirrorPad":
+        attrs = {"pads": pads, "mode": op.get_attr("mode").decode().lower()}  # reflect or symmetric
+        return Plan([x], lambda: low.emit("pad", [low.value(x)], op, [tensor], attrs))
     value = low.scalar(op.inputs[2]) if op.type == "PadV2" else 0.0
     if value is None:
         raise CannotMap("constant_values is not a constant")
@@ -527,7 +571,8 @@ MAPPINGS: dict[str, OpMapping] = {
     **{tf_op: _simple(ir_op) for tf_op, ir_op in _ONE_TO_ONE.items()},
     "StopGradient": _map_stop_gradient, "PreventGradient": _map_stop_gradient,
     "Div": _map_div, "DivNoNan": _map_div_no_nan, "AddN": _map_add_n,
-    "BiasAdd": _map_bias_add, "Elu": _map_elu, "LeakyRelu": _map_leaky_relu,
+    "BiasAdd": _map_bias_add, "Elu": _map_elu, "LeakyRelu": _map_leaky_relu, "Relu6": _map_relu6,
+    "IdentityN": _map_identity_n,
     "SquaredDifference": _map_squared_difference, "Pow": _map_pow,
     "Softmax": _map_softmax, "LogSoftmax": _map_softmax,
     "SparseSoftmaxCrossEntropyWithLogits": _map_sparse_xent,
@@ -537,13 +582,14 @@ MAPPINGS: dict[str, OpMapping] = {
     "Transpose": _map_transpose, "ConcatV2": _map_concat, "StridedSlice": _map_strided_slice,
     "MatMul": _map_matmul, "BatchMatMul": _map_matmul, "BatchMatMulV2": _map_matmul,
     "BatchMatMulV3": _map_matmul, "Einsum": _map_einsum, "Cast": _map_cast,
-    "ArgMax": _map_argmax, "Conv2D": _map_conv2d, "MaxPool": _map_pool,
+    "ArgMax": _map_argmax, "Conv2D": _map_conv2d, "DepthwiseConv2dNative": _map_depthwise_conv2d,
+    "MaxPool": _map_pool,
     "AvgPool": _map_pool, "FusedBatchNorm": _map_fused_batch_norm,
     "FusedBatchNormV2": _map_fused_batch_norm, "FusedBatchNormV3": _map_fused_batch_norm,
     # vision and losses
     "Conv2DBackpropInput": _map_conv2d_backprop_input, "ResizeBilinear": _map_resize,
     "ResizeNearestNeighbor": _map_resize, "Tile": _map_tile, "Unpack": _map_unpack, "Split": _map_split,
-    "SplitV": _map_split, "Pad": _map_pad, "PadV2": _map_pad,
+    "SplitV": _map_split, "Pad": _map_pad, "PadV2": _map_pad, "MirrorPad": _map_pad,
 }
 
 

@@ -1,0 +1,330 @@
+"""One run of a gallery entry, per library: validate, compile, then train on the emulator next to
+the framework, measuring how far apart the two are and how far the framework is from itself.
+
+What is compared (fp32):
+
+    loss_err    the first step's loss, relative
+    grad_err    every gradient of that step: max |emulator - framework| / max |framework|, per
+                weight, the worst weight
+    steps_err   the loss of each of STEPS optimizer steps (SGD with momentum), relative, the worst
+    mixed_err   the first step's loss in mixed precision (bfloat16 compute) against the framework's
+                fp32; mixed_steps_err the worst of the STEPS steps
+
+and beside them the noise floor: the same quantities between two framework runs that differ
+only in the order of the examples in each batch (reversed), so in the order of their sums: the
+same function, rounded otherwise. Deep networks with batch norm over small maps (every ImageNet
+model at 32x32 or 64x64) amplify such differences (device/README.md, "How close"); the floor
+says how much of a gap is the framework's own.
+
+Timings are wall-clock on this machine; samples/s are the compile's estimates for wse2 and wse3.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from device.api import compile_graph, validate_graph
+from device.errors import DeviceCompileError
+from device.runtime.program import Program
+from tests.gallery.registry import Entry
+
+STEPS = 3
+LR = 0.001
+MOMENTUM = 0.9
+PROFILES = ("wse2", "wse3")
+
+
+@dataclass
+class Result:
+    entry: Entry
+    ops: int = 0  # IR nodes captured
+    op_kinds: int = 0  # distinct IR ops among them
+    unsupported: list[str] = field(default_factory=list)  # one line per refusal (op: message)
+    validate_s: float = 0.0  # capture and validation
+    compile_s: float = 0.0  # match, place, cost, for the first profile
+    samples_per_s: dict[str, str] = field(default_factory=dict)  # profile -> "12.3k (pipelined)"
+    eager_step_s: float = 0.0
+    emulator_step_s: float = 0.0
+    loss_err: float = 0.0
+    grad_err: float = 0.0
+    grad_worst: str = ""  # the weight with grad_err
+    steps_err: float | None = None  # None: the first step only (the quick run)
+    grad_floor: float = 0.0
+    steps_floor: float = 0.0
+    mixed_err: float | None = None  # the first step's loss in mixed precision, relative to fp32's
+    mixed_steps_err: float | None = None  # the worst of STEPS steps
+    losses: list[float] = field(default_factory=list)  # the framework's, per step
+
+    @property
+    def ratio(self) -> float:
+        return self.emulator_step_s / self.eager_step_s if self.eager_step_s else float("nan")
+
+
+def batches(entry: Entry, layout: str, count: int, seed: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(images, labels) per step: class ids (N,) or per-pixel class ids (N, H, W)."""
+    rng = np.random.default_rng(seed)
+    n, s = entry.batch, entry.size
+    shape = (n, 3, s, s) if layout == "NCHW" else (n, s, s, 3)
+    label_shape = (n, s, s) if entry.task == "segment" else (n,)
+    return [(rng.standard_normal(shape).astype(np.float32), rng.integers(0, entry.classes, label_shape))
+            for _ in range(count)]
+
+
+def relative(got: float, expected: float) -> float:
+    return abs(got - expected) / max(abs(expected), 1e-30)
+
+
+# A weight whose gradient is this much smaller than the model's largest is measured against that
+# floor instead: the shift of a batch norm that another batch norm follows (MobileNet's projection
+# blocks) has a gradient of exactly zero in exact arithmetic, so what both sides hold is rounding
+# (MobileNetV3-small's features.1.block.2.1.bias: 1e-6 of the largest on either side, apart by 2e-8)
+SMALLEST_SCALE = 1e-2
+
+
+def grad_gap(got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> tuple[float, str]:
+    """The worst weight's max |got - expected| / max |expected| (a weight without gradient on one side: inf)."""
+    worst, name = 0.0, ""
+    largest = max(float(np.max(np.abs(ref))) for ref in expected.values())
+    for key, ref in expected.items():
+        if key not in got:
+            return float("inf"), f"{key} (no gradient)"
+        scale = max(float(np.max(np.abs(ref))), SMALLEST_SCALE * largest) or 1.0
+        gap = float(np.max(np.abs(got[key] - ref))) / scale
+        if gap > worst:
+            worst, name = gap, key
+    return worst, name
+
+
+def _validate(result: Result, graph) -> bool:
+    report = validate_graph(graph, mode="train", profile_name=PROFILES[0])
+    result.ops = len(graph.nodes)
+    result.op_kinds = len({n.op for n in graph.nodes})
+    result.unsupported = [f"{f.framework_op or f.kind}: {f.message}" for f in report.errors]
+    return report.ok
+
+
+def _compile(result: Result, graph) -> None:
+    for profile in PROFILES:
+        start = time.perf_counter()
+        for mode in ("pipelined", "weight_streaming"):  # the first that fits
+            try:
+                compiled = compile_graph(graph, mode="train", profile_name=profile, execution_mode=mode)
+            except DeviceCompileError:
+                continue
+            result.samples_per_s[profile] = f"{compiled.cost.samples_per_s:,.0f} ({mode.replace('_', ' ')})"
+            break
+        else:
+            result.samples_per_s[profile] = "does not fit"
+        if profile == PROFILES[0]:
+            result.compile_s = time.perf_counter() - start
+
+
+def _mixed(result: Result, losses: list[float]) -> None:
+    result.mixed_err = relative(losses[0], result.losses[0])
+    result.mixed_steps_err = max(relative(a, b) for a, b in zip(losses, result.losses))
+
+
+def _steps_on(program: Program, data) -> tuple[list[float], float]:
+    losses, start = [], time.perf_counter()
+    for batch in data:
+        losses.append(program.train_step(list(batch), LR))
+    return losses, (time.perf_counter() - start) / len(data)
+
+
+# ------------------------------------------------------------------------------ PyTorch
+
+
+def run_torch(entry: Entry, full: bool = True) -> Result:
+    """Validate, compile, the first step against torch; with ``full``, STEPS steps and mixed precision too."""
+    import torch
+    import torch.nn.functional as F
+
+    from device.capture.torch import capture, state_of, weights_of
+
+    result = Result(entry)
+    torch.manual_seed(0)
+    model = entry.build(False)
+    twins = {k: copy.deepcopy(model) for k in ("floor", "mixed")}  # the same initial weights
+    data = [tuple(torch.from_numpy(a) for a in b) for b in batches(entry, "NCHW", STEPS if full else 1)]
+
+    def step_of(m):
+        if entry.task == "segment":
+            return lambda batch: F.cross_entropy(m(batch[0])["out"], batch[1])
+        return lambda batch: F.cross_entropy(m(batch[0]), batch[1])
+
+    def sgd(m):
+        return torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM)
+
+    start = time.perf_counter()
+    optimizer = sgd(model)
+    graph = capture(step_of(model), model, data[0], optimizer=optimizer)
+    ok = _validate(result, graph)
+    result.validate_s = time.perf_counter() - start
+    if not ok:
+        return result
+    _compile(result, graph)
+    numpy_data = [[t.numpy() for t in b] for b in data]
+    # copies: the framework's steps below write into its tensors, which the arrays may share
+    initial_weights = {k: v.copy() for k, v in weights_of(model, graph).items()}
+    initial_state = {k: v.copy() for k, v in state_of(model, graph).items()}
+
+    # the first step: loss and every gradient
+    program = Program(graph, initial_weights, initial_state, seed=0)
+    start = time.perf_counter()
+    loss, grads = program.gradients(numpy_data[0])
+    result.emulator_step_s = time.perf_counter() - start
+
+    def framework_run(m, reverse: bool):
+        """(losses, first-step gradients by name, seconds per step) of the SGD steps; ``reverse``: each
+        batch's examples in reverse order (the same sums, added in another order)."""
+        step, opt, losses, first, start = step_of(m), sgd(m), [], None, time.perf_counter()
+        for batch in data:
+            opt.zero_grad()
+            value = step([t.flip(0) for t in batch] if reverse else batch)
+            value.backward()
+            if first is None:
+                first = {k: p.grad.numpy().copy() for k, p in m.named_parameters() if p.grad is not None}
+            opt.step()
+            losses.append(value.item())
+        return losses, first, (time.perf_counter() - start) / len(data)
+
+    result.losses, expected_grads, eager_s = framework_run(model, False)
+    floor_losses, floor_grads, floor_s = framework_run(twins["floor"], True)
+    result.eager_step_s = min(eager_s, floor_s)  # the first run pays torch's one-time set-up
+    result.loss_err = relative(loss, result.losses[0])
+    result.grad_err, result.grad_worst = grad_gap(grads, expected_grads)
+    result.grad_floor, _ = grad_gap(floor_grads, expected_grads)
+    result.steps_floor = max(relative(a, b) for a, b in zip(floor_losses, result.losses))
+
+    if full:
+        program = Program(graph, initial_weights, initial_state, seed=0)
+        got, result.emulator_step_s = _steps_on(program, numpy_data)
+        result.steps_err = max(relative(a, b) for a, b in zip(got, result.losses))
+
+    if full and entry.mixed:
+        mixed = twins["mixed"]
+        graph16 = capture(step_of(mixed), mixed, data[0], optimizer=sgd(mixed), precision="bfloat16")
+        program16 = Program(graph16, weights_of(mixed, graph16), state_of(mixed, graph16), seed=0)
+        _mixed(result, _steps_on(program16, numpy_data)[0])
+    return result
+
+
+def validate_torch_defaults(entry: Entry) -> list[str]:
+    """The refusals of the model as the library builds it (dropout and stochastic depth on)."""
+    import torch
+    import torch.nn.functional as F
+
+    from device.capture.torch import capture
+
+    torch.manual_seed(0)
+    model = entry.build(True)
+    images, labels = (torch.from_numpy(a) for a in batches(entry, "NCHW", 1)[0])
+    if entry.task == "segment":
+        graph = capture(lambda b: F.cross_entropy(model(b[0])["out"], b[1]), model, [images, labels])
+    else:
+        graph = capture(lambda b: F.cross_entropy(model(b[0]), b[1]), model, [images, labels])
+    result = Result(entry)
+    _validate(result, graph)
+    return result.unsupported
+
+
+# --------------------------------------------------------------------------- TensorFlow
+
+
+def _keras_graph(entry: Entry, dropout: bool):
+    """A TF1 graph as the Estimator runner builds one from a model_fn: (graph, x, y, loss, train_op,
+    [(variable, gradient)], initializer)."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    tf.keras.backend.clear_session()
+    tf.keras.utils.set_random_seed(0)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, (entry.batch, entry.size, entry.size, 3))
+        y = v1.placeholder(tf.int32, (entry.batch,))
+        logits = entry.build(dropout)(x, training=True)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        variables = v1.trainable_variables()
+        grads = tf.gradients(loss, variables)
+        optimizer = v1.train.MomentumOptimizer(LR, MOMENTUM)
+        train_op = optimizer.apply_gradients(list(zip(grads, variables)), v1.train.get_or_create_global_step())
+        init = v1.global_variables_initializer()
+    return graph, x, y, loss, train_op, list(zip(variables, grads)), init
+
+
+def run_keras(entry: Entry, full: bool = True) -> Result:
+    """Validate, compile, the first step against TF; with ``full``, STEPS steps and mixed precision too."""
+    import tensorflow as tf
+
+    from device.capture import tf as capture_tf
+    from device.capture.tf.tensors import variable_name
+
+    v1 = tf.compat.v1
+    result = Result(entry)
+    start = time.perf_counter()
+    tf_graph, x, y, loss, train_op, grads_of, init = _keras_graph(entry, dropout=False)
+    graph = capture_tf.capture(tf_graph, inputs=[x, y], loss=loss, train_op=train_op)
+    ok = _validate(result, graph)
+    result.validate_s = time.perf_counter() - start
+    if not ok:
+        return result
+    _compile(result, graph)
+    data = batches(entry, "NHWC", STEPS if full else 1)
+    grad_names = {variable_name(v): g for v, g in grads_of if g is not None}
+
+    with v1.Session(graph=tf_graph) as sess:
+        sess.run(init)
+        with tf_graph.as_default():  # one op that puts every variable back to its initial value
+            every = v1.global_variables()
+            initial = sess.run(every)
+            restore = tf.group(*[v.assign(value) for v, value in zip(every, initial)])
+        weights, state = capture_tf.read_weights(sess, graph), capture_tf.read_state(sess, graph)
+
+        start = time.perf_counter()
+        loss0, grads = Program(graph, weights, state, seed=0).gradients(list(data[0]))
+        result.emulator_step_s = time.perf_counter() - start
+
+        def framework_run(reverse: bool):
+            sess.run(restore)
+            losses, grads_first, start = [], None, time.perf_counter()
+            for images, labels in data:
+                feed = {x: images[::-1], y: labels[::-1]} if reverse else {x: images, y: labels}
+                if grads_first is None:
+                    grads_first = dict(zip(grad_names, sess.run(list(grad_names.values()), feed)))
+                losses.append(float(sess.run([loss, train_op], feed)[0]))
+            return losses, grads_first, (time.perf_counter() - start) / len(data)
+
+        framework_run(False)  # a first run builds and optimises TF's kernels: not timed
+        result.losses, expected_grads, eager_s = framework_run(False)
+        floor_losses, floor_grads, floor_s = framework_run(True)
+        result.eager_step_s = min(eager_s, floor_s)
+    result.loss_err = relative(loss0, result.losses[0])
+    result.grad_err, result.grad_worst = grad_gap(grads, expected_grads)
+    result.grad_floor, _ = grad_gap(floor_grads, expected_grads)
+    result.steps_floor = max(relative(a, b) for a, b in zip(floor_losses, result.losses))
+
+    if full:
+        got, result.emulator_step_s = _steps_on(Program(graph, weights, state, seed=0), data)
+        result.steps_err = max(relative(a, b) for a, b in zip(got, result.losses))
+    if full and entry.mixed:
+        graph16 = capture_tf.capture(tf_graph, inputs=[x, y], loss=loss, train_op=train_op, precision="bfloat16")
+        _mixed(result, _steps_on(Program(graph16, weights, state, seed=0), data)[0])
+    return result
+
+
+def validate_keras_defaults(entry: Entry) -> list[str]:
+    from device.capture import tf as capture_tf
+
+    tf_graph, x, y, loss, train_op, _, _ = _keras_graph(entry, dropout=True)
+    result = Result(entry)
+    _validate(result, capture_tf.capture(tf_graph, inputs=[x, y], loss=loss, train_op=train_op))
+    return result.unsupported
+
+
+RUNNERS = {"torchvision": run_torch, "keras": run_keras}
+DEFAULTS = {"torchvision": validate_torch_defaults, "keras": validate_keras_defaults}
