@@ -10,8 +10,8 @@
                                               restores an optimizer state, which it does not hold)
     zoo convert model_dir/model.ckpt-4 w.safetensors   a TF checkpoint's variables, by TF's names
 
-BERT and GPT-2, whose names map between the frameworks (common/bert_names.py,
-common/gpt2_names.py), also convert between PyTorch, TF and Hugging Face directories
+BERT, GPT-2 and T5, whose names map between the frameworks (common/bert_names.py,
+common/gpt2_names.py, common/t5_names.py), also convert between PyTorch, TF and Hugging Face directories
 (config.json + model.safetensors, as save_pretrained writes them; common/hf.py):
 
     zoo convert hf_bert/ run/checkpoint_0.mdl         BertForPreTraining -> pytorch/bert (also .pt, .safetensors)
@@ -20,9 +20,10 @@ common/gpt2_names.py), also convert between PyTorch, TF and Hugging Face directo
     zoo convert hf_gpt2/ run/checkpoint_0.mdl         GPT2LMHeadModel -> the zoo's GPT-2 (Conv1D weights
                                                       transposed to Linear's [out, in]); or -> model.ckpt-0
     zoo convert run/checkpoint_8.mdl hf_out/          the zoo's BERT or GPT-2 -> a Hugging Face directory
-    zoo convert run/checkpoint_8.mdl tf/model.ckpt-8  PyTorch -> TF (and TF -> .mdl/.pt) for BERT and GPT-2
+    zoo convert run/checkpoint_8.mdl tf/model.ckpt-8  PyTorch -> TF (and TF -> .mdl/.pt) for BERT, GPT-2 and T5
     zoo convert hf_t5/ run/checkpoint_0.mdl           T5ForConditionalGeneration -> pytorch/t5 (the same names;
-                                                      the tied embed_tokens and lm_head stored once), and back
+                                                      the tied embed_tokens and lm_head stored once), and back;
+                                                      or -> tf/t5's model.ckpt-0 (the same tree, kernels [in, out])
 
 A destination with no extension (or an empty folder) is a Hugging Face directory; one
 named *.ckpt or *.ckpt-N a TF checkpoint. Converting from Hugging Face prints the model
@@ -198,7 +199,7 @@ def convert(src: str, dst: str, params: str | None = None) -> str:
 
 
 def _convert_named(src: str, dst: str, source: str, target: str, params: str | None) -> str:
-    """BERT, GPT-2 and T5 between PyTorch, TF (not T5) and Hugging Face, through the zoo's PyTorch names and layout."""
+    """BERT, GPT-2 and T5 between PyTorch, TF and Hugging Face, through the zoo's PyTorch names and layout."""
     import numpy as np
 
     from common import hf
@@ -220,9 +221,6 @@ def _convert_named(src: str, dst: str, source: str, target: str, params: str | N
         if keys is None:
             keys = hf.keys_for(family, weights, params or hf.params_beside(src), src)
         return hf.write_hf(dst, family, weights, keys)
-    if target == "tf" and family == "t5":
-        raise UserError(f"{dst}: T5 converts between pytorch/t5 and Hugging Face only (no mapping of tf/t5's "
-                        "variable names is defined)")
     if target == "tf":
         step = re.search(r"-(\d+)$", dst)
         prefix = hf.write_tf_checkpoint(dst, family, weights, int(step.group(1)) if step else 0)

@@ -293,7 +293,7 @@ def read_zoo(path: str) -> tuple[str, dict[str, np.ndarray]]:
     try:  # before GPT-2, whose names include an untied lm_head.weight as a T5's do
         return "t5", t5_names.read_t5_weights(path)
     except UserError as t5_error:
-        if "holds no T5 weight" not in str(t5_error) and "a TF checkpoint; T5" not in str(t5_error):
+        if "holds no T5 weight" not in str(t5_error):
             raise
     try:
         return "gpt2", gpt2_names.read_gpt2_weights(path)
@@ -312,7 +312,8 @@ def write_tf_checkpoint(prefix: str, family: str, weights: dict[str, np.ndarray]
 
     tf = _tensorflow()
     v1 = tf.compat.v1
-    to_tf = bert_names.torch_name_to_tf if family == "bert" else gpt2_names.torch_name_to_tf
+    to_tf = {"bert": bert_names.torch_name_to_tf, "gpt2": gpt2_names.torch_name_to_tf,
+             "t5": t5_names.torch_name_to_tf}[family]
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     with tf.Graph().as_default():
         feeds = {}

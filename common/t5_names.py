@@ -25,7 +25,11 @@ older versions saved and never used).
 - ``hf_name_to_torch(name)``: the zoo name of a Hugging Face tensor, or None to skip it.
 - ``torch_names(num_layers, num_decoder_layers, gated, tied)``: every zoo name of a model.
 - ``shapes(keys)``: every weight's shape of a model of those keys (HF T5Config names).
-- ``read_t5_weights(path)``: the T5 weights of a zoo PyTorch checkpoint as numpy arrays.
+- ``torch_name_to_tf(name)`` / ``tf_name_to_torch(name)``: tf/t5's variable names, which
+  mirror the same tree (``encoder/block_0/layer_0/SelfAttention/q/kernel``, the projections'
+  kernels [in, out], transposed; ``shared/embedding``, ``.../relative_attention_bias/embedding``,
+  the norms' ``.../layer_norm/weight`` as they are).
+- ``read_t5_weights(path)``: the T5 weights of a zoo checkpoint of either framework as numpy arrays.
 """
 
 from __future__ import annotations
@@ -82,6 +86,34 @@ def is_torch_name(name: str) -> bool:
     return bool(_NAME.fullmatch(name))
 
 
+_KERNELS = ("q", "k", "v", "o", "wi", "wi_0", "wi_1", "wo", "lm_head")  # Linear [out, in] <-> Dense kernel [in, out]
+_TABLES = ("shared", "relative_attention_bias")  # an embedding table, the same layout in both
+
+
+def torch_name_to_tf(name: str) -> tuple[str, bool]:
+    """(tf/t5's variable name, transpose) of a zoo T5 name: the module path with ``/``, blocks
+    and layers as ``block_{i}`` / ``layer_{j}``, and the projections' ``kernel`` transposed
+    (``encoder.block.0.layer.0.SelfAttention.q.weight`` -> ``encoder/block_0/layer_0/SelfAttention/q/kernel``)."""
+    if not is_torch_name(name):
+        raise UserError(f"{name}: not a T5 weight name (shared.weight, encoder.block.0.layer.0.SelfAttention.q.weight, ...)")
+    path = re.sub(r"(block|layer)/(\d+)", r"\1_\2", name.removesuffix(".weight").replace(".", "/"))
+    module = path.rsplit("/", 1)[-1]
+    if module in _KERNELS:
+        return path + "/kernel", True
+    return path + ("/embedding" if module in _TABLES else "/weight"), False
+
+
+def tf_name_to_torch(name: str) -> tuple[str, bool] | None:
+    """(zoo T5 name, transpose) of a tf/t5 variable name, None for a variable that is not a T5 weight."""
+    found = re.fullmatch(r"(.+)/(kernel|embedding|weight)", name)
+    if found is None:
+        return None
+    torch_name = re.sub(r"(block|layer)_(\d+)", r"\1.\2", found[1]).replace("/", ".") + ".weight"
+    if not is_torch_name(torch_name) or torch_name_to_tf(torch_name)[0] != name:
+        return None
+    return torch_name, found[2] == "kernel"
+
+
 def hf_name_to_torch(name: str) -> str | None:
     """The zoo name of a tensor of Hugging Face's T5ForConditionalGeneration (or its T5Model), None to skip."""
     for prefix in ("module.", "_orig_mod."):  # DataParallel, torch.compile
@@ -133,22 +165,28 @@ def check_weights(weights: dict[str, np.ndarray], keys: dict, source: str) -> No
 
 
 def read_t5_weights(path: str) -> dict[str, np.ndarray]:
-    """The T5 weights of a zoo PyTorch checkpoint (``checkpoint_N.mdl``, a state_dict ``.pt``,
-    ``.safetensors``, or a model_dir holding some) as {zoo name: float32 array}; optimizer
-    slots and the step counter skipped. A TF checkpoint is refused in one line: tf/t5's
-    names are not mapped here."""
+    """The T5 weights of a zoo checkpoint of either framework (``checkpoint_N.mdl``, a state_dict
+    ``.pt``, ``.safetensors``, a TF prefix ``model.ckpt-N``, or a model_dir holding some) as
+    {zoo name: float32 array in pytorch/t5's layout}; optimizer slots and the step counter skipped."""
     from common.bert_names import _checkpoint_of, _torch_tensors
 
     kind, where = _checkpoint_of(path)
-    if kind == "tf":
-        raise UserError(f"{where}: a TF checkpoint; T5 converts between pytorch/t5 and Hugging Face only "
-                        "(no mapping of tf/t5's variable names is defined)")
-    variables = _torch_tensors(kind, where)
     weights = {}
-    for name, value in variables.items():
-        name = name.removeprefix("module.").removeprefix("_orig_mod.")
-        if is_torch_name(name):
-            weights[name] = value if isinstance(value, np.ndarray) else value.float().numpy()
+    if kind == "tf":
+        from common.weights_io import tf_variables
+
+        variables = tf_variables(where)
+        for name, value in variables.items():
+            found = tf_name_to_torch(name)
+            if found is not None:
+                value = np.asarray(value, np.float32)
+                weights[found[0]] = value.T if found[1] else value
+    else:
+        variables = _torch_tensors(kind, where)
+        for name, value in variables.items():
+            name = name.removeprefix("module.").removeprefix("_orig_mod.")
+            if is_torch_name(name):
+                weights[name] = value if isinstance(value, np.ndarray) else value.float().numpy()
     if set(weights) <= {"lm_head.weight"}:  # an untied GPT-2's head alone (GPT-J's form) is no T5
         weights = {}
     if not weights:

@@ -137,9 +137,65 @@ def test_what_does_not_convert_is_one_line(tmp_path):
                     "T5 (model_type t5)")
 
 
-def test_an_untied_zoo_head_and_tf_are_refused_in_one_line(tmp_path):
+def test_an_untied_zoo_head_is_refused_in_one_line(tmp_path):
     zoo_run(tmp_path, "model.tie_word_embeddings=false")
     expect_one_line(lambda: convert(str(tmp_path / "checkpoint_3.mdl"), str(tmp_path / "hf")),
                     "model.tie_word_embeddings false", "transformers 5 ties")
-    expect_one_line(lambda: convert(str(tmp_path / "checkpoint_3.mdl"), str(tmp_path / "tf" / "model.ckpt-3")),
-                    "T5 converts between pytorch/t5 and Hugging Face only")
+
+
+def tf_t5_logits(line: str, prefix: str, input_ids, attention_mask, decoder_input_ids):
+    """tf/t5 built from the model keys the conversion printed, its variables restored from ``prefix``."""
+    tf = pytest.importorskip("tensorflow")
+    tf_model, tf_utils = import_beside(os.path.join(zoo.ROOT, "tf", "t5", "run.py"), "model", "utils")
+    overrides = line.split("; the model: ")[1].split()
+    p = load_params(os.path.join(zoo.ROOT, "tf", "t5", "configs", "params_tiny.yaml"), tf_utils.default_params(),
+                    [*overrides, "model.dropout_rate=0.0"])["model"]
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        features = {"input_ids": tf.constant(input_ids, tf.int32), "attention_mask": tf.constant(attention_mask, tf.int32),
+                    "decoder_input_ids": tf.constant(decoder_input_ids, tf.int32)}
+        logits = tf_model.t5_logits(features, p, training=False)  # (B*T, V)
+        tf.compat.v1.train.Saver().restore(session, prefix)
+        return session.run(logits).reshape(*decoder_input_ids.shape, -1)
+
+
+def test_hugging_faces_t5_to_tf_t5_computes_its_logits_and_comes_back_bit_for_bit(tmp_path):
+    theirs = hf_t5(tmp_path / "hf")
+    line = convert(str(tmp_path / "hf"), str(tmp_path / "tf" / "model.ckpt-0"))
+    assert "TF checkpoint" in line and "t5 variables" in line
+    g = torch.Generator().manual_seed(1)
+    input_ids, decoder_input_ids = torch.randint(0, 99, (3, 14), generator=g), torch.randint(0, 99, (3, 9), generator=g)
+    attention_mask = (torch.arange(14)[None] < torch.tensor([[14], [9], [3]])).long()
+    with torch.no_grad():
+        expected = theirs(input_ids=input_ids, attention_mask=attention_mask,
+                          decoder_input_ids=decoder_input_ids).logits.numpy()
+    got = tf_t5_logits(line, str(tmp_path / "tf" / "model.ckpt-0"), input_ids.numpy(), attention_mask.numpy(),
+                       decoder_input_ids.numpy())
+    scale = abs(expected).max()
+    assert abs(got - expected).max() / scale < 1e-5
+    params = tmp_path / "params.yaml"
+    params.write_text("model:\n" + "".join(f"  {o.split('=')[0][len('model.'):]}: {o.split('=')[1]}\n"
+                                           for o in line.split("; the model: ")[1].split()))
+    assert "T5ForConditionalGeneration" in convert(str(tmp_path / "tf" / "model.ckpt-0"), str(tmp_path / "back"),
+                                                   params=str(params))
+    before, after = hf_tensors(tmp_path / "hf"), hf_tensors(tmp_path / "back")
+    assert sorted(before) == sorted(after)
+    for name in before:
+        assert torch.equal(before[name], after[name]), name
+
+
+def test_the_tf_names_are_tf_t5s_variables_and_map_back():
+    from common import t5_names
+
+    tf = pytest.importorskip("tensorflow")
+    tf_model, tf_utils = import_beside(os.path.join(zoo.ROOT, "tf", "t5", "run.py"), "model", "utils")
+    for variant in ((), ("model.feed_forward_proj=gated-gelu", "model.tie_word_embeddings=false")):
+        p = load_params(os.path.join(zoo.ROOT, "tf", "t5", "configs", "params_tiny.yaml"), tf_utils.default_params(),
+                        list(variant))["model"]
+        with tf.Graph().as_default():
+            features = {k: tf.zeros([2, 8], tf.int32) for k in ("input_ids", "attention_mask", "decoder_input_ids")}
+            tf_model.t5_logits(features, p, training=False)
+            variables = {v.op.name for v in tf.compat.v1.global_variables()}
+        names = t5_names.torch_names(p["num_layers"], p["num_decoder_layers"], bool(variant), not variant)
+        assert {t5_names.torch_name_to_tf(n)[0] for n in names} == variables
+        assert all(t5_names.tf_name_to_torch(t5_names.torch_name_to_tf(n)[0])[0] == n for n in names)
+    assert t5_names.tf_name_to_torch("transformer/wte") is None  # a GPT-2 variable
