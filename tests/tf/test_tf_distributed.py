@@ -143,7 +143,7 @@ def _workers(tiny_args, model_dir, *overrides, **env_extra) -> list[subprocess.P
     return runs
 
 
-def test_a_killed_worker_stops_the_other_with_one_line(tiny_args, tmp_path):
+def test_a_killed_worker_stops_the_other_with_one_line_and_the_run_resumes(tiny_args, tmp_path):
     model_dir = tmp_path / "workers"
     runs = _workers(tiny_args, model_dir, "runconfig.max_steps=100000", "runconfig.log_steps=1000",
                     "runconfig.checkpoint_steps=100", ZOO_DIST_TIMEOUT_S="30")
@@ -159,6 +159,14 @@ def test_a_killed_worker_stops_the_other_with_one_line(tiny_args, tmp_path):
     assert runs[0].returncode == 2
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: worker 0: a step failed (") and "another worker stopped" in last, err[-2000:]
+    # the same command resumes from the newest checkpoint
+    saved = max(int(p.name.split("-")[1].split(".")[0]) for p in model_dir.glob("model.ckpt-*.index"))
+    again = _workers(tiny_args, model_dir, "runconfig.steps=2", "runconfig.log_steps=1",
+                     "runconfig.checkpoint_steps=100")
+    for run, (_, err) in zip(again, [run.communicate(timeout=600) for run in again]):
+        assert run.returncode == 0, err[-3000:]
+    assert (model_dir / f"model.ckpt-{saved + 2}.index").exists()
+    assert [step for step, _ in read_scalars(str(model_dir / "train"))["loss"]][-2:] == [saved + 1, saved + 2]
 
 
 def test_two_worker_processes_train_as_one_device_with_twice_the_batch(tiny_args, tmp_path):
