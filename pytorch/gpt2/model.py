@@ -37,10 +37,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 from common.data.text.lm import read_lm_meta
-from common.data.text.prompts import encode_prompts, write_completions
+from common.data.text.prompts import encode_prompts, prompt_batches, write_completions
 from common.data.text.tokenizer import read_gpt2
 from common.errors import UserError
 from common.pytorch.base_model import PyTorchBaseModel
@@ -298,10 +298,9 @@ class GPT2Model(PyTorchBaseModel):
         return read_gpt2(os.path.join(self.data_dir, "encoder.json"), os.path.join(self.data_dir, "vocab.bpe"))
 
     def _prompts(self) -> DataLoader:
-        arrays = self.prompts
-        dataset = TensorDataset(torch.from_numpy(arrays["tokens"]).long(), torch.from_numpy(arrays["prompt_length"]))
-        return DataLoader(dataset, batch_size=self.predict_input["batch_size"], shuffle=False)
+        return prompt_batches(self.prompts, self.predict_input["batch_size"])
 
+    @torch.no_grad()
     def _generate(self, batch) -> dict[str, np.ndarray]:
         """max_new_tokens greedy steps: token t + 1 of each row = the argmax of its logits at t.
         Each step runs the whole (B, L) sequence (no cache of keys and values: a prompt file is
@@ -310,12 +309,11 @@ class GPT2Model(PyTorchBaseModel):
         tokens = tokens.clone()
         rows = torch.arange(tokens.shape[0], device=tokens.device)
         self.model.eval()
-        with torch.no_grad():
-            for step in range(self.predict_input["max_new_tokens"]):
-                last = prompt_length - 1 + step  # (B,) each row's newest token
-                end = int(last.max()) + 1
-                logits = self.model(tokens[:, :end])  # (B, end, V)
-                tokens[rows, last + 1] = logits[rows, last].argmax(-1)
+        for step in range(self.predict_input["max_new_tokens"]):
+            last = prompt_length - 1 + step  # (B,) each row's newest token
+            end = int(last.max()) + 1
+            logits = self.model(tokens[:, :end])  # (B, end, V)
+            tokens[rows, last + 1] = logits[rows, last].argmax(-1)
         return {"tokens": tokens.cpu().numpy(), "prompt_length": prompt_length.cpu().numpy()}
 
     def _write_completions(self, arrays: Mapping[str, np.ndarray], model_dir: str) -> dict[str, float]:

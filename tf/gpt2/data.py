@@ -31,7 +31,7 @@ from typing import Mapping
 import tensorflow as tf
 
 from common.data.text.lm import lm_dataset, prepare_lm, read_lm_meta
-from common.data.text.prompts import encode_prompts
+from common.data.text.prompts import encode_prompts, prompt_dataset
 from common.data.text.tokenizer import read_gpt2
 from common.errors import UserError
 from common.tf.estimator import ModeKeys
@@ -92,7 +92,7 @@ def prompts_input_fn(params: Mapping) -> tf.data.Dataset:
                             params["model"]["max_position_embeddings"])
     logger.info("predict: %d prompts from %s, %d new tokens each", len(arrays["tokens"]),
                 predict_input["prompt_file"], predict_input["max_new_tokens"])
-    return tf.data.Dataset.from_tensor_slices(arrays).batch(predict_input["batch_size"])
+    return prompt_dataset(arrays, predict_input["batch_size"])
 
 
 def input_fn(params: Mapping, mode: str) -> tf.data.Dataset:

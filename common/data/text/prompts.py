@@ -11,6 +11,8 @@ with L = the longest prompt + ``max_new_tokens``, so that the generated tokens l
 behind a prompt invisible to it). A prompt that leaves fewer than ``max_new_tokens`` of the
 model's positions is refused with its file and line. ``completions`` cuts each row's new
 tokens at the end-of-text id, and ``write_completions`` writes them as JSON lines.
+``prompt_batches`` (PyTorch) and ``prompt_dataset`` (tf.data) batch the arrays in file order;
+the last batch may be short: decoding runs on the CPU or a GPU, not on the device.
 """
 
 from __future__ import annotations
@@ -83,3 +85,19 @@ def write_completions(path, prompt_file, tokenizer, tokens: np.ndarray, prompt_l
                                ensure_ascii=False) + "\n")
     return len(prompts)
 
+
+
+def prompt_batches(arrays: dict[str, np.ndarray], batch_size: int):
+    """A DataLoader of (tokens, prompt_length) int64 batches, in file order."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    dataset = TensorDataset(torch.from_numpy(arrays["tokens"]).long(), torch.from_numpy(arrays["prompt_length"]).long())
+    return DataLoader(dataset, batch_size=batch_size, shuffle=False)
+
+
+def prompt_dataset(arrays: dict[str, np.ndarray], batch_size: int):
+    """A tf.data.Dataset of {tokens, prompt_length} int32 batches, in file order."""
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensor_slices(arrays).batch(batch_size)

@@ -46,7 +46,8 @@ from common.tf.estimator import checkpoints
 from common.tf.estimator.graph import ModelGraph, build_graph, run_precision, where
 from common.tf.estimator.mode_keys import ModeKeys
 from common.tf.estimator.run_config import RunConfig
-from common.tf.estimator.session import GraphSession, quiet_tf_logs
+from common.tf.estimator.session import GraphSession
+from common.tf.estimator.tf_logs import quiet_tf_logs
 from common.tf.optim import NON_FINITE
 
 logger = logging.getLogger("zoo")
@@ -78,9 +79,14 @@ class CerebrasEstimator:
 
     def build(self, input_fn: Callable, mode: str, mixed_policy: bool = True) -> ModelGraph:
         """``mode``'s graph from ``input_fn`` and ``model_fn`` (for the device capture and tests)."""
+        strategy = self.config.train_distribute
         with quiet_tf_logs():
-            return build_graph(self.model_fn, input_fn, mode, self.params, self.config.tf_random_seed,
-                               mixed_policy, self.config.train_distribute)
+            if strategy is not None and mode == ModeKeys.TRAIN:  # the graph on every replica
+                from common.tf.estimator.distribute import build_train_graph
+
+                return build_train_graph(self.model_fn, input_fn, self.params, self.config.tf_random_seed,
+                                         mixed_policy, strategy)
+            return build_graph(self.model_fn, input_fn, mode, self.params, self.config.tf_random_seed, mixed_policy)
 
     def open_session(self, input_fn: Callable, mode: str, mixed_policy: bool = True,
                      weights: bool = True) -> GraphSession:

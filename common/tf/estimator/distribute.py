@@ -113,7 +113,7 @@ def _tf_config() -> dict:
 def multi_worker_strategy() -> tf.distribute.Strategy:
     """MultiWorkerMirroredStrategy over the cluster TF_CONFIG describes (it starts this worker's gRPC server)."""
     _tf_config()
-    from common.tf.estimator.session import quiet_tf_logs
+    from common.tf.estimator.tf_logs import quiet_tf_logs
 
     with quiet_tf_logs():
         return tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy()
@@ -177,7 +177,7 @@ def mirrored_strategy(device: str, count: int | None) -> tf.distribute.Strategy:
                             "logical CPUs to mirror over, sharing the machine's cores)")
         _logical_cpus(count)
         devices = [f"/cpu:{i}" for i in range(count)]
-    from common.tf.estimator.session import quiet_tf_logs
+    from common.tf.estimator.tf_logs import quiet_tf_logs
 
     with quiet_tf_logs():  # its "Using MirroredStrategy" line: build_train_graph logs the replicas
         return tf.compat.v1.distribute.MirroredStrategy(devices)

@@ -259,18 +259,14 @@ def run_precision(params: Mapping, built: ModelGraph) -> str:
 
 
 def build_graph(model_fn: Callable, input_fn: Callable, mode: str, params: Mapping, seed: int,
-                mixed_policy: bool = True, strategy: Any = None) -> ModelGraph:
+                mixed_policy: bool = True) -> ModelGraph:
     """Build ``mode``'s graph in a fresh tf.Graph; nothing runs yet.
 
     ``mixed_policy``: build the layers under the Keras mixed-precision policy that params ask
     for (the CPU/GPU run); the device's graph is built in fp32 and the device rounds its
-    compute to the 16-bit format itself. ``strategy`` (TRAIN only): the graph on every replica
-    of a tf.distribute strategy (common/tf/estimator/distribute.py).
+    compute to the 16-bit format itself. (The TRAIN graph on every replica of a tf.distribute
+    strategy: common/tf/estimator/distribute.py's build_train_graph.)
     """
-    if strategy is not None and mode == ModeKeys.TRAIN:
-        from common.tf.estimator.distribute import build_train_graph
-
-        return build_train_graph(model_fn, input_fn, params, seed, mixed_policy, strategy)
     # Keras names layers and draws default seeds from process-wide state: reset both, so
     # every build of the same model_fn gets the same variable names and initial values.
     keras.backend.clear_session()

@@ -6,7 +6,6 @@ SessionSteps, common/tf/device_run.py: EmulatorSteps, whose host it is).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Any
 
@@ -16,6 +15,7 @@ from common.errors import UserError
 from common.tf.estimator import checkpoints
 from common.tf.estimator.graph import ModelGraph
 from common.tf.estimator.run_config import RunConfig
+from common.tf.estimator.tf_logs import quiet_tf_logs
 
 logger = logging.getLogger("zoo")
 
@@ -101,14 +101,3 @@ def is_weight_or_slot(variable, graph: tf.Graph) -> bool:
     return name in trainable or any(name.startswith(t + "/") for t in trainable)
 
 
-@contextlib.contextmanager
-def quiet_tf_logs():
-    """TensorFlow's Python logger at ERROR: its deprecation notes about the v1 API this runner
-    uses on purpose, and its "Restoring parameters" lines, are not the user's concern."""
-    tf_logger = tf.get_logger()
-    level = tf_logger.level
-    tf_logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        tf_logger.setLevel(level)
