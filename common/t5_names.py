@@ -95,7 +95,8 @@ def torch_name_to_tf(name: str) -> tuple[str, bool]:
     and layers as ``block_{i}`` / ``layer_{j}``, and the projections' ``kernel`` transposed
     (``encoder.block.0.layer.0.SelfAttention.q.weight`` -> ``encoder/block_0/layer_0/SelfAttention/q/kernel``)."""
     if not is_torch_name(name):
-        raise UserError(f"{name}: not a T5 weight name (shared.weight, encoder.block.0.layer.0.SelfAttention.q.weight, ...)")
+        raise UserError(f"{name}: not a T5 weight name (shared.weight, "
+                        "encoder.block.0.layer.0.SelfAttention.q.weight, ...)")
     path = re.sub(r"(block|layer)/(\d+)", r"\1_\2", name.removesuffix(".weight").replace(".", "/"))
     module = path.rsplit("/", 1)[-1]
     if module in _KERNELS:

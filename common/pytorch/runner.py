@@ -12,11 +12,11 @@ A run's mode (common/pytorch/run.py parses the command line and picks the backen
 A model that generates (greedy decoding: pytorch/transformer) defines, beside ``__call__``,
 ``predict_step(batch) -> {name: numpy array}``: predict writes its arrays instead of the eval
 step's outputs (over the eval set, or over ``predict_dataloader()`` where the model has one,
-as a Lightning module may: pytorch/gpt2's prompts), on the torch device (generation runs in torch: ``--device emulator`` refuses
-such a predict with one line); and optionally ``predictions_done(arrays, model_dir) ->
-{name: float}``, called with the concatenated arrays once predictions.npz is written: it writes
-its own files and returns its summary figures, which land as TensorBoard scalars in
-model_dir/predict.
+as a Lightning module may: pytorch/gpt2's prompts), on the torch device (generation runs in
+torch: ``--device emulator`` refuses such a predict with one line); and optionally
+``predictions_done(arrays, model_dir) -> {name: float}``, called with the concatenated arrays
+once predictions.npz is written: it writes its own files and returns its summary figures,
+which land as TensorBoard scalars in model_dir/predict.
 
 The loops (batches in order, log lines, TensorBoard scalars, checkpoints, the run lock,
 Ctrl-C) are the same on every device; only the step differs, and a step backend gives it:

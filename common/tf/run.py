@@ -4,10 +4,12 @@
 
 Modes: train, eval (the latest checkpoint, or --checkpoint_path), eval_all (every checkpoint
 in model_dir), train_and_eval (evaluating each checkpoint as it is saved), predict
-(predictions of the eval input to model_dir/predictions.npz). ``--checkpoint_path`` in
-train starts from that checkpoint (its weights, optimizer state and step, and its input
-position where it holds one for the same input pipeline) instead of the latest in model_dir. ``--validate_only`` / ``--compile_only`` compile for the device;
-``--device emulator`` trains and evaluates on the numpy model of the wafer.
+(predictions of the eval input to model_dir/predictions.npz; a model's ``predictions_done``
+hook may write more: ``run``). ``--checkpoint_path`` in train starts from that checkpoint (its
+weights, optimizer state and step, and its input position where it holds one for the same
+input pipeline) instead of the latest in model_dir. ``--validate_only`` / ``--compile_only``
+compile for the device; ``--device emulator`` trains and evaluates on the numpy model of the
+wafer.
 """
 
 from __future__ import annotations

@@ -151,8 +151,8 @@ def tf_t5_logits(line: str, prefix: str, input_ids, attention_mask, decoder_inpu
     p = load_params(os.path.join(zoo.ROOT, "tf", "t5", "configs", "params_tiny.yaml"), tf_utils.default_params(),
                     [*overrides, "model.dropout_rate=0.0"])["model"]
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-        features = {"input_ids": tf.constant(input_ids, tf.int32), "attention_mask": tf.constant(attention_mask, tf.int32),
-                    "decoder_input_ids": tf.constant(decoder_input_ids, tf.int32)}
+        features = {name: tf.constant(value, tf.int32) for name, value in (
+            ("input_ids", input_ids), ("attention_mask", attention_mask), ("decoder_input_ids", decoder_input_ids))}
         logits = tf_model.t5_logits(features, p, training=False)  # (B*T, V)
         tf.compat.v1.train.Saver().restore(session, prefix)
         return session.run(logits).reshape(*decoder_input_ids.shape, -1)

@@ -54,7 +54,8 @@ def measure(entry) -> tuple[float, str, float, str]:
 
 
 def main(names: list[str]) -> int:
-    entries = [e for e in ENTRIES.values() if e.library == "torchvision" and (not names or e.id in names or e.name in names)]
+    entries = [e for e in ENTRIES.values()
+               if e.library == "torchvision" and (not names or e.id in names or e.name in names)]
     if not entries:
         print(f"error: no torchvision gallery entry among {names}", file=sys.stderr)
         return 2
