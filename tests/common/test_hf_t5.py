@@ -159,6 +159,7 @@ def tf_t5_logits(line: str, prefix: str, input_ids, attention_mask, decoder_inpu
 
 
 def test_hugging_faces_t5_to_tf_t5_computes_its_logits_and_comes_back_bit_for_bit(tmp_path):
+    pytest.importorskip("tensorflow")
     theirs = hf_t5(tmp_path / "hf")
     line = convert(str(tmp_path / "hf"), str(tmp_path / "tf" / "model.ckpt-0"))
     assert "TF checkpoint" in line and "t5 variables" in line
