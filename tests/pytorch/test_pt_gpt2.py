@@ -325,7 +325,7 @@ def test_predict_decodes_each_prompt_greedily_as_the_plain_loop(tmp_path, data_d
     argv = with_data(data_dir, *NO_DROPOUT, "runconfig.max_steps=2")
     train_tiny(tmp_path / "run", "--mode", "train", *argv)
     train_tiny(tmp_path / "run", "--mode", "predict", *argv, f"predict_input.prompt_file={prompts}",
-               "predict_input.max_new_tokens=6", "predict_input.batch_size=2")  # batches of prompts of other lengths
+               "predict_input.max_new_tokens=6", "predict_input.batch_size=3")  # one batch, prompts of other lengths
     lines = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
     assert [(r["line"], r["prompt"]) for r in lines] == [(1, "The standard library"), (4, "A function returns"),
                                                         (5, "Classes provide a means of bundling")]

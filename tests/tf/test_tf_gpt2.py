@@ -304,7 +304,8 @@ def test_sizes_that_do_not_divide(tmp_path, capsys, data_dir, overrides, fragmen
 
 # --- predict with a prompt file: greedy decoding -------------------------------------------------
 
-PROMPTS = "The standard library\n\n  \nA function returns\nClasses provide a means of bundling\n"
+# the first batch of 2 holds prompts of other lengths; the last batch is short
+PROMPTS = "The standard library\n\n  \nClasses provide a means of bundling\nA function returns\n"
 
 
 def reference_completion(checkpoint, ids, steps):
@@ -328,8 +329,8 @@ def test_predict_decodes_each_prompt_greedily_as_the_plain_loop(tmp_path, capsys
     train_tiny(tmp_path / "run", "--mode", "predict", *argv, f"predict_input.prompt_file={prompts}",
                "predict_input.max_new_tokens=3", "predict_input.batch_size=2")  # a short last batch
     lines = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
-    assert [(r["line"], r["prompt"]) for r in lines] == [(1, "The standard library"), (4, "A function returns"),
-                                                        (5, "Classes provide a means of bundling")]
+    assert [(r["line"], r["prompt"]) for r in lines] == [(1, "The standard library"), (4, "Classes provide a means of bundling"),
+                                                        (5, "A function returns")]
     tokenizer = read_gpt2(os.path.join(data_dir, "encoder.json"), os.path.join(data_dir, "vocab.bpe"))
     eot = read_lm_meta(data_dir)["eot_id"]
     checkpoint = tf.train.latest_checkpoint(str(tmp_path / "run"))
