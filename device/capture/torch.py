@@ -649,6 +649,12 @@ class _Lowering:
             return name
         return self.emit("slice", [name], out, self.dtype(name), begin=begin, end=stop, step=steps)
 
+    def _attend(self, probs: str, v: str, dropout_p: float, shape, dtype: str) -> str:
+        """Attention's last step: dropout on the probabilities, then probs @ v."""
+        if dropout_p > 0:
+            probs = self.emit("dropout", [probs], self.shape(probs), dtype, rate=float(dropout_p))
+        return self.emit("matmul", [probs, v], shape, dtype)
+
 
 def _scalar_dtype(value) -> str:
     if isinstance(value, bool):
@@ -1124,14 +1130,18 @@ def _sdpa(self: _Lowering, node, query, key, value, attn_mask=None, dropout_p=0.
             additive = np.where(self.known[attn_mask].numpy(), 0.0, -np.inf)
             scores = self.binary("add", scores, self.constant(additive, dtype, f"{node.name}.mask"))
         elif attn_mask.meta["val"].dtype == torch.bool:  # a padding mask from the batch: True attends
-            fill = self.scalar(float("-inf"), dtype)
-            scores = self.emit("where", [self.tensor(attn_mask), scores, fill], self.shape(scores), dtype)
+            # torch's safe softmax: a row that attends nowhere (a left-padded query) gives zeros, not
+            # NaN; so the fill is finite (that row's softmax is uniform, then zeroed by the mask)
+            mask = self.tensor(attn_mask)
+            fill = self.scalar(float(np.finfo(np.float16 if dtype == "float16" else np.float32).min), dtype)
+            scores = self.emit("where", [mask, scores, fill], self.shape(scores), dtype)
+            probs = self.emit("softmax", [scores], self.shape(scores), dtype, axis=len(self.shape(scores)) - 1)
+            probs = self.emit("where", [mask, probs, self.scalar(0.0, dtype)], self.shape(probs), dtype)
+            return self._attend(probs, v, dropout_p, shape, dtype)
         else:
             scores = self.binary("add", scores, self.tensor(attn_mask, dtype))
     probs = self.emit("softmax", [scores], self.shape(scores), dtype, axis=len(self.shape(scores)) - 1)
-    if dropout_p > 0:
-        probs = self.emit("dropout", [probs], self.shape(probs), dtype, rate=float(dropout_p))
-    return self.emit("matmul", [probs, v], shape, dtype)
+    return self._attend(probs, v, dropout_p, shape, dtype)
 
 
 def _bernoulli(self: _Lowering, node, self_, p=0.5, generator=None):

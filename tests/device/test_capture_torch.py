@@ -600,6 +600,33 @@ def test_language_ops_lower_to_device_ops_and_match_torch():
     assert not grads["embed.weight"][0].any()  # the padding row gets no gradient, as in torch
 
 
+
+def test_attention_rows_that_attend_nowhere_give_zeros_as_in_torch():
+    """A left-padded causal batch: the padding queries see no key, and torch's sdpa gives them zeros
+    (not NaN), so the gradients stay finite."""
+    from device.runtime.program import Program
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 4)
+    x = torch.randn(2, 5, 4)
+    keep = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+
+    def step(batch):
+        h = model(batch[0])[:, None]  # (B, 1, T, C)
+        causal = torch.ones(5, 5, dtype=torch.bool).tril()
+        mask = causal[None, None] & batch[1].bool()[:, None, None, :]  # row 0 of example 1: all False
+        return (F.scaled_dot_product_attention(h, h, h, attn_mask=mask) * h).sum()
+
+    graph = capture(step, model, [x, keep])
+    assert unsupported(graph) == []
+    loss, grads = Program(graph, weights_of(model, graph), seed=0).gradients([x.numpy(), keep.numpy()])
+    model.zero_grad()
+    expected = step([x, keep])
+    expected.backward()
+    np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
 class Tied(nn.Module):
     """GPT-2's tied head: the output projection is the token embedding."""
 

@@ -94,6 +94,8 @@ def grad_gap(got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> tup
             return float("inf"), f"{key} (no gradient)"
         scale = max(float(np.max(np.abs(ref))), SMALLEST_SCALE * largest) or 1.0
         gap = float(np.max(np.abs(got[key] - ref))) / scale
+        if not np.isfinite(gap):  # NaN would compare as no gap at all
+            return float("inf"), f"{key} (not finite)"
         if gap > worst:
             worst, name = gap, key
     return worst, name
