@@ -1517,6 +1517,59 @@ def _index_select(self: _Lowering, node, self_, dim, index):
                      axis=_axis(dim, len(self_.meta["val"].shape)))
 
 
+
+def _copy(self: _Lowering, node, self_, src, non_blocking=False):
+    """The functional ``self.copy_(src)``: src in self's dtype and shape (``x[:, 1:] = y`` traces to it)."""
+    shape, dtype = self.out(node)
+    x = self.tensor(src, dtype)
+    if self.shape(x) != shape:
+        x = self.emit("broadcast_to", [x], shape, dtype, shape=list(shape))
+    return x
+
+
+def _slice_scatter(self: _Lowering, node, self_, src, dim=0, start=None, end=None, step=1):
+    """``self`` with ``self[start:end:step]`` along ``dim`` replaced by ``src`` (a slice assignment):
+    the two side by side, then a gather with constant indices picking each position's source."""
+    shape, dtype = self.out(node)
+    x, y = self.tensor(self_, dtype), self.tensor(src, dtype)
+    dim = _axis(dim, len(shape))
+    size = shape[dim]
+    taken = list(range(size))
+    for k, i in enumerate(range(*slice(start, end, step).indices(size))):
+        taken[i] = size + k
+    both = list(shape)
+    both[dim] += self.shape(y)[dim]
+    joined = self.emit("concat", [x, y], both, dtype, axis=dim)
+    index = self.constant(np.array(taken, dtype=np.int64), "int64", f"{node.name}.index")
+    return self.emit("gather", [joined, index], shape, dtype, axis=dim)
+
+
+def _select_scatter(self: _Lowering, node, self_, src, dim, index):
+    """``self`` with ``self.select(dim, index)`` replaced by ``src`` (``x[:, 0] = y``)."""
+    shape, dtype = self.out(node)
+    dim = _axis(dim, len(shape))
+    index = index + shape[dim] if index < 0 else index
+    row = list(shape)
+    row[dim] = 1
+    y = self.reshape(self.tensor(src, dtype), row)
+    x = self.tensor(self_, dtype)
+    both = list(shape)
+    both[dim] += 1
+    joined = self.emit("concat", [x, y], both, dtype, axis=dim)
+    taken = [shape[dim] if i == index else i for i in range(shape[dim])]
+    indices = self.constant(np.array(taken, dtype=np.int64), "int64", f"{node.name}.index")
+    return self.emit("gather", [joined, indices], shape, dtype, axis=dim)
+
+
+def _flip(self: _Lowering, node, self_, dims):
+    """x.flip(dims): a gather with the indices reversed, per axis."""
+    shape, dtype = self.out(node)
+    x = self.tensor(self_)
+    for dim in _axes(dims, len(shape)) if dims else []:  # flip([]) changes nothing
+        index = self.constant(np.arange(shape[dim] - 1, -1, -1, dtype=np.int64), "int64", f"{node.name}.index")
+        x = self.emit("gather", [x, index], shape, dtype, axis=dim)
+    return x
+
 def _index(self: _Lowering, node, self_, indices):
     """x[i0, i1, ...] (advanced indexing), index tensors on consecutive axes from ``first``.
 
@@ -1644,6 +1697,11 @@ _LOWERINGS.update({
     "aten.gather.default": _gather,
     "aten.index_select.default": _index_select,
     "aten.index.Tensor": _index,
+    # slice and element assignment (``shifted[:, 1:] = ids[:, :-1]``: BART's and T5's shifted labels)
+    "aten.copy.default": _copy,
+    "aten.slice_scatter.default": _slice_scatter,
+    "aten.select_scatter.default": _select_scatter,
+    "aten.flip.default": _flip,
 })
 _LOWERINGS.update(_RECURRENT_LOWERINGS)  # nn.LSTM, nn.GRU, nn.RNN
 

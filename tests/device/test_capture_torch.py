@@ -627,6 +627,46 @@ def test_attention_rows_that_attend_nowhere_give_zeros_as_in_torch():
     for name, p in model.named_parameters():
         np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
 
+
+class SliceAssignment(nn.Module):
+    """Assignments into tensors: a slice, a strided slice, one position, a broadcast value, in place on
+    a view, and the shifted labels of BART and T5 (``shifted[:, 1:] = ids[:, :-1]``) on integers."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.embed = nn.Embedding(9, 4)
+
+    def forward(self, x, ids):  # (B, 6, 4) floats, (B, 6) ids
+        h = self.fc(x)
+        out = h * 2
+        out[:, 1:] = h[:, :-1] * 3  # slice_scatter: gradients reach both sides
+        out[:, ::2, 1] = h[:, 1::2, 0]  # a strided slice
+        out[:, -1] = self.fc.bias  # select_scatter with a broadcast source
+        out[:, :2].exp_()  # in place on a view
+        shifted = ids.new_zeros(ids.shape)
+        shifted[:, 1:] = ids[:, :-1].clone()
+        shifted[:, 0] = 7
+        return (out * out.flip(1)).sum() + self.embed(shifted).pow(2).sum()
+
+
+def test_slice_and_element_assignment_match_torch():
+    from device.runtime.program import Program
+
+    torch.manual_seed(0)
+    model = SliceAssignment()
+    batch = [torch.randn(2, 6, 4), torch.tensor([[1, 2, 3, 4, 5, 6], [8, 7, 6, 5, 4, 3]])]
+    graph = capture(lambda b: model(*b), model, batch)
+    assert unsupported(graph) == []
+    assert validate(graph, mode="train", profile=None).ok
+    loss, grads = Program(graph, weights_of(model, graph), seed=0).gradients([t.numpy() for t in batch])
+    model.zero_grad()
+    expected = model(*batch)
+    expected.backward()
+    np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
 class Tied(nn.Module):
     """GPT-2's tied head: the output projection is the token embedding."""
 

@@ -121,12 +121,6 @@ def fft(x, img, ids):
     return torch.fft.rfft(x).abs()  # <fft>
 
 
-def in_place_on_a_view(x, img, ids):
-    h = x.clone()
-    h[:, :2].exp_()  # <in_place_on_a_view>
-    return h
-
-
 def index_put(x, img, ids):
     h = x.clone()
     h[ids > 3] = 0.0  # <index_put>
@@ -184,7 +178,6 @@ CASES = {
     sparse_tensor: ("sparse",),
     complex_tensor: ("complex",),
     fft: ("fft",),
-    in_place_on_a_view: ("exp", "slice_scatter"),
     index_put: ("index_put",),
     scatter_reduce: ("scatter_reduce",),
     torch_cond: ("cond",),
