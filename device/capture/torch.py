@@ -55,7 +55,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from device.capture.frames import ZOO_DIRS
 from device.capture.torch_recurrent import LOWERINGS as _RECURRENT_LOWERINGS, packed_sequence_hint
-from device.dtypes import NUMPY_STORAGE
+from device.dtypes import FORMATS, NUMPY_STORAGE
 from device.ir import Graph, SourceLoc
 from device.optimizer import DEFAULT_INITIAL_LOSS_SCALE, DEFAULT_STEPS_PER_INCREASE, OptimizerSpec
 from zoo_base.errors import UserError
@@ -1133,7 +1133,8 @@ def _sdpa(self: _Lowering, node, query, key, value, attn_mask=None, dropout_p=0.
             # torch's safe softmax: a row that attends nowhere (a left-padded query) gives zeros, not
             # NaN; so the fill is finite (that row's softmax is uniform, then zeroed by the mask)
             mask = self.tensor(attn_mask)
-            fill = self.scalar(float(np.finfo(np.float16 if dtype == "float16" else np.float32).min), dtype)
+            precision = FORMATS.get(self.g.precision)  # finite in the compute format, too
+            fill = self.scalar(-(precision.max if precision else float(np.finfo(np.float32).max)), dtype)
             scores = self.emit("where", [mask, scores, fill], self.shape(scores), dtype)
             probs = self.emit("softmax", [scores], self.shape(scores), dtype, axis=len(self.shape(scores)) - 1)
             probs = self.emit("where", [mask, probs, self.scalar(0.0, dtype)], self.shape(probs), dtype)
