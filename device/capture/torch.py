@@ -1486,6 +1486,17 @@ def _bitwise(self: _Lowering, node, op: str, self_, other=None):
     return _logical(self, node, op, self_, other)
 
 
+def _xor(bitwise: bool):
+    """logical_xor, and ``a ^ b`` on masks: not_equal of the two as bools (nonzero is true)."""
+    def lower(self: _Lowering, node, self_, other):
+        kinds = {a.meta["val"].dtype for a in (self_, other) if isinstance(a, torch.fx.Node)}
+        if bitwise and kinds != {torch.bool}:
+            return self.decline(f"bitwise operation on {', '.join(sorted(_ir_dtype(k) for k in kinds))} (only bool)")
+        shape, dtype = self.out(node)
+        return self.emit("not_equal", [self.tensor(self_, "bool"), self.tensor(other, "bool")], shape, dtype)
+    return lower
+
+
 def _floor(self: _Lowering, node, self_):
     shape, dtype = self.out(node)
     x = self.tensor(self_, dtype)
@@ -1690,6 +1701,8 @@ _LOWERINGS.update({
     "aten.bitwise_not.default": _logical_op("logical_not", bitwise=True),  # ~mask
     "aten.bitwise_and.Tensor": _logical_op("logical_and", bitwise=True),
     "aten.bitwise_or.Tensor": _logical_op("logical_or", bitwise=True),
+    "aten.logical_xor.default": _xor(bitwise=False),
+    "aten.bitwise_xor.Tensor": _xor(bitwise=True),  # mask ^ mask
     "aten.abs.default": _unary("abs"),
     "aten.log1p.default": _unary("log1p"),
     "aten.floor.default": _floor,

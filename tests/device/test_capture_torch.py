@@ -718,11 +718,36 @@ def test_a_weight_name_the_module_lacks_is_a_validation_error():
     assert not report.ok and any("'renamed.weight' is not a parameter or buffer" in f.message for f in report.errors)
 
 
+def test_exclusive_or_of_masks_is_not_equal_and_matches_torch():
+    """``a ^ b`` on bool masks and logical_xor on integers (nonzero is true), both weighting a loss."""
+    from device.runtime.program import Program
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 4)
+    batch = [torch.randn(2, 5, 4), torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])]
+
+    def step(b):
+        h, keep = model(b[0]), b[1]
+        either = (keep.bool() ^ keep.flip(1).bool()).float() + 2 * torch.logical_xor(keep, keep.roll(1, 1)).float()
+        return (h.pow(2).sum(-1) * (either + 1)).sum()
+
+    graph = capture(step, model, batch)
+    assert unsupported(graph) == [] and op_counts(graph)["not_equal"] == 2
+    loss, grads = Program(graph, weights_of(model, graph), seed=0).gradients([t.numpy() for t in batch])
+    model.zero_grad()
+    expected = step(batch)
+    expected.backward()
+    np.testing.assert_allclose(loss, expected.item(), rtol=1e-6)
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
 @pytest.mark.parametrize("make_step, reason", [
     (lambda: (lambda b: (b[0] & (b[0] + 1)).float().sum() + b[1].sum()), "bitwise operation on int64"),
     (lambda: (lambda b: torch.div(b[1], 2.0, rounding_mode="trunc").sum()), "rounding_mode='trunc'"),
     (lambda: (lambda b: b[1][b[1] > 0].sum()), "boolean (mask) indexing"),
-], ids=["bitwise-int", "trunc-div", "mask-index"])
+    (lambda: (lambda b: (b[0] ^ b[0].flip(1)).float().sum() + b[1].sum()), "bitwise operation on int64"),
+], ids=["bitwise-int", "trunc-div", "mask-index", "xor-int"])
 def test_language_forms_the_device_lacks_are_refused_with_a_reason(make_step, reason):
     model = nn.Linear(1, 1)
     graph = capture(make_step(), model, [torch.tensor([[1, 2]]), torch.randn(1, 1)])
