@@ -140,10 +140,29 @@ def _steps_on(program: Program, data) -> tuple[list[float], float]:
 # ------------------------------------------------------------------------------ PyTorch
 
 
+def _torch_batches_and_loss(entry: Entry, count: int):
+    """(batches of tensors, model -> step -> loss): images and cross entropy, or for transformers the
+    keyword arguments of transformers_encoders.batches and the model's own loss."""
+    import torch
+    import torch.nn.functional as F
+
+    if entry.library == "transformers":
+        from tests.gallery.transformers_encoders import MODELS
+        from tests.gallery.transformers_encoders import batches as keyword_batches
+
+        arrays = keyword_batches(MODELS[entry.name], count)
+        keys = list(arrays[0])
+        return ([tuple(torch.from_numpy(b[k]) for k in keys) for b in arrays],
+                lambda m: lambda batch: m(**dict(zip(keys, batch))).loss)
+    data = [tuple(torch.from_numpy(a) for a in b) for b in batches(entry, "NCHW", count)]
+    if entry.task == "segment":
+        return data, lambda m: lambda batch: F.cross_entropy(m(batch[0])["out"], batch[1])
+    return data, lambda m: lambda batch: F.cross_entropy(m(batch[0]), batch[1])
+
+
 def run_torch(entry: Entry, full: bool = True) -> Result:
     """Validate, compile, the first step against torch; with ``full``, STEPS steps and mixed precision too."""
     import torch
-    import torch.nn.functional as F
 
     from device.capture.torch import capture, state_of, weights_of
 
@@ -151,12 +170,7 @@ def run_torch(entry: Entry, full: bool = True) -> Result:
     torch.manual_seed(0)
     model = entry.build(False)
     twins = {k: copy.deepcopy(model) for k in ("floor", "mixed")}  # the same initial weights
-    data = [tuple(torch.from_numpy(a) for a in b) for b in batches(entry, "NCHW", STEPS if full else 1)]
-
-    def step_of(m):
-        if entry.task == "segment":
-            return lambda batch: F.cross_entropy(m(batch[0])["out"], batch[1])
-        return lambda batch: F.cross_entropy(m(batch[0]), batch[1])
+    data, step_of = _torch_batches_and_loss(entry, STEPS if full else 1)
 
     def sgd(m):
         return torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM)
@@ -218,17 +232,13 @@ def run_torch(entry: Entry, full: bool = True) -> Result:
 def validate_torch_defaults(entry: Entry) -> list[str]:
     """The refusals of the model as the library builds it (dropout and stochastic depth on)."""
     import torch
-    import torch.nn.functional as F
 
     from device.capture.torch import capture
 
     torch.manual_seed(0)
     model = entry.build(True)
-    images, labels = (torch.from_numpy(a) for a in batches(entry, "NCHW", 1)[0])
-    if entry.task == "segment":
-        graph = capture(lambda b: F.cross_entropy(model(b[0])["out"], b[1]), model, [images, labels])
-    else:
-        graph = capture(lambda b: F.cross_entropy(model(b[0]), b[1]), model, [images, labels])
+    data, step_of = _torch_batches_and_loss(entry, 1)
+    graph = capture(step_of(model), model, list(data[0]))
     result = Result(entry)
     _validate(result, graph)
     return result.unsupported
@@ -328,5 +338,6 @@ def validate_keras_defaults(entry: Entry) -> list[str]:
     return result.unsupported
 
 
-RUNNERS = {"torchvision": run_torch, "keras": run_keras}
-DEFAULTS = {"torchvision": validate_torch_defaults, "keras": validate_keras_defaults}
+RUNNERS = {"torchvision": run_torch, "keras": run_keras, "transformers": run_torch}
+DEFAULTS = {"torchvision": validate_torch_defaults, "keras": validate_keras_defaults,
+            "transformers": validate_torch_defaults}

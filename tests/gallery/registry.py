@@ -24,7 +24,7 @@ SEGMENT_CLASSES = 3
 @dataclass(frozen=True)
 class Entry:
     name: str  # as the library names it: torchvision.models.<name>, keras.applications.<name>
-    library: str  # "torchvision" or "keras"
+    library: str  # "torchvision", "keras" or "transformers"
     build: Callable[[bool], Any]  # (dropout on?) -> the model with random weights
     size: int  # input height and width (torchvision: 64, so that the last maps are 2x2, not 1x1)
     task: str = "classify"  # classify: (N, classes) logits; segment: (N, classes, H, W) logits under "out"
@@ -130,4 +130,30 @@ KERAS = [
     keras_entry("Xception", 71),
 ]
 
-ENTRIES: dict[str, Entry] = {e.id: e for e in TORCHVISION + KERAS}
+# ------------------------------------------------------------------------- transformers
+
+
+def _transformers(name: str) -> Callable[[bool], Any]:
+    """The tiny model of tests/gallery/transformers_encoders.py (its configs set every dropout to 0);
+    with ``dropout``, its nn.Dropout modules at transformers' default rate, 0.1."""
+    def build(dropout: bool):
+        from tests.gallery.transformers_encoders import MODELS
+        model = MODELS[name].build()
+        if dropout:
+            import torch
+            for module in model.modules():
+                if isinstance(module, torch.nn.Dropout):
+                    module.p = 0.1
+        return model
+    return build
+
+
+# size 0: the inputs are transformers_encoders.batches (token rows of 8, 5 and 3 under a mask; ViT 8x8)
+TRANSFORMERS = [Entry(name, "transformers", _transformers(name), 0, batch=3, quick=name == "BertForMaskedLM",
+                      mixed=True)
+                for name in ("BertForMaskedLM", "RobertaForSequenceClassification", "DistilBertForMaskedLM",
+                             "AlbertForMaskedLM", "ElectraForSequenceClassification", "ViTForImageClassification")]
+
+ENTRIES: dict[str, Entry] = {e.id: e for e in TORCHVISION + KERAS + TRANSFORMERS}
+# the module each library needs (an entry whose module is missing is skipped)
+LIBRARY_MODULE = {"torchvision": "torchvision", "keras": "tensorflow", "transformers": "transformers"}

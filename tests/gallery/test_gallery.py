@@ -12,10 +12,9 @@ import os
 
 import pytest
 
-from tests.gallery.registry import ENTRIES
+from tests.gallery.registry import ENTRIES, LIBRARY_MODULE
 
 FULL = os.environ.get("GALLERY_FULL") == "1"
-LIBRARY_MODULE = {"torchvision": "torchvision", "keras": "tensorflow"}
 
 # the first step, fp32: loss and every gradient (relative to the weight's largest gradient)
 FIRST_STEP = 1e-5

@@ -1,30 +1,9 @@
-"""Hugging Face encoders on the emulator against torch (tests/gallery/transformers_encoders.py):
-the first step's loss and every gradient within 1e-5 relative; with GALLERY_FULL=1, every model,
-3 SGD steps within 1e-3 and bfloat16 within 2e-2."""
+"""The batches of the Hugging Face encoder entries (tests/gallery/transformers_encoders.py); their
+training against torch is test_gallery.py's, as for every gallery entry."""
 
 from __future__ import annotations
 
-import pytest
-
-from tests.gallery.test_gallery import FIRST_STEP, FULL, MIXED, STEPS
 from tests.gallery.transformers_encoders import MODELS
-
-
-@pytest.mark.parametrize("name", list(MODELS))
-def test_trains_like_torch(name):
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    if not (FULL or MODELS[name].quick):
-        pytest.skip("in the full gallery only: GALLERY_FULL=1 (tox -e gallery)")
-    from tests.gallery.transformers_encoders import run
-
-    result = run(name, full=FULL)
-    assert not result.unsupported, "\n".join(result.unsupported)
-    assert result.loss_err <= FIRST_STEP, result.loss_err
-    assert result.grad_err <= FIRST_STEP, (result.grad_err, result.grad_worst)
-    if FULL:
-        assert result.steps_err <= STEPS, result.steps_err
-        assert result.mixed_err <= MIXED, result.mixed_err
 
 
 def test_batches_pad_rows_of_different_lengths():

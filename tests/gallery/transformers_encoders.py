@@ -6,20 +6,16 @@ The masked-language models take ``labels=`` with -100 everywhere but the masked 
 classifiers take one class per row; ViT takes images and a class. Dropout is off (the emulator
 draws its own masks).
 
-``run(name)`` trains one on the emulator next to torch, with the figures of the gallery's harness
-(first-step loss and every gradient, then STEPS SGD steps, then mixed precision).
+The gallery's registry lists them as the "transformers" entries; its harness (run_torch) trains
+each on the emulator next to torch with these batches and the model's own loss.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-
-from tests.gallery.harness import LR, MOMENTUM, STEPS, grad_gap, relative
-from tests.gallery.transformers_decoders import Result
 
 VOCAB = 64
 LENGTH = 8
@@ -116,64 +112,3 @@ def batches(model: Model, count: int, seed: int = 1) -> list[dict[str, np.ndarra
             kwargs["labels"] = rng.integers(0, SENTIMENTS, BATCH)
         out.append(kwargs)
     return out
-
-
-def run(name: str, full: bool = True) -> Result:
-    """The first step against torch; with ``full``, STEPS SGD steps and the first in bfloat16 too."""
-    import torch
-
-    from device.api import validate_graph
-    from device.capture.torch import capture, state_of, weights_of
-    from device.runtime.program import Program
-
-    model_spec, result = MODELS[name], Result()
-    torch.manual_seed(0)
-    model = model_spec.build()
-    twin = copy.deepcopy(model)
-    data = batches(model_spec, STEPS if full else 1)
-    keys = list(data[0])
-    arrays = [[b[k] for k in keys] for b in data]
-    tensors = [[torch.from_numpy(a) for a in b] for b in arrays]
-
-    def step_of(m):
-        return lambda b: m(**dict(zip(keys, b))).loss
-
-    def sgd(m):
-        return torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM)
-
-    graph = capture(step_of(model), model, tensors[0], optimizer=sgd(model))
-    report = validate_graph(graph, mode="train", profile_name="wse2")
-    result.unsupported = [f"{f.framework_op or f.kind}: {f.message}" for f in report.errors]
-    if not report.ok:
-        return result
-    weights = {k: v.copy() for k, v in weights_of(model, graph).items()}
-    state = {k: v.copy() for k, v in state_of(model, graph).items()}
-    loss, grads = Program(graph, weights, state, seed=0).gradients(arrays[0])
-
-    step, optimizer, losses, expected = step_of(model), sgd(model), [], None
-    for batch in tensors:
-        optimizer.zero_grad()
-        value = step(batch)
-        value.backward()
-        if expected is None:
-            expected = {k: p.grad.numpy().copy() for k, p in model.named_parameters() if p.grad is not None}
-        optimizer.step()
-        losses.append(value.item())
-    result.loss_err = relative(loss, losses[0])
-    result.grad_err, result.grad_worst = grad_gap(grads, expected)
-    if full:
-        program = Program(graph, weights, state, seed=0)
-        result.steps_err = max(relative(program.train_step(b, LR), ref) for b, ref in zip(arrays, losses))
-        graph16 = capture(step_of(twin), twin, tensors[0], optimizer=sgd(twin), precision="bfloat16")
-        program16 = Program(graph16, weights_of(twin, graph16), state_of(twin, graph16), seed=0)
-        result.mixed_err = relative(program16.gradients(arrays[0])[0], losses[0])
-    return result
-
-
-if __name__ == "__main__":
-    import sys
-    import time
-
-    for name in [a for a in sys.argv[1:] if a in MODELS] or MODELS:
-        start = time.time()
-        print(name, run(name, full="--quick" not in sys.argv), f"{time.time() - start:.1f}s", flush=True)
