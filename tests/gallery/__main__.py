@@ -19,7 +19,7 @@ if importlib.util.find_spec("torch") is not None:
     import torch  # noqa: F401  (torch before tensorflow in one process)
 
 from tests.gallery.harness import DEFAULTS, RUNNERS  # noqa: E402
-from tests.gallery.registry import ENTRIES, LIBRARY_MODULE  # noqa: E402
+from tests.gallery.registry import ENTRIES, LIBRARY_MODULES  # noqa: E402
 
 README = Path(__file__).resolve().parent / "README.md"
 BEGIN, END = "<!-- table: written by python -m tests.gallery -->", "<!-- end of table -->"
@@ -68,7 +68,7 @@ def main(argv: list[str]) -> int:
         return 2
     for key in argv or list(ENTRIES):
         entry = ENTRIES[key]
-        if importlib.util.find_spec(LIBRARY_MODULE[entry.library]) is None:
+        if any(importlib.util.find_spec(m) is None for m in LIBRARY_MODULES[entry.library]):
             print(f"{key}: skipped, its library is not installed")
             continue
         start = time.perf_counter()

@@ -155,5 +155,6 @@ TRANSFORMERS = [Entry(name, "transformers", _transformers(name), 0, batch=3, qui
                              "AlbertForMaskedLM", "ElectraForSequenceClassification", "ViTForImageClassification")]
 
 ENTRIES: dict[str, Entry] = {e.id: e for e in TORCHVISION + KERAS + TRANSFORMERS}
-# the module each library needs (an entry whose module is missing is skipped)
-LIBRARY_MODULE = {"torchvision": "torchvision", "keras": "tensorflow", "transformers": "transformers"}
+# the modules each library needs (an entry with one missing is skipped)
+LIBRARY_MODULES = {"torchvision": ("torchvision",), "keras": ("tensorflow",),
+                   "transformers": ("transformers", "torch")}

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from tests.gallery.registry import ENTRIES, LIBRARY_MODULE
+from tests.gallery.registry import ENTRIES, LIBRARY_MODULES
 
 FULL = os.environ.get("GALLERY_FULL") == "1"
 
@@ -36,8 +36,9 @@ def selected(entry) -> bool:
 
 
 def needs(entry):
-    if importlib.util.find_spec(LIBRARY_MODULE[entry.library]) is None:
-        pytest.skip(f"{LIBRARY_MODULE[entry.library]} is not installed in this environment")
+    missing = [m for m in LIBRARY_MODULES[entry.library] if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed in this environment")
     if not selected(entry):
         pytest.skip("in the full gallery only: GALLERY_FULL=1 (tox -e gallery)")
 
