@@ -718,6 +718,39 @@ def test_a_weight_name_the_module_lacks_is_a_validation_error():
     assert not report.ok and any("'renamed.weight' is not a parameter or buffer" in f.message for f in report.errors)
 
 
+@pytest.mark.parametrize("attend", [
+    lambda h, keep: F.scaled_dot_product_attention(h, h, h, attn_mask=keep.bool()[:, None, None, :]),
+    lambda h, keep: F.scaled_dot_product_attention(  # HF's additive form, float32's lowest on the padding
+        h, h, h, attn_mask=(1.0 - keep[:, None, None, :].float()) * torch.finfo(torch.float32).min),
+    lambda h, keep: F.scaled_dot_product_attention(h, h, h, attn_mask=(keep[:, None, None, :] - 1.0) * 1e4),
+    lambda h, keep: F.scaled_dot_product_attention(h, h, h, is_causal=True),
+    lambda h, keep: torch.where(keep.bool()[:, None, :, None], h, 0.0),
+    lambda h, keep: torch.where(keep.bool()[:, None, :, None], -2.0, h.exp()),
+    lambda h, keep: torch.where(keep[:, None, :, None] > 0, 2.0, -1.0) * h,
+], ids=["sdpa-bool", "sdpa-lowest", "sdpa-additive", "sdpa-causal", "where-other", "where-self", "where-scalars"])
+def test_attention_masks_and_where_forms_from_the_batch_match_torch(attend):
+    """Masks that depend on the batch (rows of 5 and 3 tokens), as encoders build them."""
+    from device.runtime.program import Program
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 4)
+    batch = [torch.randn(2, 5, 4), torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])]
+
+    def step(b):
+        h = model(b[0])[:, None]  # (B, 1, T, C)
+        return (attend(h, b[1]) * h).sum()
+
+    graph = capture(step, model, batch)
+    assert unsupported(graph) == []
+    loss, grads = Program(graph, weights_of(model, graph), seed=0).gradients([t.numpy() for t in batch])
+    model.zero_grad()
+    expected = step(batch)
+    expected.backward()
+    np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
 def test_exclusive_or_of_masks_is_not_equal_and_matches_torch():
     """``a ^ b`` on bool masks and logical_xor on integers (nonzero is true), both weighting a loss."""
     from device.runtime.program import Program
