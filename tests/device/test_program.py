@@ -454,3 +454,150 @@ def test_stop_gradient_blocks_the_gradient():
     x_value, w_value = np.array([1.0, 2.0, 3.0], np.float32), np.array([0.5, -1.0, 2.0], np.float32)
     _, grads = Program(graph, {"w": w_value}).gradients([x_value])
     np.testing.assert_allclose(grads["w"], x_value + w_value)
+
+
+# --- the survivors of mutation testing (tests/MUTATION.md, the program group) --------------------
+
+def _sum_graph(n_params=1, loss=True, optimizer=ADAM, precision="float32"):
+    """x (3,) -> x * p0 * ... -> sum: a graph with ``n_params`` weights named w0, w1, ..."""
+    b = Builder()
+    y = b.input("x", (3,))
+    for i in range(n_params):
+        y = b.op("mul", [y, b.param(f"w{i}", (3,))])
+    total = b.op("reduce_sum", [y], axes=None, keepdims=False)
+    return b.finish(total if loss else None, {"y": y}, precision, optimizer)
+
+
+def _ones(n):
+    return {f"w{i}": np.ones(3, np.float32) for i in range(n)}
+
+
+def test_constants_keep_integers_and_take_floats_to_float32():
+    from device.runtime.program import _constant
+
+    assert _constant(np.array([1, 2])).dtype == np.int64
+    assert _constant(np.array([True])).dtype == np.bool_
+    assert _constant(np.array([0.1])).dtype == np.float32 and _constant(0.5).dtype == np.float32
+
+
+def test_a_graph_in_another_precision_or_with_an_unknown_op_is_refused_in_one_line():
+    graph = _sum_graph()
+    graph.precision = "float64"
+    with pytest.raises(UserError, match=r"^graph precision 'float64' is not one of float32, float16, bfloat16, cb16$"):
+        Program(graph, _ones(1))
+    graph = _sum_graph()
+    graph.nodes[0].op = "fancy_op"
+    with pytest.raises(UserError, match=r"op 'fancy_op' has no kernel on the device$"):
+        Program(graph, _ones(1))
+
+
+@pytest.mark.parametrize("n, listed", [
+    (1, "w0"),
+    (6, "w0, w1, w2, w3, w4, w5"),
+    (7, "w0, w1, w2, w3, w4, w5, ..."),  # the first six, then "..."
+])
+def test_an_unknown_weight_names_the_graphs_names(n, listed):
+    with pytest.raises(UserError, match=rf"^weights: 'zz' is not a name of this graph \(its names: {listed}\)$"):
+        Program(_sum_graph(n), {**_ones(n), "zz": np.ones(3)})
+    program = Program(_sum_graph(n), _ones(n))
+    with pytest.raises(UserError, match=rf"^weights: 'zz' is not a name of this graph \(its names: {listed}\)$"):
+        program.set_weights({"zz": np.ones(3)})
+    # a graph without state lists none
+    with pytest.raises(UserError, match=r"^state: 'zz' is not a name of this graph \(its names: none\)$"):
+        program.set_state({"zz": np.ones(3)})
+
+
+def test_state_given_is_used_checked_and_set_in_part():
+    graph, weights, state = cnn()
+    batch = cnn_batches()[0]
+    fresh = Program(graph, weights).eval_step(batch)["loss"]  # running mean 0, variance 1
+    moved = {"bn.running_mean": np.full(6, 0.5, np.float32), "bn.running_var": np.full(6, 2.0, np.float32)}
+    program = Program(graph, weights, moved)
+    assert program.eval_step(batch)["loss"] != fresh
+    np.testing.assert_array_equal(program.get_state()["bn.running_var"], moved["bn.running_var"])
+    with pytest.raises(UserError, match=r"^state: 'bn.running_var' is missing$"):
+        Program(graph, weights, {"bn.running_mean": state["bn.running_mean"]})
+    # set_state: some names, shapes checked, copies
+    update = np.full(6, 3.0, np.float32)
+    program.set_state({"bn.running_var": update})
+    update[...] = 0
+    state_now = program.get_state()
+    np.testing.assert_array_equal(state_now["bn.running_var"], np.full(6, 3.0, np.float32))
+    np.testing.assert_array_equal(state_now["bn.running_mean"], moved["bn.running_mean"])
+    assert state_now["bn.running_var"].dtype == np.float32 and state_now["bn.running_var"].flags.c_contiguous
+    with pytest.raises(UserError, match=r"^state: 'bn.running_mean' has shape \(3,\), the graph expects \(6,\)$"):
+        program.set_state({"bn.running_mean": np.zeros(3)})
+
+
+def test_fresh_state_is_what_a_fresh_layer_starts_at():
+    graph, weights, state = cnn()
+    fresh = Program(graph, weights).get_state()
+    assert set(fresh) == {"bn.running_mean", "bn.running_var"}
+    np.testing.assert_array_equal(fresh["bn.running_mean"], np.zeros(6, np.float32))
+    np.testing.assert_array_equal(fresh["bn.running_var"], np.ones(6, np.float32))
+    assert all(s.dtype == np.float32 and s.shape == (6,) for s in fresh.values())
+
+
+def test_weights_are_stored_float32_in_c_order():
+    weights = {"w0": np.asfortranarray(np.arange(3, dtype=np.float64))}
+    stored = Program(_sum_graph(1), weights).get_weights()["w0"]
+    assert stored.dtype == np.float32 and stored.flags.c_contiguous
+
+
+def test_a_loss_of_one_element_is_a_scalar_and_a_loss_of_unknown_size_is_not():
+    b = Builder()
+    y = b.op("mul", [b.input("x", (3,)), b.param("w0", (3,))])
+    one = b.op("reduce_sum", [y], axes=[0], keepdims=True)  # shape (1,)
+    graph = b.finish(one, {}, "float32", ADAM)
+    loss, grads = Program(graph, _ones(1)).gradients([np.array([1.0, 2.0, 3.0], np.float32)])
+    assert loss == 6.0 and Program(graph, _ones(1)).forward([np.ones(3, np.float32)], False)["loss"].shape == ()
+    np.testing.assert_array_equal(grads["w0"], [1.0, 2.0, 3.0])
+    assert Program(graph, _ones(1)).train_step([np.array([1.0, 2.0, 3.0], np.float32)], 0.1) == 6.0
+    graph.values[one].shape = (None,)
+    with pytest.raises(UserError, match=rf"^the loss '{one}' must be a scalar, its shape is \(None,\)$"):
+        Program(graph, _ones(1))
+
+
+def test_a_graph_without_a_loss_or_optimizer_evaluates_and_refuses_training_in_one_line():
+    batch = [np.array([1.0, 2.0, 3.0], np.float32)]
+    no_loss = Program(_sum_graph(1, loss=False), _ones(1))
+    out = no_loss.eval_step(batch)
+    assert set(out) == {"y"} and list(out["y"]) == [1.0, 2.0, 3.0]
+    with pytest.raises(UserError, match=r"^gradients needs a loss, and the graph has none$"):
+        no_loss.gradients(batch)
+    with pytest.raises(UserError, match=r"^train_step needs a loss, and the graph has none$"):
+        no_loss.train_step(batch, 0.1)
+    no_optimizer = Program(_sum_graph(1, optimizer=None), _ones(1))
+    assert no_optimizer.optimizer is None and no_optimizer.gradients(batch)[0] == 6.0
+    with pytest.raises(UserError, match=r"^train_step needs an optimizer, and the graph has none$"):
+        no_optimizer.train_step(batch, 0.1)
+    with pytest.raises(UserError, match=r"^the graph has no optimizer, so there is no optimizer state$"):
+        no_optimizer.get_optimizer_state()
+    with pytest.raises(UserError, match=r"^the graph has no optimizer, so there is no optimizer state to set$"):
+        no_optimizer.set_optimizer_state({})
+
+
+def test_the_batch_count_error_names_the_inputs():
+    graph, weights, _ = mlp()
+    with pytest.raises(UserError, match=r"^the batch has 1 arrays, the graph takes 2 \(x, labels\)$"):
+        Program(graph, weights).eval_step([np.zeros((8, 20), np.float32)])
+
+
+def test_the_default_seed_is_0():
+    graph, weights, _ = mlp(dropout=0.5)
+    batch = mlp_batches()[0]
+    default, zero = Program(graph, weights), Program(graph, weights, seed=0)
+    assert default.forward(batch, training=True)["loss"] == zero.forward(batch, training=True)["loss"]
+
+
+def test_eval_step_runs_in_eval_mode():
+    # dropout off and running statistics untouched in eval
+    graph, weights, state = cnn()
+    program = Program(graph, weights, state)
+    program.eval_step(cnn_batches()[0])
+    for name, s in program.get_state().items():
+        np.testing.assert_array_equal(s, state[name])
+    graph, weights, _ = mlp(dropout=0.9)
+    batch = mlp_batches()[0]
+    program = Program(graph, weights)
+    assert program.eval_step(batch)["loss"] == program.eval_step(batch)["loss"]
