@@ -478,6 +478,7 @@ def test_constants_keep_integers_and_take_floats_to_float32():
     assert _constant(np.array([1, 2])).dtype == np.int64
     assert _constant(np.array([True])).dtype == np.bool_
     assert _constant(np.array([0.1])).dtype == np.float32 and _constant(0.5).dtype == np.float32
+    assert _constant(np.array([0.5], np.float16)).dtype == np.float32
 
 
 def test_a_graph_in_another_precision_or_with_an_unknown_op_is_refused_in_one_line():
@@ -542,6 +543,10 @@ def test_weights_are_stored_float32_in_c_order():
     weights = {"w0": np.asfortranarray(np.arange(3, dtype=np.float64))}
     stored = Program(_sum_graph(1), weights).get_weights()["w0"]
     assert stored.dtype == np.float32 and stored.flags.c_contiguous
+    graph, weights, _ = mlp()
+    weights["fc0.weight"] = np.asfortranarray(weights["fc0.weight"])
+    program = Program(graph, weights)
+    assert program._weights["fc0.weight"].flags.c_contiguous  # the kernels' layout, whatever the caller's
 
 
 def test_a_loss_of_one_element_is_a_scalar_and_a_loss_of_unknown_size_is_not():
@@ -601,3 +606,79 @@ def test_eval_step_runs_in_eval_mode():
     batch = mlp_batches()[0]
     program = Program(graph, weights)
     assert program.eval_step(batch)["loss"] == program.eval_step(batch)["loss"]
+
+
+def test_overflow_on_the_way_warns_nothing():
+    # numpy's overflow and invalid-value warnings inside the kernels are noise: the loss and loss
+    # scaling check what matters (an overflowing fp16 backward pass here)
+    import warnings
+
+    spec = OptimizerSpec("adam", "torch", {}, loss_scale="dynamic", initial_loss_scale=2.0**24)
+    graph, weights, _ = mlp("float16", spec)
+    batch = mlp_batches()[0]
+    batch[0] = batch[0] * 1e4  # fp16 overflows in the forward pass too
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Program(graph, weights).train_step(batch, 1e-2)
+        Program(graph, weights).forward(batch, training=True)
+
+
+def test_the_backward_pass_computes_in_float32():
+    graph, weights, _ = mlp()
+    program = Program(graph, weights)
+    env, saved, _ = program._forward(mlp_batches()[0], training=True)
+    grads = program._backward(env, saved, 1.0)
+    assert set(grads) == set(weights) and all(g.dtype == np.float32 for g in grads.values())
+
+
+def test_in_16_bit_precision_the_node_that_makes_the_loss_stays_float32():
+    # the loss is summed in float32 even when no loss op precedes it: 1 + 2**-8 + 2**-9 needs 10
+    # bits of mantissa, which bfloat16 (8) would round away
+    graph = _sum_graph(1, precision="bfloat16")
+    x = np.array([1.0, 2.0**-8, 2.0**-9], np.float32)
+    assert Program(graph, _ones(1)).forward([x], training=False)["loss"] == np.float32(1 + 2.0**-8 + 2.0**-9)
+
+
+def test_in_16_bit_precision_float_constants_outside_the_value_table_are_rounded_and_integers_kept():
+    b = Builder()
+    x = b.input("x", (3,))
+    y = b.op("mul", [x, b.param("w0", (3,))])
+    third = b.constant("third", np.float32(1 / 3))
+    y = b.op("mul", [y, third])
+    index = "index"
+    b.graph.constants[index] = np.array([2, 0], np.int64)
+    b.examples[index] = b.graph.constants[index]
+    picked = b.op("gather", [y, index], axis=0)
+    total = b.op("reduce_sum", [picked], axes=None, keepdims=False)
+    graph = b.finish(total, {"y": y}, "bfloat16", ADAM)
+    del graph.values[third]  # constants as the frontends leave them: not in the value table
+    out = Program(graph, _ones(1)).forward([np.array([3.0, 6.0, 9.0], np.float32)], training=False)
+    third16 = round_to(np.float32(1 / 3), "bfloat16")
+    np.testing.assert_array_equal(out["y"], round_to(np.array([3.0, 6.0, 9.0], np.float32) * third16, "bfloat16"))
+    assert out["loss"] == np.float32(out["y"][2] + out["y"][0])
+
+
+def test_fresh_state_of_a_batch_norm_whose_statistics_are_constants():
+    # an inference-style batch norm (statistics frozen as constants): no state to start
+    graph, weights, _ = cnn()
+    for name in ("s:bn.running_mean", "s:bn.running_var"):
+        graph.constants[name] = np.zeros(6, np.float32) if name.endswith("mean") else np.ones(6, np.float32)
+        del graph.state[name]
+    program = Program(graph, weights)
+    assert program.get_state() == {}
+    assert math.isfinite(float(program.eval_step(cnn_batches()[0])["loss"]))
+
+
+def test_a_branch_whose_gradient_is_stopped_does_not_end_the_backward_pass():
+    # plan: w1's product first, then w0's product, stopped; in reverse order the stopped branch
+    # (no gradient) comes before w1's, which must still get its gradient
+    b = Builder("tf")
+    x = b.input("x", (3,))
+    kept = b.op("mul", [x, b.param("w1", (3,))])
+    stopped = b.op("identity", [b.op("mul", [x, b.param("w0", (3,))])], stop_gradient=True)
+    total = b.op("reduce_sum", [b.op("add", [stopped, kept])], axes=None, keepdims=False)
+    graph = b.finish(total, {}, "float32", ADAM)
+    x_value = np.array([1.0, 2.0, 3.0], np.float32)
+    _, grads = Program(graph, _ones(2)).gradients([x_value])
+    np.testing.assert_array_equal(grads["w1"], x_value)
+    assert "w0" not in grads or not np.any(grads["w0"])
