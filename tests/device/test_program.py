@@ -616,11 +616,12 @@ def test_overflow_on_the_way_warns_nothing():
     spec = OptimizerSpec("adam", "torch", {}, loss_scale="dynamic", initial_loss_scale=2.0**24)
     graph, weights, _ = mlp("float16", spec)
     batch = mlp_batches()[0]
-    batch[0] = batch[0] * 1e4  # fp16 overflows in the forward pass too
+    large = [batch[0] * 1e4, batch[1]]  # the scaled gradients overflow fp16
+    huge = [batch[0] * 1e6, batch[1]]  # beyond fp16's 65504: inf - inf in the forward pass
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        Program(graph, weights).train_step(batch, 1e-2)
-        Program(graph, weights).forward(batch, training=True)
+        Program(graph, weights).train_step(large, 1e-2)
+        assert not math.isfinite(float(Program(graph, weights).forward(huge, training=True)["loss"]))
 
 
 def test_the_backward_pass_computes_in_float32():
@@ -652,9 +653,12 @@ def test_in_16_bit_precision_float_constants_outside_the_value_table_are_rounded
     total = b.op("reduce_sum", [picked], axes=None, keepdims=False)
     graph = b.finish(total, {"y": y}, "bfloat16", ADAM)
     del graph.values[third]  # constants as the frontends leave them: not in the value table
-    out = Program(graph, _ones(1)).forward([np.array([3.0, 6.0, 9.0], np.float32)], training=False)
+    x_value = np.array([100.0, 200.0, 400.0], np.float32)
+    out = Program(graph, _ones(1)).forward([x_value], training=False)
     third16 = round_to(np.float32(1 / 3), "bfloat16")
-    np.testing.assert_array_equal(out["y"], round_to(np.array([3.0, 6.0, 9.0], np.float32) * third16, "bfloat16"))
+    # 200 / 3 = 66.67 rounds to 66.5 in bfloat16; 200 x bfloat16(1/3) = 66.80 to 67.0
+    np.testing.assert_array_equal(out["y"], round_to(x_value * third16, "bfloat16"))
+    assert out["y"][1] == 67.0
     assert out["loss"] == np.float32(out["y"][2] + out["y"][0])
 
 
