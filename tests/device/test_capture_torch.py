@@ -630,7 +630,7 @@ def test_attention_rows_that_attend_nowhere_give_zeros_as_in_torch():
 
 class SliceAssignment(nn.Module):
     """Assignments into tensors: a slice, a strided slice, one position, a broadcast value, in place on
-    a view, and the shifted labels of BART and T5 (``shifted[:, 1:] = ids[:, :-1]``) on integers."""
+    a view, under a mask, at listed positions, and the shifted labels of BART and T5 (``shifted[:, 1:] = ids[:, :-1]``) on integers."""
 
     def __init__(self):
         super().__init__()
@@ -643,6 +643,8 @@ class SliceAssignment(nn.Module):
         out[:, 1:] = h[:, :-1] * 3  # slice_scatter: gradients reach both sides
         out[:, ::2, 1] = h[:, 1::2, 0]  # a strided slice
         out[:, -1] = self.fc.bias  # select_scatter with a broadcast source
+        out[ids > 5] = 0.5  # index_put: a boolean mask over the leading axes, one value
+        out[:, torch.tensor([0, 3])] = h[:, 1:3] * 5  # index_put at constant positions
         out[:, :2].exp_()  # in place on a view
         shifted = ids.new_zeros(ids.shape)
         shifted[:, 1:] = ids[:, :-1].clone()
