@@ -60,7 +60,7 @@ def write_split(source: str, data_dir: str, split: str, classes: list[str] | Non
                     "image/filename": tf.train.Feature(bytes_list=tf.train.BytesList(
                         value=[os.path.relpath(image_path, source).encode()])),
                 }
-                writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+                writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True))
         paths.append(path)
     return paths, found, len(samples)
 

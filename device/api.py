@@ -167,6 +167,17 @@ def capture_tf(tf_graph, **options) -> Graph:
     return frontend.capture(tf_graph, **options)
 
 
+def tf_loop_source(tf_graph) -> str | None:
+    """Where the user's code builds the first tf.while_loop of ``tf_graph`` ("file:line"), or
+    None: a graph without loops (a refusal of a generating loop names the line)."""
+    from device.capture.tf.tensors import source_loc
+    for op in tf_graph.get_operations():
+        if op.type in ("LoopCond", "While", "StatelessWhile"):
+            loc = source_loc(op)
+            return f"{loc.file}:{loc.line}" if loc.line else None
+    return None
+
+
 def tf_read_weights(session, graph: Graph) -> dict[str, np.ndarray]:
     from device.capture import tf as frontend
     return frontend.read_weights(session, graph)

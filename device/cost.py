@@ -287,7 +287,7 @@ def _kernel_cost(kernel: Kernel, rect, profile: Profile, precision: str, trainin
     if kernel.free or rect.pes == 0:
         return KernelCost(kernel.name, kernel.kind, 0, flops, sram_bytes, fabric_bytes, 0.0,
                           0.0, 0.0, 0.0, 0.0, 0.0, "free")
-    times = roofline(kernel, rect.w, rect.h, profile, precision, training, streaming)
+    times = roofline(kernel, rect.w, rect.h, profile, kernel.precision or precision, training, streaming)
     times["weight streaming"] *= len(passes)  # once per micro-batch pass
     bound_by = max(times, key=times.get)
     cost = KernelCost(kernel.name, kernel.kind, rect.pes, flops, sram_bytes, fabric_bytes, stream_bytes,

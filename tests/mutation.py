@@ -118,7 +118,7 @@ def equivalents() -> dict[str, str]:
     for line in MUTATION_MD.read_text(encoding="utf-8").splitlines():
         match = _EQUIVALENT.match(line)
         if match:
-            found[match.group(1)] = match.group(2)
+            found[match.group(1)] = match.group(2).replace("\\|", "|")  # a | in a table cell is written \|
     return found
 
 

@@ -155,7 +155,17 @@ class EmulatorSteps:
         return EmulatorEvalStep(run, graph_ir, program)
 
     def predict_step(self, run: GraphSession) -> Callable[[], dict[str, np.ndarray]]:
-        _, program = _compiled_program(self.estimator, run, "predict")
+        try:
+            _, program = _compiled_program(self.estimator, run, "predict")
+        except DeviceCompileError as error:
+            loop = api.tf_loop_source(run.built.graph)
+            if loop is None:
+                raise
+            # a model that predicts by generating (greedy decoding in a tf.while_loop) feeds each
+            # step's output back as the next input: a host loop, as PyTorch's predict_step
+            raise UserError(f"--mode predict --device emulator: the model predicts by generating in a "
+                            f"tf.while_loop ({loop}), which runs on the CPU or a GPU; drop --device emulator "
+                            f"(--validate_only --mode predict lists what the device refuses in it)") from error
         batch_tensors, predictions = _batch_tensors(run.built), run.built.predictions
 
         def step() -> dict[str, np.ndarray]:

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from device.dtypes import BYTES, INTEGERS
+from device.dtypes import BYTES, HALF_PRECISIONS, INTEGERS
 from device.ir import Graph, Node
 from device.ops import OPS, ops_in
 from device.ops.record import Work, per_element
@@ -139,6 +139,9 @@ class Kernel:
     stash_bytes: int = 0  # the part of input_bytes the backward pass reads (kept from forward to backward)
     activation_bytes: int = 0  # activations out, for the batch, in the compute format
     loc: str = ""  # where the anchor node came from: "file:line (framework op)"
+    # the 16-bit format the kernel computes in when the graph is float32 but the model casts the
+    # anchor's inputs itself (torch.autocast in its forward, a cast before a matmul); "": the graph's
+    precision: str = ""
 
     @property
     def free(self) -> bool:
@@ -367,7 +370,7 @@ class _Matcher:
             stash_bytes=sum(_bytes(graph, v, elem) for v in inputs
                             if any(v in n.inputs and self._backward_reads(n, v) for n in nodes)),
             activation_bytes=sum(_bytes(graph, v, elem) for v in outputs),
-            loc=str(_anchor(nodes).loc),
+            loc=str(_anchor(nodes).loc), precision=_own_half_precision(graph, _anchor(nodes)),
         )
         if kind in FREE_KINDS:
             return kernel
@@ -389,6 +392,15 @@ class _Matcher:
         return kernel
 
 
+def _own_half_precision(graph: Graph, anchor: Node) -> str:
+    """The 16-bit format of every floating input of ``anchor`` in a float32 graph (the model's
+    own casts), or "" (the graph's precision applies)."""
+    if graph.precision != "float32":
+        return ""
+    floats = {graph.values[v].dtype for v in anchor.inputs if graph.values[v].dtype not in (*INTEGERS, "bool")}
+    return floats.pop() if len(floats) == 1 and next(iter(floats)) in HALF_PRECISIONS else ""
+
+
 def _anchor(nodes: list[Node]) -> Node:
     """The node a kernel is named after: its first non-layout node."""
     return next((n for n in nodes if n.op not in LAYOUT), nodes[0])
@@ -402,7 +414,8 @@ def _bytes(graph: Graph, value: str, float_bytes: int) -> int:
     """Bytes of a value on the device: floats in the compute format, others at their size."""
     dtype = graph.values[value].dtype
     # integers and bools at their size; floats (and dtypes validation rejects) in the compute format
-    size = BYTES[dtype] if dtype in (*INTEGERS, "bool") else float_bytes
+    # (a 16-bit value of a float32 graph, the model's own cast, at its 2 bytes)
+    size = BYTES[dtype] if dtype in (*INTEGERS, "bool", *HALF_PRECISIONS) else float_bytes
     return _numel(graph, value) * size
 
 

@@ -570,9 +570,17 @@ def _check_mode(graph: Graph, mode: str) -> list[tuple[str, Finding]]:
     elif graph.loss is None and not graph.outputs:
         out.append(("error", Finding("outputs", f"mode {mode} needs a loss or outputs, the graph has neither")))
     if graph.precision == "float32":
-        out.append(("warning", Finding("precision", "compute precision is float32; the device is built for "
-                                                    "mixed precision (float16/bfloat16/cb16 compute, float32 "
-                                                    "weights), float32 runs at half the rate")))
+        own = sorted({v.dtype for v in graph.values.values() if v.dtype in HALF_PRECISIONS})
+        if own:  # the model casts to 16 bit itself (torch.autocast in its forward, tf.cast before a matmul)
+            out.append(("warning", Finding("precision", f"compute precision is float32 except where the model casts "
+                                                        f"to {'/'.join(own)} itself (e.g. torch.autocast in its "
+                                                        f"forward): those kernels are costed at the 16-bit rate, "
+                                                        f"the rest at float32's half rate; mixed precision in "
+                                                        f"params computes all of it in 16 bit")))
+        else:
+            out.append(("warning", Finding("precision", "compute precision is float32; the device is built for "
+                                                        "mixed precision (float16/bfloat16/cb16 compute, float32 "
+                                                        "weights), float32 runs at half the rate")))
     return out
 
 

@@ -269,6 +269,10 @@ class Program:
                 # a value used by several nodes: sum (never in place, g may be shared)
                 grads[slot] = g if grads[slot] is None else grads[slot] + g
 
+    def _loss_of(self, env) -> float:
+        """The loss as a float: a scalar, or a one-element array (shape (1,) or (1, 1))."""
+        return float(np.reshape(env[self._loss_slot], ()))
+
     def _require_loss(self, what: str):
         if self._loss_slot is None:
             raise UserError(f"{what} needs a loss, and the graph has none")
@@ -295,7 +299,7 @@ class Program:
         env, saved, updates = self._forward(batch, training=True)
         self._state.update(updates)
         grads = self._backward(env, saved, 1.0)
-        return float(env[self._loss_slot]), {fw: np.array(g, dtype=np.float32) for fw, g in grads.items()}
+        return self._loss_of(env), {fw: np.array(g, dtype=np.float32) for fw, g in grads.items()}
 
     def train_step(self, batch: list[np.ndarray], lr: float) -> float:
         """One optimizer step at learning rate ``lr``; returns the loss of this batch.
@@ -309,7 +313,7 @@ class Program:
         if self.optimizer is None:
             raise UserError("train_step needs an optimizer, and the graph has none")
         env, saved, updates = self._forward(batch, training=True)
-        loss = float(env[self._loss_slot])
+        loss = self._loss_of(env)
         if not math.isfinite(loss):
             return loss
         grads = self._backward(env, saved, self.optimizer.loss_scale)

@@ -262,3 +262,22 @@ def test_wrong_hdf5_file_names_the_field(tmp_path):
         f.create_dataset("input_ids", data=good["input_ids"])
     with pytest.raises(UserError, match="y.h5: not a sequence-to-sequence data file: field 'attention_mask' is missing"):
         read_seq2seq_hdf5(tmp_path / "y.h5")
+
+
+def test_the_unigram_tokenizer_is_the_same_in_every_process():
+    # the trainer of `tokenizers` sums in hash-map order, seeded afresh in each process: without
+    # canonical scores and order, two processes give pieces at other ids (and README figures
+    # that a rerun from scratch does not reproduce)
+    import subprocess
+    import sys
+    code = ("from common.data.text.corpus import default_corpus\n"
+            "from common.data.text.tokenizer import train_unigram\n"
+            "texts = [' '.join(d) for d in default_corpus()][:200]\n"
+            "print(train_unigram(texts, 1000, ('<pad>', '</s>', '<unk>'), '<unk>', sentinels=4).to_str())\n")
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+            for _ in range(3)}
+    assert len(runs) == 1
+    vocab = json.loads(runs.pop())["model"]["vocab"]
+    assert [p for p, _ in vocab[:3]] == ["<pad>", "</s>", "<unk>"] and len(vocab) == 996
+    scores = [s for _, s in vocab[3:]]
+    assert scores == sorted(scores, reverse=True)

@@ -795,3 +795,40 @@ def test_masked_fill_with_a_mask_buffer_keeps_an_inf_in_the_unchosen_place_out()
     assert np.isfinite(loss)
     np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
     np.testing.assert_allclose(grads["fc.weight"], model.fc.weight.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_model_that_autocasts_itself_is_costed_at_the_16_bit_rate_where_it_casts():
+    """torch.autocast inside forward in a float32 run: the kernels whose inputs the model cast to
+    bfloat16 compute at the 16-bit rate (twice float32's), the rest at float32's; the warning
+    says so rather than "float32 runs at half the rate" for all of it."""
+    from device import api
+
+    class Net(nn.Module):
+        def __init__(self, cast: bool):
+            super().__init__()
+            self.cast, self.hidden, self.out = cast, nn.Linear(64, 64), nn.Linear(64, 3)
+
+        def forward(self, x):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cast):
+                h = torch.relu(self.hidden(x))
+            return self.out(h.float())
+
+    torch.manual_seed(0)
+    batch = [torch.randn(16, 64), torch.randint(0, 3, (16,))]
+    rows, warnings = {}, {}
+    for cast in (False, True):
+        net = Net(cast)
+        graph = api.capture_torch(lambda b: F.cross_entropy(net(b[0]), b[1]), net, batch,
+                                  optimizer=torch.optim.SGD(net.parameters(), lr=0.1))
+        result = api.compile_graph(graph, mode="train", profile_name="wse2")
+        kernels = {k.name: k for k in result.kernels}
+        rows[cast] = {c.name: (kernels[c.name], c) for c in result.cost.kernels if c.pes}
+        warnings[cast] = api.validate_graph(graph, mode="train", profile_name="wse2").to_text()
+    (plain, plain_cost), (cast, cast_cost) = rows[False]["dense_0"], rows[True]["dense_0"]
+    assert (plain.precision, cast.precision) == ("", "bfloat16") and rows[True]["dense_1"][0].precision == ""
+    # the same work: per PE, the cast kernel's compute takes half the time
+    per_pe = lambda c: c.compute_s * c.pes  # noqa: E731
+    assert cast_cost.flops == plain_cost.flops
+    assert per_pe(cast_cost) == pytest.approx(per_pe(plain_cost) / 2)
+    assert per_pe(rows[True]["dense_1"][1]) == pytest.approx(per_pe(rows[False]["dense_1"][1]))
+    assert "casts to bfloat16 itself" in warnings[True] and "casts" not in warnings[False]

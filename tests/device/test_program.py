@@ -454,3 +454,235 @@ def test_stop_gradient_blocks_the_gradient():
     x_value, w_value = np.array([1.0, 2.0, 3.0], np.float32), np.array([0.5, -1.0, 2.0], np.float32)
     _, grads = Program(graph, {"w": w_value}).gradients([x_value])
     np.testing.assert_allclose(grads["w"], x_value + w_value)
+
+
+# --- the survivors of mutation testing (tests/MUTATION.md, the program group) --------------------
+
+def _sum_graph(n_params=1, loss=True, optimizer=ADAM, precision="float32"):
+    """x (3,) -> x * p0 * ... -> sum: a graph with ``n_params`` weights named w0, w1, ..."""
+    b = Builder()
+    y = b.input("x", (3,))
+    for i in range(n_params):
+        y = b.op("mul", [y, b.param(f"w{i}", (3,))])
+    total = b.op("reduce_sum", [y], axes=None, keepdims=False)
+    return b.finish(total if loss else None, {"y": y}, precision, optimizer)
+
+
+def _ones(n):
+    return {f"w{i}": np.ones(3, np.float32) for i in range(n)}
+
+
+def test_constants_keep_integers_and_take_floats_to_float32():
+    from device.runtime.program import _constant
+
+    assert _constant(np.array([1, 2])).dtype == np.int64
+    assert _constant(np.array([True])).dtype == np.bool_
+    assert _constant(np.array([0.1])).dtype == np.float32 and _constant(0.5).dtype == np.float32
+    assert _constant(np.array([0.5], np.float16)).dtype == np.float32
+
+
+def test_a_graph_in_another_precision_or_with_an_unknown_op_is_refused_in_one_line():
+    graph = _sum_graph()
+    graph.precision = "float64"
+    with pytest.raises(UserError, match=r"^graph precision 'float64' is not one of float32, float16, bfloat16, cb16$"):
+        Program(graph, _ones(1))
+    graph = _sum_graph()
+    graph.nodes[0].op = "fancy_op"
+    with pytest.raises(UserError, match=r"op 'fancy_op' has no kernel on the device$"):
+        Program(graph, _ones(1))
+
+
+@pytest.mark.parametrize("n, listed", [
+    (1, "w0"),
+    (6, "w0, w1, w2, w3, w4, w5"),
+    (7, "w0, w1, w2, w3, w4, w5, ..."),  # the first six, then "..."
+])
+def test_an_unknown_weight_names_the_graphs_names(n, listed):
+    with pytest.raises(UserError, match=rf"^weights: 'zz' is not a name of this graph \(its names: {listed}\)$"):
+        Program(_sum_graph(n), {**_ones(n), "zz": np.ones(3)})
+    program = Program(_sum_graph(n), _ones(n))
+    with pytest.raises(UserError, match=rf"^weights: 'zz' is not a name of this graph \(its names: {listed}\)$"):
+        program.set_weights({"zz": np.ones(3)})
+    # a graph without state lists none
+    with pytest.raises(UserError, match=r"^state: 'zz' is not a name of this graph \(its names: none\)$"):
+        program.set_state({"zz": np.ones(3)})
+
+
+def test_state_given_is_used_checked_and_set_in_part():
+    graph, weights, state = cnn()
+    batch = cnn_batches()[0]
+    fresh = Program(graph, weights).eval_step(batch)["loss"]  # running mean 0, variance 1
+    moved = {"bn.running_mean": np.full(6, 0.5, np.float32), "bn.running_var": np.full(6, 2.0, np.float32)}
+    program = Program(graph, weights, moved)
+    assert program.eval_step(batch)["loss"] != fresh
+    np.testing.assert_array_equal(program.get_state()["bn.running_var"], moved["bn.running_var"])
+    with pytest.raises(UserError, match=r"^state: 'bn.running_var' is missing$"):
+        Program(graph, weights, {"bn.running_mean": state["bn.running_mean"]})
+    # set_state: some names, shapes checked, copies
+    update = np.full(6, 3.0, np.float32)
+    program.set_state({"bn.running_var": update})
+    update[...] = 0
+    state_now = program.get_state()
+    np.testing.assert_array_equal(state_now["bn.running_var"], np.full(6, 3.0, np.float32))
+    np.testing.assert_array_equal(state_now["bn.running_mean"], moved["bn.running_mean"])
+    assert state_now["bn.running_var"].dtype == np.float32 and state_now["bn.running_var"].flags.c_contiguous
+    with pytest.raises(UserError, match=r"^state: 'bn.running_mean' has shape \(3,\), the graph expects \(6,\)$"):
+        program.set_state({"bn.running_mean": np.zeros(3)})
+
+
+def test_fresh_state_is_what_a_fresh_layer_starts_at():
+    graph, weights, state = cnn()
+    fresh = Program(graph, weights).get_state()
+    assert set(fresh) == {"bn.running_mean", "bn.running_var"}
+    np.testing.assert_array_equal(fresh["bn.running_mean"], np.zeros(6, np.float32))
+    np.testing.assert_array_equal(fresh["bn.running_var"], np.ones(6, np.float32))
+    assert all(s.dtype == np.float32 and s.shape == (6,) for s in fresh.values())
+
+
+def test_weights_are_stored_float32_in_c_order():
+    weights = {"w0": np.asfortranarray(np.arange(3, dtype=np.float64))}
+    stored = Program(_sum_graph(1), weights).get_weights()["w0"]
+    assert stored.dtype == np.float32 and stored.flags.c_contiguous
+    graph, weights, _ = mlp()
+    weights["fc0.weight"] = np.asfortranarray(weights["fc0.weight"])
+    program = Program(graph, weights)
+    assert program._weights["fc0.weight"].flags.c_contiguous  # the kernels' layout, whatever the caller's
+
+
+def test_a_loss_of_one_element_is_a_scalar_and_a_loss_of_unknown_size_is_not():
+    b = Builder()
+    y = b.op("mul", [b.input("x", (3,)), b.param("w0", (3,))])
+    one = b.op("reduce_sum", [y], axes=[0], keepdims=True)  # shape (1,)
+    graph = b.finish(one, {}, "float32", ADAM)
+    loss, grads = Program(graph, _ones(1)).gradients([np.array([1.0, 2.0, 3.0], np.float32)])
+    assert loss == 6.0 and Program(graph, _ones(1)).forward([np.ones(3, np.float32)], False)["loss"].shape == ()
+    np.testing.assert_array_equal(grads["w0"], [1.0, 2.0, 3.0])
+    assert Program(graph, _ones(1)).train_step([np.array([1.0, 2.0, 3.0], np.float32)], 0.1) == 6.0
+    graph.values[one].shape = (None,)
+    with pytest.raises(UserError, match=rf"^the loss '{one}' must be a scalar, its shape is \(None,\)$"):
+        Program(graph, _ones(1))
+
+
+def test_a_graph_without_a_loss_or_optimizer_evaluates_and_refuses_training_in_one_line():
+    batch = [np.array([1.0, 2.0, 3.0], np.float32)]
+    no_loss = Program(_sum_graph(1, loss=False), _ones(1))
+    out = no_loss.eval_step(batch)
+    assert set(out) == {"y"} and list(out["y"]) == [1.0, 2.0, 3.0]
+    with pytest.raises(UserError, match=r"^gradients needs a loss, and the graph has none$"):
+        no_loss.gradients(batch)
+    with pytest.raises(UserError, match=r"^train_step needs a loss, and the graph has none$"):
+        no_loss.train_step(batch, 0.1)
+    no_optimizer = Program(_sum_graph(1, optimizer=None), _ones(1))
+    assert no_optimizer.optimizer is None and no_optimizer.gradients(batch)[0] == 6.0
+    with pytest.raises(UserError, match=r"^train_step needs an optimizer, and the graph has none$"):
+        no_optimizer.train_step(batch, 0.1)
+    with pytest.raises(UserError, match=r"^the graph has no optimizer, so there is no optimizer state$"):
+        no_optimizer.get_optimizer_state()
+    with pytest.raises(UserError, match=r"^the graph has no optimizer, so there is no optimizer state to set$"):
+        no_optimizer.set_optimizer_state({})
+
+
+def test_the_batch_count_error_names_the_inputs():
+    graph, weights, _ = mlp()
+    with pytest.raises(UserError, match=r"^the batch has 1 arrays, the graph takes 2 \(x, labels\)$"):
+        Program(graph, weights).eval_step([np.zeros((8, 20), np.float32)])
+
+
+def test_the_default_seed_is_0():
+    graph, weights, _ = mlp(dropout=0.5)
+    batch = mlp_batches()[0]
+    default, zero = Program(graph, weights), Program(graph, weights, seed=0)
+    assert default.forward(batch, training=True)["loss"] == zero.forward(batch, training=True)["loss"]
+
+
+def test_eval_step_runs_in_eval_mode():
+    # dropout off and running statistics untouched in eval
+    graph, weights, state = cnn()
+    program = Program(graph, weights, state)
+    program.eval_step(cnn_batches()[0])
+    for name, s in program.get_state().items():
+        np.testing.assert_array_equal(s, state[name])
+    graph, weights, _ = mlp(dropout=0.9)
+    batch = mlp_batches()[0]
+    program = Program(graph, weights)
+    assert program.eval_step(batch)["loss"] == program.eval_step(batch)["loss"]
+
+
+def test_overflow_on_the_way_warns_nothing():
+    # numpy's overflow and invalid-value warnings inside the kernels are noise: the loss and loss
+    # scaling check what matters (an overflowing fp16 backward pass here)
+    import warnings
+
+    spec = OptimizerSpec("adam", "torch", {}, loss_scale="dynamic", initial_loss_scale=2.0**24)
+    graph, weights, _ = mlp("float16", spec)
+    batch = mlp_batches()[0]
+    large = [batch[0] * 1e4, batch[1]]  # the scaled gradients overflow fp16
+    huge = [batch[0] * 1e6, batch[1]]  # beyond fp16's 65504: inf - inf in the forward pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Program(graph, weights).train_step(large, 1e-2)
+        assert not math.isfinite(float(Program(graph, weights).forward(huge, training=True)["loss"]))
+
+
+def test_the_backward_pass_computes_in_float32():
+    graph, weights, _ = mlp()
+    program = Program(graph, weights)
+    env, saved, _ = program._forward(mlp_batches()[0], training=True)
+    grads = program._backward(env, saved, 1.0)
+    assert set(grads) == set(weights) and all(g.dtype == np.float32 for g in grads.values())
+
+
+def test_in_16_bit_precision_the_node_that_makes_the_loss_stays_float32():
+    # the loss is summed in float32 even when no loss op precedes it: 1 + 2**-8 + 2**-9 needs 10
+    # bits of mantissa, which bfloat16 (8) would round away
+    graph = _sum_graph(1, precision="bfloat16")
+    x = np.array([1.0, 2.0**-8, 2.0**-9], np.float32)
+    assert Program(graph, _ones(1)).forward([x], training=False)["loss"] == np.float32(1 + 2.0**-8 + 2.0**-9)
+
+
+def test_in_16_bit_precision_float_constants_outside_the_value_table_are_rounded_and_integers_kept():
+    b = Builder()
+    x = b.input("x", (3,))
+    y = b.op("mul", [x, b.param("w0", (3,))])
+    third = b.constant("third", np.float32(1 / 3))
+    y = b.op("mul", [y, third])
+    index = "index"
+    b.graph.constants[index] = np.array([2, 0], np.int64)
+    b.examples[index] = b.graph.constants[index]
+    picked = b.op("gather", [y, index], axis=0)
+    total = b.op("reduce_sum", [picked], axes=None, keepdims=False)
+    graph = b.finish(total, {"y": y}, "bfloat16", ADAM)
+    del graph.values[third]  # constants as the frontends leave them: not in the value table
+    x_value = np.array([100.0, 200.0, 400.0], np.float32)
+    out = Program(graph, _ones(1)).forward([x_value], training=False)
+    third16 = round_to(np.float32(1 / 3), "bfloat16")
+    # 200 / 3 = 66.67 rounds to 66.5 in bfloat16; 200 x bfloat16(1/3) = 66.80 to 67.0
+    np.testing.assert_array_equal(out["y"], round_to(x_value * third16, "bfloat16"))
+    assert out["y"][1] == 67.0
+    assert out["loss"] == np.float32(out["y"][2] + out["y"][0])
+
+
+def test_fresh_state_of_a_batch_norm_whose_statistics_are_constants():
+    # an inference-style batch norm (statistics frozen as constants): no state to start
+    graph, weights, _ = cnn()
+    for name in ("s:bn.running_mean", "s:bn.running_var"):
+        graph.constants[name] = np.zeros(6, np.float32) if name.endswith("mean") else np.ones(6, np.float32)
+        del graph.state[name]
+    program = Program(graph, weights)
+    assert program.get_state() == {}
+    assert math.isfinite(float(program.eval_step(cnn_batches()[0])["loss"]))
+
+
+def test_a_branch_whose_gradient_is_stopped_does_not_end_the_backward_pass():
+    # plan: w1's product first, then w0's product, stopped; in reverse order the stopped branch
+    # (no gradient) comes before w1's, which must still get its gradient
+    b = Builder("tf")
+    x = b.input("x", (3,))
+    kept = b.op("mul", [x, b.param("w1", (3,))])
+    stopped = b.op("identity", [b.op("mul", [x, b.param("w0", (3,))])], stop_gradient=True)
+    total = b.op("reduce_sum", [b.op("add", [stopped, kept])], axes=None, keepdims=False)
+    graph = b.finish(total, {}, "float32", ADAM)
+    x_value = np.array([1.0, 2.0, 3.0], np.float32)
+    _, grads = Program(graph, _ones(2)).gradients([x_value])
+    np.testing.assert_array_equal(grads["w1"], x_value)
+    assert "w0" not in grads or not np.any(grads["w0"])

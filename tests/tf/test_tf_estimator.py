@@ -320,6 +320,25 @@ def test_estimator_api_directly(tmp_path):
         estimator.train(input_fn)
 
 
+def test_checkpoint_steps_0_saves_only_at_the_end_and_keep_0_keeps_every_one(tmp_path):
+    # common/params.py's meaning of 0, as the PyTorch runner has it
+    from common.params import load_params
+
+    params = load_params(None, default_params())
+    estimator = CerebrasEstimator(model_fn, model_dir=str(tmp_path / "end"), params=params,
+                                  config=RunConfig(save_checkpoints_steps=0, save_summary_steps=1))
+    estimator.train(input_fn, max_steps=3)
+    assert [os.path.basename(p) for p in checkpoints.list_checkpoints(str(tmp_path / "end"))] == ["model.ckpt-3"]
+    estimator = CerebrasEstimator(model_fn, model_dir=str(tmp_path / "all"), params=params,
+                                  config=RunConfig(save_checkpoints_steps=1, keep_checkpoint_max=0))
+    estimator.train(input_fn, max_steps=7)
+    assert len(checkpoints.list_checkpoints(str(tmp_path / "all"))) == 7
+    with pytest.raises(UserError, match=r"runconfig.log_steps \(RunConfig.save_summary_steps\) must be at least 1, got 0"):
+        RunConfig(save_summary_steps=0)
+    with pytest.raises(UserError, match=r"runconfig.checkpoint_steps .* must be at least 0, got -1"):
+        RunConfig(save_checkpoints_steps=-1)
+
+
 @pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="a GPU is visible")
 def test_device_gpu_without_a_gpu(tmp_path, capsys):
     assert_one_line_error(run_mock(tmp_path, "--device", "gpu"), capsys, "--device gpu", "no GPU")

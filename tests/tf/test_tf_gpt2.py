@@ -348,3 +348,9 @@ def test_predict_decodes_each_prompt_greedily_as_the_plain_loop(tmp_path, capsys
     expect_one_error_line(capsys, ["--params", TINY, "--model_dir", str(tmp_path / "run"), "--mode", "predict",
                                    *argv, f"predict_input.prompt_file={prompts}"],
                           f"{prompts}:2", "max_new_tokens 32", "model.max_position_embeddings")
+    # generating on the emulator: one line naming the loop, as PyTorch's predict_step
+    prompts.write_text("short\n", encoding="utf-8")
+    expect_one_error_line(capsys, ["--params", TINY, "--model_dir", str(tmp_path / "run"), "--mode", "predict",
+                                   *argv, f"predict_input.prompt_file={prompts}", "--device", "emulator"],
+                          "predicts by generating in a tf.while_loop", f"{os.path.join('tf', 'gpt2', 'model.py')}:",
+                          "drop --device emulator")

@@ -194,7 +194,7 @@ def write_tfrecord(arrays: Mapping[str, np.ndarray], path, schema: Schema) -> No
         for k in range(arrays[schema.names[0]].shape[0]):
             feature = {n: tf.train.Feature(int64_list=tf.train.Int64List(value=arrays[n][k].tolist()))
                        for n in schema.names}
-            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True))
 
 
 def tf_records(path):

@@ -27,7 +27,7 @@ def write_tfrecord(arrays: dict[str, np.ndarray], path) -> None:
                     feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=values.tolist()))
                 else:
                     feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=values.tolist()))
-            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True))
 
 
 def _records(path):

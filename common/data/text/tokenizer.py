@@ -122,8 +122,45 @@ def train_unigram(texts: list[str], vocab_size: int, specials: tuple[str, ...], 
     trainer = trainers.UnigramTrainer(vocab_size=vocab_size - sentinels, special_tokens=list(specials),
                                       unk_token=unk, show_progress=False)
     tokenizer.train_from_iterator(texts, trainer=trainer)
+    tokenizer = _canonical_unigram(tokenizer, len(specials))
     tokenizer.add_special_tokens([f"<extra_id_{k}>" for k in reversed(range(sentinels))])
     return tokenizer
+
+
+# The unigram trainer of ``tokenizers`` sums its scores in an order that varies from process to
+# process (its hash maps are seeded at random), so two runs on the same text give scores that
+# differ in the last bits, and equal pieces at other ids. The characters the text needs but
+# training dropped are put back at the bottom with scores 1e-4 apart, handed out in hash order.
+# The same text must give the same tokenizer (a README's figures are rerun from scratch), so the
+# scores are rounded to 1e-6 (the segmentation a score decides is unchanged at that size), ties
+# are ordered by the piece, and the bottom run of characters gets its scores in character order.
+_SCORE_DECIMALS = 6
+_REQUIRED_CHAR_STEP = 1e-4
+
+
+def _canonical_unigram(tokenizer: Tokenizer, n_specials: int) -> Tokenizer:
+    """``tokenizer`` (a trained Unigram) with its pieces in a canonical order and its scores
+    rounded: the same for every run on the same text."""
+    data = json.loads(tokenizer.to_str())
+    vocab = data["model"]["vocab"]
+    specials, pieces = vocab[:n_specials], [list(ps) for ps in vocab[n_specials:]]
+    # the bottom run of single characters: from the lowest score up, steps of 0 or 1e-4
+    chars = sorted((ps for ps in pieces if len(ps[0]) == 1), key=lambda ps: ps[1])
+    run = chars[:1]
+    for lower, higher in zip(chars, chars[1:]):
+        step = higher[1] - lower[1]
+        if abs(step) > 1e-9 and abs(step - _REQUIRED_CHAR_STEP) > 1e-9:
+            break
+        run.append(higher)
+    if len(run) > 1:
+        for ps, piece, score in zip(run, sorted(p for p, _ in run), [s for _, s in run]):
+            ps[0], ps[1] = piece, score
+    pieces = sorted(([piece, round(score, _SCORE_DECIMALS)] for piece, score in pieces), key=lambda ps: (-ps[1], ps[0]))
+    data["model"]["vocab"] = specials + pieces
+    unk = data["model"].get("unk_id")
+    if unk is not None and unk >= n_specials:
+        raise UserError("the trained unigram's <unk> is not among its special tokens")
+    return Tokenizer.from_str(json.dumps(data))
 
 
 def vocab_in_id_order(tokenizer: Tokenizer) -> list[str]:

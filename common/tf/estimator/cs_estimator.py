@@ -184,7 +184,7 @@ class CerebrasEstimator:
                     meter.add(batch_size)
                     if log_now:
                         self._log_train(writer, meter, step, loss_value, logged, batch_size)
-                    if step % cfg.save_checkpoints_steps == 0 or step == last:
+                    if (cfg.save_checkpoints_steps and step % cfg.save_checkpoints_steps == 0) or step == last:
                         saved_path = self._save(run, step, saving_listeners, train_step, finite)
                         saved_step = step
                         meter.saved(saved_path, step)

@@ -42,8 +42,10 @@ class RunConfig:
         if self.device not in DEVICES:
             raise UserError(f"RunConfig.device must be one of {', '.join(DEVICES)}, got {self.device!r}")
         for name, key in _PARAMS_KEYS.items():
-            if getattr(self, name) <= 0:
-                raise UserError(f"{key} (RunConfig.{name}) must be positive, got {getattr(self, name)}")
+            # as common/params.py: save_checkpoints_steps 0 saves only at the end, keep_checkpoint_max 0 keeps every one
+            least = 1 if name == "save_summary_steps" else 0
+            if getattr(self, name) < least:
+                raise UserError(f"{key} (RunConfig.{name}) must be at least {least}, got {getattr(self, name)}")
         if self.train_distribute is not None and self.device == "emulator":
             raise UserError("RunConfig.train_distribute with --device emulator: the emulated device is one system "
                             "per run; train on it without a strategy")
