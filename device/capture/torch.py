@@ -1629,8 +1629,10 @@ def _index_put(self: _Lowering, node, self_, indices, values, accumulate=False):
         mask = self.reshape(self.tensor(index), mask_shape + (1,) * (len(shape) - len(mask_shape)))
         fill = self.reshape(self.tensor(values, dtype), ())
         return self.emit("where", [mask, fill, self.tensor(self_, dtype)], shape, dtype)
-    if index not in self.known or self.known[index].dim() != 1:
-        return self.decline("positions read from the data (or not one list of positions)")
+    if index not in self.known:
+        return self.decline("positions read from the data")
+    if self.known[index].dim() != 1:
+        return self.decline("positions in a tensor of more than one dimension")
     dim, size = used[0], shape[used[0]]
     positions = [int(i) % size for i in self.known[index].tolist()]
     part = list(shape)

@@ -669,6 +669,25 @@ def test_slice_and_element_assignment_match_torch():
     for name, p in model.named_parameters():
         np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
 
+
+@pytest.mark.parametrize("write, reason", [
+    (lambda h, ids: h.index_put_((torch.tensor([0, 2]),), h[:2], accumulate=True), "accumulate=True"),
+    (lambda h, ids: h.__setitem__(ids[0] > 3, torch.ones(4, 4)), "a value per selected element"),
+    (lambda h, ids: h.__setitem__((ids[0] // 4, ids[1] // 4), 0.0), "more than one axis"),
+], ids=["accumulate", "a value per masked element", "two axes"])
+def test_index_put_that_cannot_run_is_refused_with_its_reason(write, reason):
+    model = nn.Linear(4, 4)
+
+    def step(batch):
+        h = model(batch[0])
+        write(h, batch[1])
+        return h.sum()
+
+    graph = capture(step, model, [torch.randn(8, 4), torch.tensor([[1, 5, 2, 6, 4, 0, 3, 7]] * 2)])
+    refused = [n for n in graph.nodes if n.op not in OPS]
+    assert [n.op for n in refused] == ["aten.index_put.default"]
+    assert reason in refused[0].attrs["reason"]
+
 class Tied(nn.Module):
     """GPT-2's tied head: the output projection is the token embedding."""
 
