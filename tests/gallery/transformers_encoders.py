@@ -1,0 +1,179 @@
+"""Hugging Face encoders, as a user wraps them: tiny configs, random weights, the model's own head
+and loss, batches whose rows have different lengths under an attention mask (padded on the right),
+token types where the model has them, the default attention implementation (sdpa).
+
+The masked-language models take ``labels=`` with -100 everywhere but the masked positions; the
+classifiers take one class per row; ViT takes images and a class. Dropout is off (the emulator
+draws its own masks).
+
+``run(name)`` trains one on the emulator next to torch, with the figures of the gallery's harness
+(first-step loss and every gradient, then STEPS SGD steps, then mixed precision).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from tests.gallery.harness import LR, MOMENTUM, STEPS, grad_gap, relative
+from tests.gallery.transformers_decoders import Result
+
+VOCAB = 64
+LENGTH = 8
+BATCH = 3
+CLASSES = 3  # ViT
+SENTIMENTS = 2  # the text classifiers: with 2 classes over 3 rows the bias gradient never cancels
+IMAGE = 8  # ViT: 8x8 pixels in 4x4 patches
+MASK_ID = 2
+# the shape every text encoder shares; a model adds its own names
+_SIZE = dict(vocab_size=VOCAB, max_position_embeddings=32, hidden_size=16, num_hidden_layers=2,
+             num_attention_heads=2, intermediate_size=32)
+_NO_DROPOUT = dict(hidden_dropout_prob=0, attention_probs_dropout_prob=0)
+
+
+def _bert():
+    import transformers as T
+    return T.BertForMaskedLM(T.BertConfig(**_SIZE, **_NO_DROPOUT, type_vocab_size=2))
+
+
+def _roberta():  # positions count from pad_token_id + 1 and skip the padding
+    import transformers as T
+    return T.RobertaForSequenceClassification(T.RobertaConfig(
+        **_SIZE, **_NO_DROPOUT, num_labels=SENTIMENTS, pad_token_id=1))
+
+
+def _distilbert():  # no token types
+    import transformers as T
+    return T.DistilBertForMaskedLM(T.DistilBertConfig(
+        vocab_size=VOCAB, max_position_embeddings=32, dim=16, n_layers=2, n_heads=2, hidden_dim=32,
+        dropout=0, attention_dropout=0))
+
+
+def _albert():  # factorized embeddings, one layer's weights shared across both layers
+    import transformers as T
+    return T.AlbertForMaskedLM(T.AlbertConfig(
+        **_SIZE, embedding_size=8, hidden_dropout_prob=0, attention_probs_dropout_prob=0,
+        classifier_dropout_prob=0))
+
+
+def _electra():  # embeddings narrower than the hidden size, projected
+    import transformers as T
+    return T.ElectraForSequenceClassification(T.ElectraConfig(
+        **_SIZE, **_NO_DROPOUT, embedding_size=8, num_labels=SENTIMENTS))
+
+
+def _vit():
+    import transformers as T
+    return T.ViTForImageClassification(T.ViTConfig(
+        image_size=IMAGE, patch_size=4, num_channels=3, hidden_size=16, num_hidden_layers=2,
+        num_attention_heads=2, intermediate_size=32, hidden_dropout_prob=0, attention_probs_dropout_prob=0,
+        num_labels=CLASSES))
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str  # as transformers names the class
+    build: Callable[[], Any]
+    task: str  # "mlm", "classify" (text) or "image"
+    token_types: bool = False
+    quick: bool = False  # in the default test run
+
+
+MODELS = {m.name: m for m in [
+    Model("BertForMaskedLM", _bert, "mlm", token_types=True, quick=True),
+    Model("RobertaForSequenceClassification", _roberta, "classify"),
+    Model("DistilBertForMaskedLM", _distilbert, "mlm"),
+    Model("AlbertForMaskedLM", _albert, "mlm", token_types=True),
+    Model("ElectraForSequenceClassification", _electra, "classify", token_types=True),
+    Model("ViTForImageClassification", _vit, "image"),
+]}
+
+
+def batches(model: Model, count: int, seed: int = 1) -> list[dict[str, np.ndarray]]:
+    """The keyword arguments of each step; text rows of LENGTH, LENGTH - 3 and LENGTH - 5 tokens."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        if model.task == "image":
+            out.append({"pixel_values": rng.standard_normal((BATCH, 3, IMAGE, IMAGE)).astype(np.float32),
+                        "labels": rng.integers(0, CLASSES, BATCH)})
+            continue
+        lengths = np.array([LENGTH, LENGTH - 3, LENGTH - 5])[:, None]
+        position = np.arange(LENGTH)[None]
+        mask = position < lengths
+        ids = np.where(mask, rng.integers(3, VOCAB, (BATCH, LENGTH)), 1)
+        kwargs = {"input_ids": ids, "attention_mask": mask.astype(np.int64)}
+        if model.token_types:  # a second segment from the middle of each row
+            kwargs["token_type_ids"] = ((position >= lengths // 2) & mask).astype(np.int64)
+        if model.task == "mlm":  # mask positions 1 and 2 of each row (inside even the shortest)
+            chosen = (position >= 1) & (position <= 2)
+            kwargs["labels"] = np.where(chosen, ids, -100)
+            kwargs["input_ids"] = np.where(chosen, MASK_ID, ids)
+        else:
+            kwargs["labels"] = rng.integers(0, SENTIMENTS, BATCH)
+        out.append(kwargs)
+    return out
+
+
+def run(name: str, full: bool = True) -> Result:
+    """The first step against torch; with ``full``, STEPS SGD steps and the first in bfloat16 too."""
+    import torch
+
+    from device.api import validate_graph
+    from device.capture.torch import capture, state_of, weights_of
+    from device.runtime.program import Program
+
+    model_spec, result = MODELS[name], Result()
+    torch.manual_seed(0)
+    model = model_spec.build()
+    twin = copy.deepcopy(model)
+    data = batches(model_spec, STEPS if full else 1)
+    keys = list(data[0])
+    arrays = [[b[k] for k in keys] for b in data]
+    tensors = [[torch.from_numpy(a) for a in b] for b in arrays]
+
+    def step_of(m):
+        return lambda b: m(**dict(zip(keys, b))).loss
+
+    def sgd(m):
+        return torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM)
+
+    graph = capture(step_of(model), model, tensors[0], optimizer=sgd(model))
+    report = validate_graph(graph, mode="train", profile_name="wse2")
+    result.unsupported = [f"{f.framework_op or f.kind}: {f.message}" for f in report.errors]
+    if not report.ok:
+        return result
+    weights = {k: v.copy() for k, v in weights_of(model, graph).items()}
+    state = {k: v.copy() for k, v in state_of(model, graph).items()}
+    loss, grads = Program(graph, weights, state, seed=0).gradients(arrays[0])
+
+    step, optimizer, losses, expected = step_of(model), sgd(model), [], None
+    for batch in tensors:
+        optimizer.zero_grad()
+        value = step(batch)
+        value.backward()
+        if expected is None:
+            expected = {k: p.grad.numpy().copy() for k, p in model.named_parameters() if p.grad is not None}
+        optimizer.step()
+        losses.append(value.item())
+    result.loss_err = relative(loss, losses[0])
+    result.grad_err, result.grad_worst = grad_gap(grads, expected)
+    if full:
+        program = Program(graph, weights, state, seed=0)
+        result.steps_err = max(relative(program.train_step(b, LR), ref) for b, ref in zip(arrays, losses))
+        graph16 = capture(step_of(twin), twin, tensors[0], optimizer=sgd(twin), precision="bfloat16")
+        program16 = Program(graph16, weights_of(twin, graph16), state_of(twin, graph16), seed=0)
+        result.mixed_err = relative(program16.gradients(arrays[0])[0], losses[0])
+    return result
+
+
+if __name__ == "__main__":
+    import sys
+    import time
+
+    for name in [a for a in sys.argv[1:] if a in MODELS] or MODELS:
+        start = time.time()
+        print(name, run(name, full="--quick" not in sys.argv), f"{time.time() - start:.1f}s", flush=True)
