@@ -1500,6 +1500,17 @@ def _floor_divide(self: _Lowering, node, self_, other):
     return self.emit("floor", [self.binary("div", a, b)], shape, dtype)
 
 
+
+def _remainder(self: _Lowering, node, self_, other):
+    """a % b with the divisor's sign, as torch and python: a - floor(a / b) * b."""
+    shape, dtype = self.out(node)
+    a, b = self.tensor(self_, dtype), self.tensor(other, dtype)
+    if dtype in ("int32", "int64"):
+        quotient = self.emit("floor_div", [a, b], shape, dtype)
+    else:
+        quotient = self.emit("floor", [self.binary("div", a, b)], shape, dtype)
+    return self.emit("sub", [a, self.binary("mul", quotient, b)], shape, dtype)
+
 def _cumsum(self: _Lowering, node, self_, dim, dtype=None):
     shape, dtype = self.out(node)  # the dtype argument is the output's (bool and ints sum as int64)
     return self.emit("cumsum", [self.tensor(self_, dtype)], shape, dtype, axis=_axis(dim, len(shape)))
@@ -1735,6 +1746,8 @@ _LOWERINGS.update({
     "aten.log1p.default": _unary("log1p"),
     "aten.floor.default": _floor,
     "aten.floor_divide.default": _floor_divide,
+    "aten.remainder.Scalar": _remainder,
+    "aten.remainder.Tensor": _remainder,
     "aten.cumsum.default": _cumsum,
     "aten.gather.default": _gather,
     "aten.index_select.default": _index_select,

@@ -649,7 +649,8 @@ class SliceAssignment(nn.Module):
         shifted = ids.new_zeros(ids.shape)
         shifted[:, 1:] = ids[:, :-1].clone()
         shifted[:, 0] = 7
-        return (out * out.flip(1)).sum() + self.embed(shifted).pow(2).sum()
+        rest = (h % 0.7).sum() + h.remainder(self.fc.bias.abs() + 0.3).sum()  # remainder, both operands
+        return (out * out.flip(1)).sum() + self.embed(shifted % 7 - ids % -2).pow(2).sum() + rest
 
 
 def test_slice_and_element_assignment_match_torch():
