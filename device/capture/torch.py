@@ -1511,6 +1511,17 @@ def _floor_divide(self: _Lowering, node, self_, other):
     return self.emit("floor", [self.binary("div", a, b)], shape, dtype)
 
 
+
+def _remainder(self: _Lowering, node, self_, other):
+    """a % b with the divisor's sign, as torch and python: a - floor(a / b) * b."""
+    shape, dtype = self.out(node)
+    a, b = self.tensor(self_, dtype), self.tensor(other, dtype)
+    if dtype in ("int32", "int64"):
+        quotient = self.emit("floor_div", [a, b], shape, dtype)
+    else:
+        quotient = self.emit("floor", [self.binary("div", a, b)], shape, dtype)
+    return self.emit("sub", [a, self.binary("mul", quotient, b)], shape, dtype)
+
 def _cumsum(self: _Lowering, node, self_, dim, dtype=None):
     shape, dtype = self.out(node)  # the dtype argument is the output's (bool and ints sum as int64)
     return self.emit("cumsum", [self.tensor(self_, dtype)], shape, dtype, axis=_axis(dim, len(shape)))
@@ -1620,6 +1631,47 @@ def _index(self: _Lowering, node, self_, indices):
     return self.emit("gather", [rows, flat], shape, dtype, axis=first)
 
 
+
+def _index_put(self: _Lowering, node, self_, indices, values, accumulate=False):
+    """``x[mask] = v`` (one boolean index over x's leading axes, one value) as where(mask, v, x), and
+    ``x[:, [0, 2]] = v`` (constant positions on one axis) as a slice assignment; an accumulating
+    write, positions read from the data, or a mask with as many values as it holds are refused."""
+    shape, dtype = self.out(node)
+    used = [i for i, t in enumerate(indices) if t is not None]
+    if accumulate:
+        return self.decline("accumulate=True (index_put_ with sums: a scatter)")
+    if len(used) != 1:
+        return self.decline("indices on more than one axis")
+    index = indices[used[0]]
+    value = values.meta["val"] if isinstance(values, torch.fx.Node) else torch.tensor(values)
+    if index.meta["val"].dtype == torch.bool:
+        mask_shape = tuple(index.meta["val"].shape)
+        if used[0] != 0 or mask_shape != shape[:len(mask_shape)] or value.numel() != 1:
+            return self.decline("a boolean index with a value per selected element (a count read from the data)")
+        mask = self.reshape(self.tensor(index), mask_shape + (1,) * (len(shape) - len(mask_shape)))
+        fill = self.reshape(self.tensor(values, dtype), ())
+        return self.emit("where", [mask, fill, self.tensor(self_, dtype)], shape, dtype)
+    if index not in self.known:
+        return self.decline("positions read from the data")
+    if self.known[index].dim() != 1:
+        return self.decline("positions in a tensor of more than one dimension")
+    dim, size = used[0], shape[used[0]]
+    positions = [int(i) % size for i in self.known[index].tolist()]
+    part = list(shape)
+    part[dim] = len(positions)
+    y = self.tensor(values, dtype)
+    if self.shape(y) != tuple(part):
+        y = self.emit("broadcast_to", [self.reshape(y, (1,) * (len(part) - len(self.shape(y))) + self.shape(y))],
+                      part, dtype, shape=part)
+    taken = list(range(size))
+    for k, i in enumerate(positions):
+        taken[i] = size + k
+    both = list(shape)
+    both[dim] += len(positions)
+    joined = self.emit("concat", [self.tensor(self_, dtype), y], both, dtype, axis=dim)
+    picked = self.constant(np.array(taken, dtype=np.int64), "int64", f"{node.name}.index")
+    return self.emit("gather", [joined, picked], shape, dtype, axis=dim)
+
 def _fuse_erf_gelu(graph: Graph) -> None:
     """A GELU written out with erf, x * 0.5 * (1 + erf(x / sqrt(2))) in any order of its
     factors (BERT's own ``gelu``), becomes the one ``gelu`` node nn.GELU gives: the
@@ -1707,6 +1759,8 @@ _LOWERINGS.update({
     "aten.log1p.default": _unary("log1p"),
     "aten.floor.default": _floor,
     "aten.floor_divide.default": _floor_divide,
+    "aten.remainder.Scalar": _remainder,
+    "aten.remainder.Tensor": _remainder,
     "aten.cumsum.default": _cumsum,
     "aten.gather.default": _gather,
     "aten.index_select.default": _index_select,
@@ -1716,6 +1770,7 @@ _LOWERINGS.update({
     "aten.slice_scatter.default": _slice_scatter,
     "aten.select_scatter.default": _select_scatter,
     "aten.flip.default": _flip,
+    "aten.index_put.default": _index_put,
 })
 _LOWERINGS.update(_RECURRENT_LOWERINGS)  # nn.LSTM, nn.GRU, nn.RNN
 

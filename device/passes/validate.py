@@ -36,7 +36,8 @@ SUGGESTIONS: dict[str, str] = {
     "aten.topk.default": "argmax for top-1, or compute top-k in an eval metric on the host (host_call)",
     "aten.nonzero.default": f"{_DYNAMIC_SHAPES}: multiply by a mask (x * (x != 0)) instead of selecting",
     "aten.index_put_.default": "in-place indexed write: build the result with a one-hot mask (mul, add)",
-    "aten.index_put.default": "indexed write: build the result with a one-hot mask (mul, add)",
+    "aten.index_put.default": "indexed write at positions from the data: build the result with a one-hot mask "
+                              "(mul, add); x[mask] = value with one value runs as it is",
     "aten._unique2.default": f"{_DYNAMIC_SHAPES}: compute unique values in the input pipeline",
     "aten.unique_dim.default": f"{_DYNAMIC_SHAPES}: compute unique values in the input pipeline",
     "aten.median.default": "compute the median on the host, or use reduce_mean",

@@ -630,7 +630,7 @@ def test_attention_rows_that_attend_nowhere_give_zeros_as_in_torch():
 
 class SliceAssignment(nn.Module):
     """Assignments into tensors: a slice, a strided slice, one position, a broadcast value, in place on
-    a view, and the shifted labels of BART and T5 (``shifted[:, 1:] = ids[:, :-1]``) on integers."""
+    a view, under a mask, at listed positions, and the shifted labels of BART and T5 (``shifted[:, 1:] = ids[:, :-1]``) on integers."""
 
     def __init__(self):
         super().__init__()
@@ -643,11 +643,14 @@ class SliceAssignment(nn.Module):
         out[:, 1:] = h[:, :-1] * 3  # slice_scatter: gradients reach both sides
         out[:, ::2, 1] = h[:, 1::2, 0]  # a strided slice
         out[:, -1] = self.fc.bias  # select_scatter with a broadcast source
+        out[ids > 5] = 0.5  # index_put: a boolean mask over the leading axes, one value
+        out[:, torch.tensor([0, 3])] = h[:, 1:3] * 5  # index_put at constant positions
         out[:, :2].exp_()  # in place on a view
         shifted = ids.new_zeros(ids.shape)
         shifted[:, 1:] = ids[:, :-1].clone()
         shifted[:, 0] = 7
-        return (out * out.flip(1)).sum() + self.embed(shifted).pow(2).sum()
+        rest = (h % 0.7).sum() + h.remainder(self.fc.bias.abs() + 0.3).sum()  # remainder, both operands
+        return (out * out.flip(1)).sum() + self.embed(shifted % 7 - ids % -2).pow(2).sum() + rest
 
 
 def test_slice_and_element_assignment_match_torch():
@@ -666,6 +669,25 @@ def test_slice_and_element_assignment_match_torch():
     np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
     for name, p in model.named_parameters():
         np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("write, reason", [
+    (lambda h, ids: h.index_put_((torch.tensor([0, 2]),), h[:2], accumulate=True), "accumulate=True"),
+    (lambda h, ids: h.__setitem__(ids[0] > 3, torch.ones(4, 4)), "a value per selected element"),
+    (lambda h, ids: h.__setitem__((ids[0] // 4, ids[1] // 4), 0.0), "more than one axis"),
+], ids=["accumulate", "a value per masked element", "two axes"])
+def test_index_put_that_cannot_run_is_refused_with_its_reason(write, reason):
+    model = nn.Linear(4, 4)
+
+    def step(batch):
+        h = model(batch[0])
+        write(h, batch[1])
+        return h.sum()
+
+    graph = capture(step, model, [torch.randn(8, 4), torch.tensor([[1, 5, 2, 6, 4, 0, 3, 7]] * 2)])
+    refused = [n for n in graph.nodes if n.op not in OPS]
+    assert [n.op for n in refused] == ["aten.index_put.default"]
+    assert reason in refused[0].attrs["reason"]
 
 class Tied(nn.Module):
     """GPT-2's tied head: the output projection is the token embedding."""

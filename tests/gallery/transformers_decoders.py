@@ -172,3 +172,17 @@ def run(name: str, full: bool = True) -> Result:
         program16 = Program(graph16, weights_of(twin, graph16), state_of(twin, graph16), seed=0)
         result.mixed_err = relative(program16.gradients(data[0])[0], losses[0])
     return result
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else "NaN" if value != value else f"{value:.1e}"
+
+
+if __name__ == "__main__":  # the README's rows: python -m tests.gallery.transformers_decoders [NAME ...]
+    import sys
+
+    for name in sys.argv[1:] or MODELS:
+        r = run(name)
+        refused = "; ".join(r.unsupported or [])
+        print(f"| {name} | {_figure(r.loss_err)} | {_figure(r.grad_err)} | {_figure(r.steps_err)} | "
+              f"{_figure(r.mixed_err)} |" + (f" refused: {refused}" if refused else ""), flush=True)
