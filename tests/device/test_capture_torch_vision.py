@@ -137,7 +137,8 @@ class Refused(nn.Module):
         a = self.grouped_up(x)  # <refused-groups>
         b = self.corners(x)  # <refused-align-corners>
         c = F.interpolate(x, scale_factor=1.5, mode="nearest")  # <refused-nearest-factor>
-        d = F.adaptive_max_pool2d(x, 4)[0] + x.as_strided((2, 4, 3, 3), (144, 36, 6, 1)).mean()  # <refused-adaptive-max>
+        d = F.adaptive_max_pool2d(x, 4)[0]  # <refused-adaptive-max>
+        d = d + x.as_strided((2, 4, 3, 3), (144, 36, 6, 1)).mean()  # <refused-strided>
         e = F.binary_cross_entropy_with_logits(x, targets, pos_weight=targets.mean((0, 1, 2)))  # <refused-pos-weight>
         f = F.cross_entropy(x, labels, weight=targets.mean((0, 2, 3)))  # <refused-class-weight>
         return a.mean() + b.mean() + c.mean() + d.mean() + e + f
@@ -153,7 +154,7 @@ def _line(tag: str) -> int:
     ("refused-align-corners", "aten.upsample_bilinear2d.vec", "align_corners=True"),
     ("refused-nearest-factor", "aten.upsample_nearest2d.vec", "scale_factor=[1.5, 1.5]"),
     ("refused-adaptive-max", "aten.adaptive_max_pool2d.default", "not supported"),
-    ("refused-adaptive-max", "aten.as_strided.default", "strided window"),
+    ("refused-strided", "aten.as_strided.default", "strided window"),
     ("refused-pos-weight", "aten.binary_cross_entropy_with_logits.default", "pos_weight"),
     ("refused-class-weight", "aten.cross_entropy_loss.default", "weight"),
 ])
