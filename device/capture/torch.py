@@ -863,6 +863,32 @@ def _view(self: _Lowering, node, self_, **_):
     return self.reshape(self.tensor(self_), self.out(node)[0])
 
 
+def _contiguous_strides(shape) -> list[int]:
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= d
+    return strides[::-1]
+
+
+def _in_order(shape, strides) -> bool:
+    """Do these strides lay the elements out in row-major order (a size-1 axis's stride is free)?"""
+    return all(d == 1 or s == c for d, s, c in zip(shape, strides, _contiguous_strides(shape)))
+
+
+def _as_strided(self: _Lowering, node, self_, size, stride, storage_offset=None):
+    """torch.as_strided that reads the input's elements in their order (what F.adaptive_avg_pool2d's
+    1x1 output gets to restore its memory format): a reshape. Any other window is declined."""
+    val = self_.meta["val"]
+    size, stride = [int(d) for d in size], [int(s) for s in stride]
+    if (not storage_offset and not val.storage_offset() and _in_order(val.shape, val.stride())
+            and math.prod(size) == val.numel() and _in_order(size, stride)):
+        return self.reshape(self.tensor(self_), size)
+    return self.decline(f"a strided window (size {size}, stride {stride}, offset {storage_offset or 0}) over a "
+                        f"tensor of shape {list(val.shape)}: only a view that keeps the elements in order runs "
+                        "on the device; write it with reshape, permute, slicing or Tensor.unfold")
+
+
 def _expand(self: _Lowering, node, self_, **_):
     shape, dtype = self.out(node)
     x = self.tensor(self_)
@@ -1368,6 +1394,7 @@ _LOWERINGS: dict[str, Callable] = {
     "aten.einsum.default": _einsum,
     # shape
     "aten.view.default": _view,
+    "aten.as_strided.default": _as_strided,
     "aten._unsafe_view.default": _view,
     "aten.reshape.default": _view,
     "aten.squeeze.default": _view,

@@ -77,6 +77,8 @@ SUGGESTIONS.update({
     "aten.convolution.default": ("2-d convolutions with groups=1: write a grouped convolution as one conv per group "
                                  "joined by torch.cat"),
     "aten._adaptive_avg_pool2d.default": "an (N, C, H, W) input",
+    "aten.as_strided.default": ("reshape, permute and slicing for a view, Tensor.unfold for sliding windows "
+                                "(the device runs a strided view that keeps the elements in order)"),
     "aten.adaptive_max_pool2d.default": ("F.max_pool2d with a kernel and stride that divide the input, or "
                                          "nn.AdaptiveAvgPool2d"),
     "aten.binary_cross_entropy_with_logits.default": ("a pos_weight fixed when the step is captured: a constant "

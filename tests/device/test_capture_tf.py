@@ -190,6 +190,27 @@ def test_mlp_dropout_is_one_node_with_its_rate(built_graphs):
     assert set(OPS) >= {n.op for n in graph.nodes} and graph.state == {}
 
 
+def stochastic_depth_fn(x, y):  # x: (N, 4, 4, 3); Keras 3 EfficientNet's drop of a whole block per example
+    h = layers.Conv2D(4, 3, padding="same")(x)
+    h = layers.Dropout(0.5, noise_shape=(None, 1, 1, 1))(h, training=True)  # <drop-per-example>
+    logits = layers.Dense(3)(layers.Flatten()(h))
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)), {"h": h}
+
+
+def test_dropout_with_a_noise_shape_draws_one_mask_per_example(built_graphs):
+    graph = built_graphs(stochastic_depth_fn, (16, 4, 4, 3)).capture()
+    assert validate(graph, mode="train", profile=None).ok  # its seed (FloorMod, StatelessRandom*) is gone
+    drop = next(n for n in graph.nodes if n.op == "dropout")
+    assert drop.attrs == {"rate": 0.5} and graph.values[drop.outputs[0]].shape == (16, 1, 1, 1)
+    mul = next(n for n in graph.nodes if drop.outputs[0] in n.inputs)
+    assert mul.op == "mul" and mul.loc.line == _line("drop-per-example")
+    rng = np.random.default_rng(0)
+    h = Program(graph, {k: rng.standard_normal(graph.values[v].shape).astype(np.float32)
+                        for v, k in graph.params.items()}).forward(list(_batch(rng, (16, 4, 4, 3), 3)), True)["h"]
+    zero = np.all(h == 0, axis=(1, 2, 3))  # each example dropped whole, or kept whole
+    assert 0 < zero.sum() < 16 and np.all(h[~zero] != 0)
+
+
 def test_cnn_captures_without_unsupported_ops(built_graphs):
     b = built_graphs(cnn_fn, (4, 8, 8, 3))
     graph = b.capture()

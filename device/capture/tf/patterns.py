@@ -1,6 +1,7 @@
 """Patterns: several TF ops -> one IR op (Keras layers and tf.nn functions, written out in ops).
 
     Keras Dropout / tf.nn.dropout       SelectV2(uniform >= rate, x * 1/(1-rate), 0) -> dropout(rate)
+                                        (a noise_shape: x * dropout(ones of that shape))
     Keras Embedding                     GatherV2(table, SelectV2(ids < 0, ids + n, ids), 0) -> embedding
     Keras LayerNormalization            moments(keepdims) + rsqrt/mul/add -> layer_norm
     Keras BatchNormalization (training) moments + tf.nn.batch_normalization, with the moving-average
@@ -41,14 +42,30 @@ def _match_dropout(low: Lowering, tensor) -> Plan | None:
         return None
     uniform, rate_t = cond.op.inputs
     rate = low.scalar(rate_t)
-    if (rate is None or not 0.0 < rate < 1.0 or not _from_random(uniform)
-            or static_shape(uniform) != static_shape(tensor)):
+    noise, shape = static_shape(uniform), static_shape(tensor)
+    if (rate is None or not 0.0 < rate < 1.0 or not _from_random(uniform) or None in noise or None in shape
+            or not _broadcasts(noise, shape)):
         return None
     for x, scale in operand_pairs(kept.op):
         if low.is_const(scale, 1.0 / (1.0 - rate)):
-            return Plan([x], lambda x=x: low.emit("dropout", [low.value(x)], op, [tensor], {"rate": rate},
-                                                     label="Dropout"))
+            if noise == shape:
+                return Plan([x], lambda x=x: low.emit("dropout", [low.value(x)], op, [tensor], {"rate": rate},
+                                                         label="Dropout"))
+            return Plan([x], lambda x=x: _broadcast_dropout(low, op, tensor, x, noise, rate))
     return None
+
+
+def _broadcasts(noise: tuple, shape: tuple) -> bool:
+    return len(noise) == len(shape) and all(n in (1, d) for n, d in zip(noise, shape))
+
+
+def _broadcast_dropout(low: Lowering, op, tensor, x, noise: tuple, rate: float) -> None:
+    """Dropout(noise_shape=...) (Keras 3's stochastic depth in EfficientNet: one draw per example): the
+    device draws a mask of the noise shape, dropout of ones (0 or 1/(1 - rate)), that multiplies x."""
+    ones = low.aux("broadcast_to", [low.constant(op, "ones", np.ones((), np.float32))], op, noise, "float32",
+                   {"shape": list(noise)})
+    mask = low.aux("dropout", [ones], op, noise, "float32", {"rate": rate})
+    low.emit("mul", [low.value(x), mask], op, [tensor], label="Dropout")
 
 
 def _match_gather(low: Lowering, tensor) -> Plan | None:
