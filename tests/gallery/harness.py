@@ -54,6 +54,7 @@ class Result:
     grad_worst: str = ""  # the weight with grad_err
     steps_err: float | None = None  # None: the first step only (the quick run)
     grad_floor: float = 0.0
+    loss_floor: float = 0.0  # the first step's loss, framework against framework (batch reversed)
     steps_floor: float = 0.0
     mixed_err: float | None = None  # the first step's loss in mixed precision, relative to fp32's
     mixed_steps_err: float | None = None  # the worst of STEPS steps
@@ -214,6 +215,7 @@ def run_torch(entry: Entry, full: bool = True) -> Result:
     result.loss_err = relative(loss, result.losses[0])
     result.grad_err, result.grad_worst = grad_gap(grads, expected_grads)
     result.grad_floor, _ = grad_gap(floor_grads, expected_grads)
+    result.loss_floor = relative(floor_losses[0], result.losses[0])
     result.steps_floor = max(relative(a, b) for a, b in zip(floor_losses, result.losses))
 
     if full:
@@ -318,6 +320,7 @@ def run_keras(entry: Entry, full: bool = True) -> Result:
     result.loss_err = relative(loss0, result.losses[0])
     result.grad_err, result.grad_worst = grad_gap(grads, expected_grads)
     result.grad_floor, _ = grad_gap(floor_grads, expected_grads)
+    result.loss_floor = relative(floor_losses[0], result.losses[0])
     result.steps_floor = max(relative(a, b) for a, b in zip(floor_losses, result.losses))
 
     if full:
