@@ -343,12 +343,15 @@ class _Matcher:
     # -- kernel figures -------------------------------------------------------------
 
     def _backward_reads(self, node: Node, value: str) -> bool:
-        """Does ``node``'s backward pass read its input ``value``? (its record says)"""
-        others = [v for v in node.inputs if v != value]
+        """Does ``node``'s backward pass read its input ``value``? (its record says)
+
+        Asked per position that ``value`` fills, the other positions' values as they are: x * x is
+        an activation times an activation (its backward reads x), not x times nothing."""
         record = OPS.get(node.op)
         if record is None:  # an unsupported op: assume it reads everything
             return True
-        return record.backward_reads(node.inputs.index(value), all(self._weight_derived(v) for v in others))
+        return any(record.backward_reads(i, all(self._weight_derived(v) for j, v in enumerate(node.inputs) if j != i))
+                   for i, v in enumerate(node.inputs) if v == value)
 
     def _kernel(self, name: str, kind: str, nodes: list[Node]) -> Kernel:
         graph = self.graph
