@@ -7,8 +7,9 @@ import pytest
 
 from common.errors import UserError
 from device.errors import DeviceCompileError
-from device.passes.match import match
-from device.place import place
+from device.optimizer import OptimizerSpec
+from device.passes.match import Kernel, match
+from device.place import _b, _pack, _water_fill, optimizer_slots, place
 from device.profiles import PROFILES, get_profile
 from tests.device.graphs import attention_graph, cnn_graph, mlp_graph
 
@@ -179,3 +180,96 @@ def test_placement_is_deterministic():
     a = place(match(graph), get_profile("tiny"), "pipelined", graph.optimizer)
     b = place(match(graph), get_profile("tiny"), "pipelined", graph.optimizer)
     assert a.to_dict() == b.to_dict()
+
+
+def _kernel(name, kind="dense", batch=8, **figures):
+    """A kernel with the figures given and nothing else (placement reads only these)."""
+    return Kernel(name, kind, [name], [kind], [], [], [], [], batch, loc=f"model.py:{len(name)}", **figures)
+
+
+@pytest.mark.parametrize("optimizer, expected", [
+    (None, ("sgd", 0)), ("sgd", ("sgd", 0)), ("momentum", ("momentum", 1)), ("adam", ("adam", 2)),
+    ("adamw", ("adamw", 2)), (OptimizerSpec("sgd", "torch"), ("sgd", 0)),
+    (OptimizerSpec("sgd", "torch", {"momentum": 0.0}), ("sgd", 0)),
+    (OptimizerSpec("sgd", "torch", {"momentum": 0.9}), ("momentum", 1)),
+    (OptimizerSpec("adam", "tf", {"momentum": 0.9}), ("adam", 2)),  # momentum matters to sgd only
+])
+def test_optimizer_slots_per_optimizer(optimizer, expected):
+    assert optimizer_slots(optimizer) == expected
+
+
+@pytest.mark.parametrize("optimizer", ["lamb", OptimizerSpec("lamb", "torch")])
+def test_unknown_optimizer_names_the_valid_ones(optimizer):
+    with pytest.raises(UserError) as info:
+        optimizer_slots(optimizer)
+    assert str(info.value) == "unknown optimizer 'lamb'; valid optimizers: sgd, momentum, adam, adamw"
+
+
+def test_bytes_read_as_bytes_and_mebibytes():
+    assert _b(3 * 2**20 + 2**19 + 7.9) == "3,670,023 bytes (3.5 MiB)"
+
+
+def test_placement_to_dict_holds_every_field_as_the_report_shows_it():
+    graph = mlp_graph()
+    profile = get_profile("tiny")
+    placement = place(match(graph), profile, "weight_streaming", graph.optimizer)
+    data = placement.to_dict()
+    assert {k: v for k, v in data.items() if k != "kernels"} == {
+        "mode": "weight_streaming", "profile": "tiny", "width": 32, "height": 32,
+        "sram_bytes_per_pe": profile.sram_bytes_per_pe, "optimizer": "adam", "training": True,
+        "active_pes": 1024, "fabric_pes": 1024, "micro_batch": 8, "micro_batches": 1}
+    assert [row["name"] for row in data["kernels"]] == [r.name for r in placement.kernels]
+    for row, r in zip(data["kernels"], placement.kernels):
+        assert row == {"name": r.name, "kind": r.kind, "x": r.x, "y": r.y, "w": r.w, "h": r.h,
+                       "weight_bytes": r.weight_bytes, "gradient_bytes": r.gradient_bytes,
+                       "optimizer_bytes": r.optimizer_bytes, "state_bytes": r.state_bytes,
+                       "activation_bytes": r.activation_bytes, "inflight": r.inflight,
+                       "pes": r.w * r.h, "memory_bytes": r.memory_bytes, "memory_per_pe": r.memory_per_pe}
+    first = data["kernels"][0]
+    assert first["pes"] == 1024 and first["memory_bytes"] == (
+        first["weight_bytes"] + first["gradient_bytes"] + first["state_bytes"] + first["activation_bytes"])
+    assert first["memory_per_pe"] == first["memory_bytes"] / 1024
+
+
+def test_water_fill_shares_the_area_by_work_between_floors_and_caps():
+    # lam = 17.5: the first kernel stays at its floor, the second at its cap, the third takes the rest
+    assert _water_fill([5, 1, 1], [5, 8, 100], [1, 1, 1], 30.5) == [5, 8, 17]
+    assert _water_fill([1, 1], [100, 100], [1, 3], 40.5) == [10, 30]  # areas in proportion to the work
+    assert _water_fill([1], [100], [1], 10.5) == [10]  # one kernel takes all it can
+    assert _water_fill([1, 2], [100, 100], [0.25, 0.75], 8.5) == [2, 6]  # work summing to 1
+
+
+def test_water_fill_keeps_the_floors_when_there_is_no_room_or_no_work():
+    assert _water_fill([3, 4], [10, 10], [1, 1], 7) == [3, 4]  # the floors take the whole total
+    assert _water_fill([3, 4], [10, 10], [1, 1], 6) == [3, 4]
+    assert _water_fill([3, 4], [10, 10], [0, 0], 100) == [3, 4]  # no work to share by
+
+
+def test_water_fill_cap_holds_a_kernel_of_much_work():
+    assert _water_fill([1, 1], [4, 100], [100, 1], 20.5) == [4, 16]
+
+
+def test_pack_fills_columns_in_a_snake_and_gives_a_large_kernel_full_columns():
+    # the first column holds 6 (a second kernel would pass 2 x 4); the second, 4 + 4, bottom-up;
+    # 10 > 2 x 4 gets a block of 3 full-height columns
+    assert _pack([6, 4, 4, 10], 2, 10, 4) == [(0, 0, 2, 3), (2, 2, 2, 2), (2, 0, 2, 2), (4, 0, 3, 4)]
+    assert _pack([6, 4, 4, 10], 2, 7, 4) == [(0, 0, 2, 3), (2, 2, 2, 2), (2, 0, 2, 2), (4, 0, 3, 4)]
+    assert _pack([6, 4, 4, 10], 2, 6, 4) is None  # the block passes the right edge
+    assert _pack([6, 4, 4, 10], 2, 3, 4) is None  # the second column passes it
+
+
+def test_pack_puts_at_most_a_column_height_of_kernels_in_a_column():
+    assert _pack([1] * 5, 4, 3, 2) == [(0, 0, 1, 1), (0, 1, 1, 1), (1, 1, 1, 1), (1, 0, 1, 1), (2, 0, 1, 1)]
+    assert _pack([1] * 5, 4, 2, 2) is None
+
+
+def test_pack_widens_a_column_until_its_kernels_stack_in_whole_rows():
+    # 11 PEs in a column of height 4: 3 wide would need 2 + 2 + 1 = 5 rows, 4 wide 5 too, 5 wide 3
+    assert _pack([5, 5, 1], 4, 5, 4) == [(0, 0, 5, 1), (0, 1, 5, 1), (0, 2, 5, 1)]
+    assert _pack([5, 5, 1], 4, 4, 4) is None
+
+
+def test_pack_of_an_exact_column_and_block():
+    assert _pack([4, 4], 1, 2, 4) == [(0, 0, 1, 4), (1, 0, 1, 4)]  # a column of exactly column x height
+    assert _pack([9], 2, 3, 4) == [(0, 0, 3, 3)]  # 9 > 8: 3 columns of 3 rows
+    assert _pack([], 2, 3, 4) == []
