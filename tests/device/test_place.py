@@ -273,3 +273,112 @@ def test_pack_of_an_exact_column_and_block():
     assert _pack([4, 4], 1, 2, 4) == [(0, 0, 1, 4), (1, 0, 1, 4)]  # a column of exactly column x height
     assert _pack([9], 2, 3, 4) == [(0, 0, 3, 3)]  # 9 > 8: 3 columns of 3 rows
     assert _pack([], 2, 3, 4) == []
+
+
+def test_too_large_message_in_full():
+    sram = get_profile("tiny").sram_bytes_per_pe
+    kernels = [_kernel("small", weight_bytes=sram), _kernel("big", weight_bytes=600 * sram),
+               _kernel("mid", weight_bytes=500 * sram)]
+    with pytest.raises(DeviceCompileError) as info:
+        place(kernels, get_profile("tiny"), "pipelined", "sgd", training=False)
+    need = 1101 * sram
+    assert str(info.value) == (
+        f"the model does not fit the tiny fabric in pipelined mode: its kernels need {need:,} bytes "
+        f"({need / 2**20:.1f} MiB) of SRAM (fp32 weights, gradients, none state, in-flight activations), "
+        f"50,331,648 bytes (48.0 MiB) are available (32 x 32 PEs x {sram:,} bytes); the largest kernel 'big' "
+        f"(dense, model.py:3) needs {600 * sram:,} bytes (28.1 MiB); "
+        "stream the weights instead: device.execution_mode=weight_streaming")
+
+
+def test_kernels_whose_memory_fits_but_cannot_be_packed():
+    # 31 kernels of 33 PEs each: 1,023 of tiny's 1,024 PEs, but no packing in whole rectangles wastes
+    # less than one PE; the eleventh holds one byte more, so it is the largest
+    sram = get_profile("tiny").sram_bytes_per_pe
+    kernels = [_kernel(f"k{i}", weight_bytes=33 * sram - (i != 10)) for i in range(31)]
+    with pytest.raises(DeviceCompileError) as info:
+        place(kernels, get_profile("tiny"), "pipelined", training=False)
+    message = str(info.value)
+    assert message.startswith("the model cannot be packed onto the tiny fabric in pipelined mode: its kernels "
+                              f"need {31 * 33 * sram - 30:,} bytes")
+    assert f"the largest kernel 'k10' (dense, model.py:3) needs {33 * sram:,} bytes" in message
+    del kernels[26:]  # 26 kernels of 33 PEs pack (in columns of 6: 5 kernels of 6 x 6 a column)
+    _check_invariants(place(kernels, get_profile("tiny"), "pipelined", training=False), kernels, get_profile("tiny"))
+
+
+def _streaming_kernels(batch=10):
+    """Two working kernels and a free one; 'a' holds more weights than a tile: 6,000,000 bytes of
+    stash per sample beside a's 24 MiB tile (weights in, gradients out) leave room for 4 samples on tiny."""
+    return [_kernel("a", batch=batch, weight_bytes=20_000_000, stash_bytes=20_000_000 // 10 * batch,
+                    input_bytes=800, activation_bytes=400),
+            _kernel("f", kind="layout", batch=batch),
+            _kernel("b", batch=batch, weight_bytes=1000, state_bytes=96, stash_bytes=40_000_000 // 10 * batch,
+                    input_bytes=2400, activation_bytes=16000)]
+
+
+def test_weight_streaming_rows_in_full():
+    placement = place(_streaming_kernels(), get_profile("tiny"), "weight_streaming", "adam")
+    half_tile = 50_331_648 // 4  # the tile is half the SRAM, weights in and gradients out a half each
+    a, f, b = (placement.get(n) for n in "afb")
+    assert (placement.micro_batch, placement.micro_batches) == (4, 3)  # 10 = 4 + 4 + 2
+    assert (a.w, a.h, a.weight_bytes, a.gradient_bytes, a.optimizer_bytes, a.state_bytes) == (
+        32, 32, half_tile, half_tile, 0, 0)
+    assert (b.w, b.h, b.weight_bytes, b.gradient_bytes, b.optimizer_bytes, b.state_bytes) == (32, 32, 1000, 1000, 0, 96)
+    assert a.activation_bytes == b.activation_bytes == 4 * 6_000_000 and a.inflight == b.inflight == 4
+    assert (f.w, f.h, f.memory_bytes, f.inflight) == (0, 0, 0, 0)
+    assert placement.active_pes == 1024 and placement.optimizer == "adam"
+
+
+def test_weight_streaming_micro_batch_size_given():
+    placement = place(_streaming_kernels(), get_profile("tiny"), "weight_streaming", micro_batch_size=3)
+    assert (placement.micro_batch, placement.micro_batches) == (3, 4)
+    assert placement.get("b").activation_bytes == 18_000_000 and placement.get("b").inflight == 3
+    placement = place(_streaming_kernels(), get_profile("tiny"), "weight_streaming", micro_batch_size=4)
+    assert (placement.micro_batch, placement.micro_batches) == (4, 3)
+
+
+@pytest.mark.parametrize("micro, batch, message", [
+    (5, 10, "device.micro_batch_size 5: the activations of a micro-batch of 5 need 30,000,000 bytes (28.6 MiB) of "
+            "SRAM next to the weight tile of 'a' (25,165,824 bytes (24.0 MiB)), 50,331,648 bytes (48.0 MiB) are "
+            "available on tiny; the largest that fits is 4"),
+    (11, 10, "device.micro_batch_size 11 is larger than the batch of 10; use at most 10, or leave it unset (null) to "
+             "take the largest that fits (4)"),
+    (2, 50, "device.micro_batch_size 2: the activations of a micro-batch of 2 need 60,000,000 bytes (57.2 MiB) of "
+            "SRAM next to the weight tile of 'a' (25,165,824 bytes (24.0 MiB)), 50,331,648 bytes (48.0 MiB) are "
+            "available on tiny; not even one sample fits"),
+    (60, 50, "device.micro_batch_size 60 is larger than the batch of 50; use at most 50, or leave it unset (null) to "
+             "take the largest that fits (1)"),
+])
+def test_weight_streaming_refuses_a_micro_batch_size_that_does_not_fit(micro, batch, message):
+    # batch 50: 30,000,000 bytes of stash per sample, more than the room beside the tile
+    kernels = _streaming_kernels(batch)
+    if batch == 50:
+        for k in kernels:
+            k.stash_bytes *= 5
+    with pytest.raises(DeviceCompileError) as info:
+        place(kernels, get_profile("tiny"), "weight_streaming", micro_batch_size=micro)
+    assert str(info.value) == message
+
+
+def test_weight_streaming_forward_only_holds_the_largest_kernels_activations():
+    placement = place(_streaming_kernels(), get_profile("tiny"), "weight_streaming", "adam", training=False)
+    a, b = placement.get("a"), placement.get("b")
+    assert a.gradient_bytes == b.gradient_bytes == 0 and placement.optimizer == "none"
+    assert a.weight_bytes == 50_331_648 // 4 and b.weight_bytes == 1000
+    # b's 2,400 in and 16,000 out for 10 samples: 1,840 bytes a sample, the whole batch fits
+    assert (placement.micro_batch, placement.micro_batches) == (10, 1)
+    assert a.activation_bytes == b.activation_bytes == 18_400 and a.inflight == 10
+
+
+def test_weight_streaming_without_activations_takes_the_whole_batch():
+    kernels = [_kernel("a", batch=6, weight_bytes=100), _kernel("b", batch=6, weight_bytes=50_000_000)]
+    placement = place(kernels, get_profile("tiny"), "weight_streaming")
+    assert (placement.micro_batch, placement.micro_batches) == (6, 1)
+    assert placement.get("a").activation_bytes == 0 and placement.get("b").inflight == 6
+
+
+def test_a_graph_of_layout_kernels_only_places_nothing():
+    kernels = [_kernel("r", kind="layout"), _kernel("t", kind="layout")]
+    for mode in ("pipelined", "weight_streaming"):
+        placement = place(kernels, get_profile("tiny"), mode)
+        assert [(r.name, r.pes, r.memory_bytes) for r in placement.kernels] == [("r", 0, 0), ("t", 0, 0)]
+        assert placement.active_pes == 0 and (placement.micro_batch, placement.micro_batches) == (0, 0)
