@@ -237,6 +237,8 @@ def test_water_fill_shares_the_area_by_work_between_floors_and_caps():
     assert _water_fill([1, 1], [100, 100], [1, 3], 40.5) == [10, 30]  # areas in proportion to the work
     assert _water_fill([1], [100], [1], 10.5) == [10]  # one kernel takes all it can
     assert _water_fill([1, 2], [100, 100], [0.25, 0.75], 8.5) == [2, 6]  # work summing to 1
+    assert _water_fill([1, 1], [100, 100], [0, 1], 10.5) == [1, 9]  # a kernel without work keeps its floor
+    assert _water_fill([1], [100], [1], 10) == [10]  # areas that add up to the total exactly
 
 
 def test_water_fill_keeps_the_floors_when_there_is_no_room_or_no_work():
@@ -256,6 +258,7 @@ def test_pack_fills_columns_in_a_snake_and_gives_a_large_kernel_full_columns():
     assert _pack([6, 4, 4, 10], 2, 7, 4) == [(0, 0, 2, 3), (2, 2, 2, 2), (2, 0, 2, 2), (4, 0, 3, 4)]
     assert _pack([6, 4, 4, 10], 2, 6, 4) is None  # the block passes the right edge
     assert _pack([6, 4, 4, 10], 2, 3, 4) is None  # the second column passes it
+    assert _pack([10, 2], 2, 4, 4) == [(0, 0, 3, 4), (3, 2, 1, 2)]  # the column after a block fills bottom-up
 
 
 def test_pack_puts_at_most_a_column_height_of_kernels_in_a_column():
@@ -382,3 +385,105 @@ def test_a_graph_of_layout_kernels_only_places_nothing():
         placement = place(kernels, get_profile("tiny"), mode)
         assert [(r.name, r.pes, r.memory_bytes) for r in placement.kernels] == [("r", 0, 0), ("t", 0, 0)]
         assert placement.active_pes == 0 and (placement.micro_batch, placement.micro_batches) == (0, 0)
+
+
+
+@pytest.mark.parametrize("value", [True, 2.5, "4", 0, -1])
+def test_micro_batch_size_must_be_a_whole_number(value):
+    with pytest.raises(UserError) as info:
+        place(_streaming_kernels(), get_profile("tiny"), "weight_streaming", micro_batch_size=value)
+    assert str(info.value) == ("device.micro_batch_size must be a whole number of samples >= 1 or null (the largest "
+                               f"that fits), got {value!r}")
+
+
+def test_micro_batch_size_applies_to_weight_streaming_only():
+    with pytest.raises(UserError) as info:
+        place(_streaming_kernels(), get_profile("tiny"), micro_batch_size=1)
+    assert str(info.value) == ("device.micro_batch_size 1 applies to device.execution_mode=weight_streaming only; "
+                               "this compile is pipelined (set it to null)")
+    placement = place(_streaming_kernels(), get_profile("tiny"), "weight_streaming", micro_batch_size=1)
+    assert (placement.micro_batch, placement.micro_batches) == (1, 10)
+
+
+def test_weight_streaming_room_for_exactly_one_or_a_few_samples():
+    # a's tile and state leave room for 3 bytes: 3 samples of 1 byte, 1 sample of 3
+    sram = get_profile("tiny").sram_bytes
+    kernels = [_kernel("a", batch=8, weight_bytes=sram, state_bytes=sram // 2 - 3, stash_bytes=8)]
+    placement = place(kernels, get_profile("tiny"), "weight_streaming")
+    assert (placement.micro_batch, placement.micro_batches) == (3, 3)
+    kernels[0].stash_bytes = 24
+    placement = place(kernels, get_profile("tiny"), "weight_streaming")
+    assert (placement.micro_batch, placement.micro_batches) == (1, 8)
+    with pytest.raises(DeviceCompileError, match="the largest that fits is 1$"):
+        place(kernels, get_profile("tiny"), "weight_streaming", micro_batch_size=2)
+    kernels = [_kernel("a", batch=6, weight_bytes=100)]  # one kernel, no activations: the whole batch
+    placement = place(kernels, get_profile("tiny"), "weight_streaming", micro_batch_size=6)
+    assert (placement.micro_batch, placement.micro_batches) == (6, 1)
+    assert isinstance(placement.get("a").weight_bytes, int) and isinstance(placement.get("a").gradient_bytes, int)
+
+
+def test_weight_streaming_of_one_sample():
+    kernels = [_kernel("a", batch=1, weight_bytes=100, stash_bytes=1000)]
+    placement = place(kernels, get_profile("tiny"), "weight_streaming")
+    assert (placement.micro_batch, placement.micro_batches) == (1, 1)
+    assert placement.get("a").activation_bytes == 1000
+
+
+def test_unknown_execution_mode_names_the_valid_ones():
+    with pytest.raises(UserError) as info:
+        place(_streaming_kernels(), get_profile("tiny"), "fast")
+    assert str(info.value) == "unknown device.execution_mode 'fast'; valid modes: pipelined, weight_streaming"
+
+
+def _work_kernels():
+    """'a' computes (its backward twice its forward), 'b' reads SRAM: in float32 training a has 3/2 of
+    b's work; in float16 (twice the rate) or forward only, less than b's."""
+    return [_kernel("a", flops_fwd=1e6, flops_bwd=2e6),
+            _kernel("r", kind="layout"),
+            _kernel("b", flops_fwd=16_000, sram_bytes_fwd=24 * 0.5e6)]
+
+
+def test_pipelined_areas_follow_the_work_of_the_precision_and_the_mode():
+    profile = get_profile("tiny")
+    default = place(_work_kernels(), profile)  # pipelined, float32, training
+    assert default.mode == "pipelined" and default.optimizer == "sgd" and default.training is True
+    assert default.get("a").pes > 1.4 * default.get("b").pes
+    half = place(_work_kernels(), profile, precision="float16")
+    assert half.get("a").pes < half.get("b").pes
+    forward = place(_work_kernels(), profile, training=False)
+    assert forward.get("a").pes < forward.get("b").pes and forward.optimizer == "none"
+    for placement in (default, forward):
+        assert (lambda r: (r.x, r.y, r.w, r.h, r.memory_bytes))(placement.get("r")) == (0, 0, 0, 0, 0)
+        _check_invariants(placement, _work_kernels(), profile)
+
+
+def test_pipelined_kernel_without_work_or_memory_gets_one_pe():
+    placement = place([_kernel("a"), _kernel("b", flops_fwd=1e6)], get_profile("tiny"))
+    assert placement.get("a").pes == 1 and placement.get("b").pes > 1
+
+
+def test_pipelined_rows_of_a_small_batch():
+    kernels = [_kernel(n, batch=3, weight_bytes=100, stash_bytes=10) for n in "abcd"]
+    placement = place(kernels, get_profile("tiny"), optimizer="momentum")
+    assert [r.inflight for r in placement.kernels] == [3, 3, 3, 1]  # at most the batch
+    assert [r.activation_bytes for r in placement.kernels] == [10, 10, 10, 4]  # ceil(1 * 10 / 3)
+    assert [r.optimizer_bytes for r in placement.kernels] == [100] * 4
+    kernels = [_kernel("a", batch=1, stash_bytes=10)]
+    assert place(kernels, get_profile("tiny"), training=False).get("a").activation_bytes == 10
+
+
+def test_pipelined_floors_that_take_the_whole_fabric_still_pack():
+    # 32 kernels of 32 PEs of memory each: every PE of tiny, a full column each
+    sram = get_profile("tiny").sram_bytes_per_pe
+    kernels = [_kernel(f"k{i}", weight_bytes=32 * sram) for i in range(32)]
+    placement = place(kernels, get_profile("tiny"), training=False)
+    assert [(r.x, r.w, r.h) for r in placement.kernels] == [(i, 1, 32) for i in range(32)]
+
+
+def test_pipelined_tries_wider_columns_when_narrow_ones_do_not_pack():
+    # 40 kernels of 17 PEs: one a column of width 1 would need 40 columns; in columns of 2, three each
+    sram = get_profile("tiny").sram_bytes_per_pe
+    kernels = [_kernel(f"k{i}", weight_bytes=17 * sram) for i in range(40)]
+    placement = place(kernels, get_profile("tiny"), training=False)
+    _check_invariants(placement, kernels, get_profile("tiny"))
+    assert placement.active_pes >= 40 * 17
