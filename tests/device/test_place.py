@@ -304,6 +304,7 @@ def test_kernels_whose_memory_fits_but_cannot_be_packed():
     assert message.startswith("the model cannot be packed onto the tiny fabric in pipelined mode: its kernels "
                               f"need {31 * 33 * sram - 30:,} bytes")
     assert f"the largest kernel 'k10' (dense, model.py:3) needs {33 * sram:,} bytes" in message
+    assert "(fp32 weights, gradients, none state, in-flight activations)" in message
     del kernels[26:]  # 26 kernels of 33 PEs pack (in columns of 6: 5 kernels of 6 x 6 a column)
     _check_invariants(place(kernels, get_profile("tiny"), "pipelined", training=False), kernels, get_profile("tiny"))
 
@@ -326,6 +327,7 @@ def test_weight_streaming_rows_in_full():
     assert (a.w, a.h, a.weight_bytes, a.gradient_bytes, a.optimizer_bytes, a.state_bytes) == (
         32, 32, half_tile, half_tile, 0, 0)
     assert (b.w, b.h, b.weight_bytes, b.gradient_bytes, b.optimizer_bytes, b.state_bytes) == (32, 32, 1000, 1000, 0, 96)
+    assert isinstance(a.weight_bytes, int) and isinstance(a.gradient_bytes, int)  # whole bytes in report.json
     assert a.activation_bytes == b.activation_bytes == 4 * 6_000_000 and a.inflight == b.inflight == 4
     assert (f.w, f.h, f.memory_bytes, f.inflight) == (0, 0, 0, 0)
     assert placement.active_pes == 1024 and placement.optimizer == "adam"
@@ -487,3 +489,9 @@ def test_pipelined_tries_wider_columns_when_narrow_ones_do_not_pack():
     placement = place(kernels, get_profile("tiny"), training=False)
     _check_invariants(placement, kernels, get_profile("tiny"))
     assert placement.active_pes >= 40 * 17
+
+
+
+def test_pipelined_kernel_of_one_sample_spreads_to_one_pe_per_multiply_add():
+    placement = place([_kernel("a", batch=1, flops_fwd=20)], get_profile("tiny"))
+    assert placement.get("a").pes == 10  # 20 flops: 10 multiply-adds
