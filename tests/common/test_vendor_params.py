@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from common.errors import UserError
-from common.params import defaults_form, load_vendor_params, report_unused, save_params
+from common.params import defaults_form, fill_zoo_sections, load_vendor_params, report_unused, save_params, thaw
 
 
 def write(tmp_path, text, name="params.yaml"):
@@ -153,3 +153,94 @@ def test_a_copy_goes_on_counting_reads(tmp_path):
     assert params["model"]["hidden_size"] == 64
     assert [w.split(": ", 1)[1] for w in report_unused(params)] == [
         "'model.hiden_size' is never read by the model or data code (did you mean 'model.hidden_size'?)"]
+
+
+# --- the vendor's spellings, its system keys and its model.mixed_precision ------------------
+
+def test_the_vendors_optimizer_spellings_are_this_zoos(tmp_path):
+    path = write(tmp_path, "optimizer:\n  optimizer_type: SGD\n  momentum: 0.8\n  weight_decay_rate: 0.01\n"
+                           "  use_nesterov: true\nmodel: {}\n")
+    optimizer = load_vendor_params(path, lambda params: None)["optimizer"]
+    assert (optimizer["optimizer_type"], optimizer["momentum"], optimizer["weight_decay"], optimizer["nesterov"]) == (
+        "momentum", 0.8, 0.01, True)  # the vendor's sgd with a momentum is this zoo's momentum
+    assert "weight_decay_rate" not in dict(optimizer) and "use_nesterov" not in dict(optimizer)
+    optimizer = load_vendor_params(write(tmp_path, "optimizer:\n  optimizer_type: SGD\n"), lambda p: None)["optimizer"]
+    assert optimizer["optimizer_type"] == "sgd"  # no momentum given: plain sgd
+    assert load_vendor_params(None, lambda p: None, ["optimizer.optimizer_type=AdamW"])["optimizer"][
+        "optimizer_type"] == "adamw"
+    both = write(tmp_path, "optimizer:\n  weight_decay: 0.1\n  weight_decay_rate: 0.01\n")
+    with pytest.raises(UserError) as e:
+        load_vendor_params(both, lambda params: None)
+    assert str(e.value) == (f"{both}:3: 'optimizer.weight_decay_rate' and 'optimizer.weight_decay' are the same "
+                            f"setting; give only one")
+
+
+def test_the_vendors_system_keys_are_kept_and_warned_about_once_each(tmp_path, caplog):
+    path = write(tmp_path, "model: {}\nruncon" + "fig:\n  max_steps: 3\n  cs_ip: 10.0.0.1\n  save_losses: false\n"
+                           "  mode: eval\n")
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        params = load_vendor_params(path, lambda params: None)
+    assert caplog.messages == [
+        f"{path}:4: runconfig.cs_ip is ignored: it configures the vendor's system; --device picks cpu, gpu or "
+        f"emulator here",
+        f"{path}:6: runconfig.mode is ignored: --mode sets the mode here"]  # save_losses: false asks for nothing
+    assert (params["runconfig"]["cs_ip"], params["runconfig"]["save_losses"], params["runconfig"]["mode"],
+            params["runconfig"]["max_steps"]) == ("10.0.0.1", False, "eval", 3)
+
+
+def test_the_vendors_model_mixed_precision_is_mixed_precision_enabled(tmp_path, caplog):
+    def set_defaults_new(params):  # returns a new mapping: its reads go on counting
+        return {**params, "model": {**params["model"]}}
+
+    path = write(tmp_path, "model:\n  mixed_precision: true\n  units: 3\n")
+    for set_defaults_fn in (lambda params: None, set_defaults_new):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="zoo"):
+            params = load_vendor_params(path, set_defaults_fn)
+        assert params["mixed_precision"]["enabled"] is True
+        assert "model.mixed_precision: true is mixed_precision.enabled: true (16-bit compute in mixed_precision." \
+               "dtype, bfloat16 unless set, on the CPU and the emulator alike)" in caplog.messages
+        assert [w.split(": ", 1)[1] for w in report_unused(params)] == [  # mixed_precision was read, units not
+            "'model.units' is never read by the model or data code"]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        load_vendor_params(path, lambda params: None, ["mixed_precision.dtype=float16"])
+    assert any("in mixed_precision.dtype, float16 unless set" in m for m in caplog.messages)
+    off = load_vendor_params(path, lambda params: None, ["mixed_precision.enabled=false"])
+    assert off["mixed_precision"]["enabled"] is False  # the zoo's own key, given, wins
+    assert load_vendor_params(path, lambda params: None, ["model.mixed_precision=false"])[
+        "mixed_precision"]["enabled"] is False
+
+
+def test_the_vendor_forms_file_overrides_and_defaults(tmp_path):
+    params = load_vendor_params(None, lambda params: None, ["model.encoder.depth=2", "train_input.batch_size=4"])
+    assert thaw(params["model"]) == {"encoder": {"depth": 2}} and params["train_input"]["batch_size"] == 4
+    assert params["runconfig"]["model_dir"] == "model_dir"
+    assert load_vendor_params(None, lambda p: None, model_dir="model_dir/tf_x")["runconfig"]["model_dir"] == \
+        "model_dir/tf_x"
+    path = write(tmp_path, VENDOR_YAML)
+    params = load_vendor_params(path, set_defaults, ["model.dropout=0.3"])
+    assert (params["model"]["num_classes"], params["model"]["dropout"]) == (10, 0.3)  # the file's other keys stay
+    with pytest.raises(UserError) as e:  # a range of the zoo's schema, not only of the key's name
+        load_vendor_params(path, set_defaults, ["optimizer.epsilon=0"])
+    assert str(e.value) == "command line 'optimizer.epsilon=0': 'optimizer.epsilon' must be greater than 0, got 0.0"
+    both = write(tmp_path, VENDOR_YAML + "  checkpoint_steps: 5\n  save_checkpoints_steps: 6\n", name="both.yaml")
+    with pytest.raises(UserError) as e:
+        load_vendor_params(both, set_defaults)
+    assert str(e.value) == (f"{both}:15: 'runconfig.save_checkpoints_steps' and 'runconfig.checkpoint_steps' are "
+                            f"the same setting; give only one")
+
+    def adds_the_alias(params):
+        params["runconfig"]["save_checkpoints_steps"] = 7
+
+    with pytest.raises(UserError) as e:
+        load_vendor_params(path, adds_the_alias, ["runconfig.checkpoint_steps=5"])
+    assert str(e.value) == (f"{path}:11: 'runconfig.save_checkpoints_steps' and 'runconfig.checkpoint_steps' "
+                            f"are the same setting; give only one")  # set_defaults' key: its section's line
+
+
+def test_reads_of_the_zoo_sections_are_never_offered_for_an_unread_key(tmp_path):
+    params = load_vendor_params(write(tmp_path, "model:\n  max_step: 3\n"), lambda params: None)
+    _ = params["runconfig"]["max_steps"]
+    assert [w.split(": ", 1)[1] for w in report_unused(params)] == [
+        "'model.max_step' is never read by the model or data code"]
