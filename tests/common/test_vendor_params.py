@@ -244,3 +244,48 @@ def test_reads_of_the_zoo_sections_are_never_offered_for_an_unread_key(tmp_path)
     _ = params["runconfig"]["max_steps"]
     assert [w.split(": ", 1)[1] for w in report_unused(params)] == [
         "'model.max_step' is never read by the model or data code"]
+
+
+def test_tracked_params_behave_as_a_dict_and_count_what_is_read(tmp_path):
+    import pickle
+
+    from common.params import TrackedDict
+
+    params = load_vendor_params(write(tmp_path, VENDOR_YAML + "  keep_checkpoint_max: 2\n"
+                                     "eval_input:\n  data_dir: ./eval\n"), set_defaults)
+    params["model"]["extra"] = {"a": 1}
+    model = params["model"]
+    assert model.pop("hiden_size") == 32 and "hiden_size" not in dict(model) and model.pop("absent", 7) == 7
+    model.update({"encoder": {"depth": 2}}, units=4)
+    assert isinstance(model["encoder"], TrackedDict) and model["units"] == 4
+    assert (model.get("num_classes"), model.get("missing"), model.get("missing", 3)) == (10, None, 3)
+    assert model.setdefault("dropout", 0.5) == 0.1 and model.setdefault("extras", {"b": 2}) == {"b": 2}
+    assert isinstance(model["extras"], TrackedDict) and model["extras"]["b"] == 2
+    train = params["train_input"]
+    assert repr(train) == repr({"data_dir": "./data", "batch_size": 16, "shuffle": True})  # reads nothing
+    restored = pickle.loads(pickle.dumps(train))
+    assert type(restored) is dict and restored == {"data_dir": "./data", "batch_size": 16, "shuffle": True}
+    assert train.setdefault("shuffle", False) is True  # the section is touched, by setdefault alone
+    assert params["eval_input"].get("data_dir") == "./eval"
+    assert [w.split(": ", 1)[1] for w in report_unused(params)] == [
+        "'train_input.data_dir' is never read by the model or data code (did you mean 'eval_input.data_dir'?)",
+        "'train_input.batch_size' is never read by the model or data code (did you mean 'train_input.shuffle'?)"]
+
+
+def test_a_key_set_by_setdefault_counts_its_reads_under_its_own_name(tmp_path):
+    params = load_vendor_params(write(tmp_path, "model:\n  extra:\n    a: 1\n"), lambda params: None)
+    assert params["model"].setdefault("extras", {"a": 2})["a"] == 2  # 'extra' misspelt in the file
+    assert [w.split(": ", 1)[1] for w in report_unused(params)] == [
+        "'model.extra.a' is never read by the model or data code (did you mean 'model.extras.a'?)"]
+
+
+def test_fill_zoo_sections_fills_what_a_vendor_run_py_left_out():
+    params = {"optimizer": {"learning_rate": 0.5}, "model": {"units": 3}}
+    fill_zoo_sections(params)
+    assert params["optimizer"]["learning_rate"] == 0.5 and params["optimizer"]["optimizer_type"] == "adam"
+    assert params["mixed_precision"] == {"enabled": False, "dtype": "bfloat16"}
+    assert params["device"] == {"profile": "wse2", "execution_mode": "pipelined", "micro_batch_size": None}
+    assert params["model"] == {"units": 3} and "runconfig" not in params
+    with pytest.raises(UserError) as e:
+        fill_zoo_sections({"device": 5})
+    assert str(e.value) == "params: 'device' must be a mapping of keys, got 5"
