@@ -258,3 +258,27 @@ def test_a_misspelt_key_of_another_section_is_found_by_its_last_part():
         load_params(None, MODEL_DEFAULTS, ["model.nesterof=true"])
     assert str(e.value) == ("command line 'model.nesterof=true': unknown key 'model.nesterof' "
                             "(did you mean 'optimizer.nesterov'?)")
+
+
+def test_a_deep_copy_of_frozen_params_is_frozen_and_equal():
+    import copy
+
+    from common.params import FrozenDict
+
+    params = load_params(None, MODEL_DEFAULTS)
+    twin = copy.deepcopy(params)
+    assert twin == params and type(twin) is FrozenDict and type(twin["model"]) is FrozenDict
+    assert twin["model"] is not params["model"]
+    with pytest.raises(TypeError, match="^params are frozen: model and data code read them and never write them$"):
+        twin["model"]["dropout"] = 0.0
+
+
+def test_saved_params_keep_the_order_and_inline_lists(tmp_path):
+    params = load_params(None, MODEL_DEFAULTS, ["model.dropout=0.3"])
+    out = save_params(params, str(tmp_path / "md"), "eval")
+    assert out == str(tmp_path / "md" / "params_eval.yaml")
+    text = open(out).read()
+    assert list(yaml.safe_load(text)) == ["runconfig", "optimizer", "mixed_precision", "device", "model",
+                                          "train_input"]  # the schema's order, not sorted
+    assert "  hidden_sizes: [500, 300]\n" in text and "  weight_decay_exclude: [bias, norm]\n" in text
+    assert text.index("max_steps") < text.index("checkpoint_steps")
