@@ -282,3 +282,32 @@ def test_saved_params_keep_the_order_and_inline_lists(tmp_path):
                                           "train_input"]  # the schema's order, not sorted
     assert "  hidden_sizes: [500, 300]\n" in text and "  weight_decay_exclude: [bias, norm]\n" in text
     assert text.index("max_steps") < text.index("checkpoint_steps")
+
+
+@pytest.mark.parametrize("override, close", [
+    ("model.enabled=true", "mixed_precision.enabled"),  # the same last part in another section
+    ("model.beta_1=0.5", "optimizer.beta1"),  # a last part close to another section's
+    ("model.seeds=1", "runconfig.seed"),  # 'model' is closest as text, but it is where the key already is
+    ("model.zzz=1", None),
+])
+def test_an_unknown_key_is_offered_the_key_of_the_same_name_elsewhere(override, close):
+    with pytest.raises(UserError) as e:
+        load_params(None, MODEL_DEFAULTS, [override])
+    key = override.split("=")[0]
+    hint = f" (did you mean '{close}'?)" if close else ""
+    assert str(e.value) == f"command line {override!r}: unknown key '{key}'{hint}"
+
+
+def test_override_syntax_errors_and_values_holding_an_equals_sign():
+    assert load_params(None, MODEL_DEFAULTS, ["model.activation_fn=a=b"])["model"]["activation_fn"] == "a=b"
+    assert load_params(None, MODEL_DEFAULTS, [" runconfig.eval_steps = "])["runconfig"]["eval_steps"] is None
+    for text, message in [("=5", "override '=5' must look like section.key=value"),
+                          ("model.hidden_sizes=[1", "override 'model.hidden_sizes=[1': the value is not valid YAML")]:
+        with pytest.raises(UserError) as e:
+            load_params(None, MODEL_DEFAULTS, [text])
+        assert str(e.value) == f"command line: {message}"
+
+
+def test_the_default_model_dir():
+    assert load_params(None, MODEL_DEFAULTS)["runconfig"]["model_dir"] == "model_dir"
+    assert load_params(None, MODEL_DEFAULTS, model_dir=None)["runconfig"]["model_dir"] is None

@@ -289,3 +289,10 @@ def test_fill_zoo_sections_fills_what_a_vendor_run_py_left_out():
     with pytest.raises(UserError) as e:
         fill_zoo_sections({"device": 5})
     assert str(e.value) == "params: 'device' must be a mapping of keys, got 5"
+
+
+def test_defaults_form_of_a_builtin_and_of_no_function():
+    assert defaults_form(dict) == "zoo"  # no signature to read: called with no argument
+    with pytest.raises(UserError) as e:
+        defaults_form(5)
+    assert str(e.value) == "default_params_fn must be a function, got 5"
