@@ -311,3 +311,29 @@ def test_override_syntax_errors_and_values_holding_an_equals_sign():
 def test_the_default_model_dir():
     assert load_params(None, MODEL_DEFAULTS)["runconfig"]["model_dir"] == "model_dir"
     assert load_params(None, MODEL_DEFAULTS, model_dir=None)["runconfig"]["model_dir"] is None
+
+
+@pytest.mark.parametrize("defaults, override, message", [
+    ({"model": {"mix": [1, 0.5]}}, "model.mix=[1, x]", "'model.mix[1]' must be a number, got 'x'"),
+    ({}, "optimizer.weight_decay_exclude=[bias, 1]", "'optimizer.weight_decay_exclude[1]' must be a string, got 1"),
+    ({"model": {"shape": (2, 2)}}, "model.shape=[2, 2]", "'model.shape' must be a tuple, got [2, 2]"),
+])
+def test_list_elements_and_other_types_are_named(defaults, override, message):
+    with pytest.raises(UserError) as e:
+        load_params(None, defaults, [override])
+    assert str(e.value) == f"command line {override!r}: {message}"
+
+
+def test_an_override_leaves_the_lines_of_the_files_other_keys(tmp_path):
+    path = write(tmp_path, "model:\n  dropout: 7\n")
+    with pytest.raises(UserError) as e:
+        load_params(path, MODEL_DEFAULTS, ["model.activation_fn=tanh"])
+    assert str(e.value) == f"{path}:2: 'model.dropout' must be in [0, 1), got 7.0"
+
+
+def test_thaw_reads_any_mapping():
+    import types
+
+    from common.params import thaw
+
+    assert thaw(types.MappingProxyType({"a": (1, {"b": 2})})) == {"a": [1, {"b": 2}]}

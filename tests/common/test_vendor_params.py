@@ -296,3 +296,14 @@ def test_defaults_form_of_a_builtin_and_of_no_function():
     with pytest.raises(UserError) as e:
         defaults_form(5)
     assert str(e.value) == "default_params_fn must be a function, got 5"
+
+
+def test_list_items_and_sections_are_not_keys_of_their_own(tmp_path):
+    from common.params import TrackedDict
+
+    assert report_unused(TrackedDict({"model": {"a": 1}})) == []  # built by hand: no file keys
+    params = load_vendor_params(write(tmp_path, "model:\n  sizes: [1, 2]\n  encoder:\n    depth: 2\n  width: 3\n"),
+                                lambda params: None)
+    _ = (params["model"]["sizes"], params["model"]["encoder"]["depth"])
+    assert [w.split(": ", 1)[1] for w in report_unused(params)] == [
+        "'model.width' is never read by the model or data code (did you mean 'model.sizes'?)"]
