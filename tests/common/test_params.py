@@ -1,5 +1,6 @@
 """The strict config path: defaults -> YAML -> overrides -> validated, frozen params."""
 
+import numpy as np
 import pytest
 import yaml
 
@@ -317,6 +318,7 @@ def test_the_default_model_dir():
     ({"model": {"mix": [1, 0.5]}}, "model.mix=[1, x]", "'model.mix[1]' must be a number, got 'x'"),
     ({}, "optimizer.weight_decay_exclude=[bias, 1]", "'optimizer.weight_decay_exclude[1]' must be a string, got 1"),
     ({"model": {"shape": (2, 2)}}, "model.shape=[2, 2]", "'model.shape' must be a tuple, got [2, 2]"),
+    ({"model": {"rates": [np.float64(0.5)]}}, "model.rates=[x]", "'model.rates[0]' must be a number, got 'x'"),
 ])
 def test_list_elements_and_other_types_are_named(defaults, override, message):
     with pytest.raises(UserError) as e:
