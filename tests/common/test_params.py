@@ -339,3 +339,23 @@ def test_thaw_reads_any_mapping():
     from common.params import thaw
 
     assert thaw(types.MappingProxyType({"a": (1, {"b": 2})})) == {"a": [1, {"b": 2}]}
+
+
+def test_file_errors_name_the_file_the_line_and_the_problem(tmp_path):
+    cases = [("model:\n  dropout: [0.1\nrunconfig: {}\n", ":3: malformed YAML: expected ',' or ']', but got ':'"),
+             ("model: {dropout: \x07}\n", ": malformed YAML: unacceptable character #x0007: special characters are "
+                                         "not allowed"),  # a reader error: no line
+             ("- 1\n- 2\n", ":1: a params file must be a mapping of sections, got list")]
+    for text, message in cases:
+        path = write(tmp_path, text)
+        with pytest.raises(UserError) as e:
+            load_params(path, MODEL_DEFAULTS)
+        assert str(e.value) == path + message
+    (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(UserError) as e:
+        load_params(str(tmp_path / "binary.yaml"), MODEL_DEFAULTS)
+    assert str(e.value) == f"{tmp_path / 'binary.yaml'}: not a text file (invalid start byte)"
+    with pytest.raises(UserError) as e:
+        load_params(str(tmp_path / "nope.yaml"), MODEL_DEFAULTS)
+    assert str(e.value) == f"{tmp_path / 'nope.yaml'}: params file not found"
+    assert load_params(write(tmp_path, "# nothing yet\n"), MODEL_DEFAULTS) == load_params(None, MODEL_DEFAULTS)
