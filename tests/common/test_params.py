@@ -359,3 +359,12 @@ def test_file_errors_name_the_file_the_line_and_the_problem(tmp_path):
         load_params(str(tmp_path / "nope.yaml"), MODEL_DEFAULTS)
     assert str(e.value) == f"{tmp_path / 'nope.yaml'}: params file not found"
     assert load_params(write(tmp_path, "# nothing yet\n"), MODEL_DEFAULTS) == load_params(None, MODEL_DEFAULTS)
+
+
+def test_a_key_that_yaml_reads_as_a_number_is_found_on_its_line(tmp_path):
+    path = write(tmp_path, "model:\n  dropout: 0.1\n  1: x\n")
+    with pytest.raises(UserError) as e:
+        load_params(path, MODEL_DEFAULTS)
+    assert str(e.value) == f"{path}:3: unknown key 'model.1' (did you mean 'model.dropout'?)"
+    path = write(tmp_path, "optimizer:\n  learning_rate:\n    - scheduler: Constant\n      learning_rate: 0.1\n")
+    assert load_params(path, MODEL_DEFAULTS)["optimizer"]["learning_rate"][0]["scheduler"] == "Constant"
