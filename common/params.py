@@ -347,10 +347,9 @@ def _closest(key_path: tuple, candidates: list[tuple]) -> str | None:
     names = [".".join(map(str, p)) for p in candidates if tuple(p) not in ancestors]
     close = difflib.get_close_matches(".".join(map(str, key_path)), names, n=1, cutoff=0.6)
     if not close:  # the last component alone may match a key in another section
-        leaf = str(key_path[-1])
-        close = [c for c in names if c.rsplit(".", 1)[-1] == leaf][:1] or difflib.get_close_matches(
-            leaf, [c.rsplit(".", 1)[-1] for c in names], n=1, cutoff=0.75)
-        close = [c for c in names if c.rsplit(".", 1)[-1] in close][:1]
+        leaf, leaves = str(key_path[-1]), [c.rsplit(".", 1)[-1] for c in names]
+        near = [leaf] if leaf in leaves else difflib.get_close_matches(leaf, leaves, n=1, cutoff=0.75)
+        close = [c for c in names if c.rsplit(".", 1)[-1] in near][:1]
     return close[0] if close else None
 
 

@@ -1,5 +1,6 @@
 """The strict config path: defaults -> YAML -> overrides -> validated, frozen params."""
 
+import numpy as np
 import pytest
 import yaml
 
@@ -258,3 +259,112 @@ def test_a_misspelt_key_of_another_section_is_found_by_its_last_part():
         load_params(None, MODEL_DEFAULTS, ["model.nesterof=true"])
     assert str(e.value) == ("command line 'model.nesterof=true': unknown key 'model.nesterof' "
                             "(did you mean 'optimizer.nesterov'?)")
+
+
+def test_a_deep_copy_of_frozen_params_is_frozen_and_equal():
+    import copy
+
+    from common.params import FrozenDict
+
+    params = load_params(None, MODEL_DEFAULTS)
+    twin = copy.deepcopy(params)
+    assert twin == params and type(twin) is FrozenDict and type(twin["model"]) is FrozenDict
+    assert twin["model"] is not params["model"]
+    with pytest.raises(TypeError, match="^params are frozen: model and data code read them and never write them$"):
+        twin["model"]["dropout"] = 0.0
+
+
+def test_saved_params_keep_the_order_and_inline_lists(tmp_path):
+    params = load_params(None, MODEL_DEFAULTS, ["model.dropout=0.3"])
+    out = save_params(params, str(tmp_path / "md"), "eval")
+    assert out == str(tmp_path / "md" / "params_eval.yaml")
+    text = open(out).read()
+    assert list(yaml.safe_load(text)) == ["runconfig", "optimizer", "mixed_precision", "device", "model",
+                                          "train_input"]  # the schema's order, not sorted
+    assert "  hidden_sizes: [500, 300]\n" in text and "  weight_decay_exclude: [bias, norm]\n" in text
+    assert text.index("max_steps") < text.index("checkpoint_steps")
+
+
+@pytest.mark.parametrize("override, close", [
+    ("model.enabled=true", "mixed_precision.enabled"),  # the same last part in another section
+    ("model.beta_1=0.5", "optimizer.beta1"),  # a last part close to another section's
+    ("model.seeds=1", "runconfig.seed"),  # 'model' is closest as text, but it is where the key already is
+    ("model.zzz=1", None),
+])
+def test_an_unknown_key_is_offered_the_key_of_the_same_name_elsewhere(override, close):
+    with pytest.raises(UserError) as e:
+        load_params(None, MODEL_DEFAULTS, [override])
+    key = override.split("=")[0]
+    hint = f" (did you mean '{close}'?)" if close else ""
+    assert str(e.value) == f"command line {override!r}: unknown key '{key}'{hint}"
+
+
+def test_override_syntax_errors_and_values_holding_an_equals_sign():
+    assert load_params(None, MODEL_DEFAULTS, ["model.activation_fn=a=b"])["model"]["activation_fn"] == "a=b"
+    assert load_params(None, MODEL_DEFAULTS, [" runconfig.eval_steps = "])["runconfig"]["eval_steps"] is None
+    for text, message in [("=5", "override '=5' must look like section.key=value"),
+                          ("model.hidden_sizes=[1", "override 'model.hidden_sizes=[1': the value is not valid YAML")]:
+        with pytest.raises(UserError) as e:
+            load_params(None, MODEL_DEFAULTS, [text])
+        assert str(e.value) == f"command line: {message}"
+
+
+def test_the_default_model_dir():
+    assert load_params(None, MODEL_DEFAULTS)["runconfig"]["model_dir"] == "model_dir"
+    assert load_params(None, MODEL_DEFAULTS, model_dir=None)["runconfig"]["model_dir"] is None
+
+
+@pytest.mark.parametrize("defaults, override, message", [
+    ({"model": {"mix": [1, 0.5]}}, "model.mix=[1, x]", "'model.mix[1]' must be a number, got 'x'"),
+    ({}, "optimizer.weight_decay_exclude=[bias, 1]", "'optimizer.weight_decay_exclude[1]' must be a string, got 1"),
+    ({"model": {"shape": (2, 2)}}, "model.shape=[2, 2]", "'model.shape' must be a tuple, got [2, 2]"),
+    ({"model": {"rates": [np.float64(0.5)]}}, "model.rates=[x]", "'model.rates[0]' must be a number, got 'x'"),
+])
+def test_list_elements_and_other_types_are_named(defaults, override, message):
+    with pytest.raises(UserError) as e:
+        load_params(None, defaults, [override])
+    assert str(e.value) == f"command line {override!r}: {message}"
+
+
+def test_an_override_leaves_the_lines_of_the_files_other_keys(tmp_path):
+    path = write(tmp_path, "model:\n  dropout: 7\n")
+    with pytest.raises(UserError) as e:
+        load_params(path, MODEL_DEFAULTS, ["model.activation_fn=tanh"])
+    assert str(e.value) == f"{path}:2: 'model.dropout' must be in [0, 1), got 7.0"
+
+
+def test_thaw_reads_any_mapping():
+    import types
+
+    from common.params import thaw
+
+    assert thaw(types.MappingProxyType({"a": (1, {"b": 2})})) == {"a": [1, {"b": 2}]}
+
+
+def test_file_errors_name_the_file_the_line_and_the_problem(tmp_path):
+    cases = [("model:\n  dropout: [0.1\nrunconfig: {}\n", ":3: malformed YAML: expected ',' or ']', but got ':'"),
+             ("model: {dropout: \x07}\n", ": malformed YAML: unacceptable character #x0007: special characters are "
+                                         "not allowed"),  # a reader error: no line
+             ("- 1\n- 2\n", ":1: a params file must be a mapping of sections, got list")]
+    for text, message in cases:
+        path = write(tmp_path, text)
+        with pytest.raises(UserError) as e:
+            load_params(path, MODEL_DEFAULTS)
+        assert str(e.value) == path + message
+    (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(UserError) as e:
+        load_params(str(tmp_path / "binary.yaml"), MODEL_DEFAULTS)
+    assert str(e.value) == f"{tmp_path / 'binary.yaml'}: not a text file (invalid start byte)"
+    with pytest.raises(UserError) as e:
+        load_params(str(tmp_path / "nope.yaml"), MODEL_DEFAULTS)
+    assert str(e.value) == f"{tmp_path / 'nope.yaml'}: params file not found"
+    assert load_params(write(tmp_path, "# nothing yet\n"), MODEL_DEFAULTS) == load_params(None, MODEL_DEFAULTS)
+
+
+def test_a_key_that_yaml_reads_as_a_number_is_found_on_its_line(tmp_path):
+    path = write(tmp_path, "model:\n  dropout: 0.1\n  1: x\n")
+    with pytest.raises(UserError) as e:
+        load_params(path, MODEL_DEFAULTS)
+    assert str(e.value) == f"{path}:3: unknown key 'model.1' (did you mean 'model.dropout'?)"
+    path = write(tmp_path, "optimizer:\n  learning_rate:\n    - scheduler: Constant\n      learning_rate: 0.1\n")
+    assert load_params(path, MODEL_DEFAULTS)["optimizer"]["learning_rate"][0]["scheduler"] == "Constant"
