@@ -422,6 +422,21 @@ def torch_loss_and_grads(model, step, batch):
     return loss.item(), {name: p.grad.numpy() for name, p in model.named_parameters()}
 
 
+def assert_matches_torch(graph, model, step, batch, loss_rtol=1e-5):
+    """The emulator's loss of ``step(batch)`` (a scalar) and every parameter's gradient against
+    torch's; the emulator's gradients."""
+    from device.runtime.program import Program
+
+    loss, grads = Program(graph, weights_of(model, graph), seed=0).gradients([t.numpy() for t in batch])
+    model.zero_grad()
+    expected = step(batch)
+    expected.backward()
+    np.testing.assert_allclose(loss, expected.item(), rtol=loss_rtol)
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    return grads
+
+
 @pytest.mark.parametrize("make_model, make_batch", [(MLP, mlp_batch), (CNN, cnn_batch),
                                                     (TinyTransformer, token_batch),
                                                     (TorchAttentionBlock, token_batch)],
@@ -451,27 +466,16 @@ def test_emulator_loss_and_gradients_match_torch(make_model, make_batch):
 
 
 def test_emulator_matches_torch_on_less_common_ops():
-    from device.runtime.program import Program
-
     torch.manual_seed(0)
     model = OpMix()
     batch = [torch.tensor([[0, 3, 5, 0], [6, 0, 1, 2]]), torch.randn(2, 2, 6, 6)]
     graph = capture(lambda b: model(*b), model, batch)
     assert unsupported(graph) == []
-    program = Program(graph, weights_of(model, graph), seed=0)
-    loss, grads = program.gradients([t.numpy() for t in batch])
-    model.zero_grad()
-    expected = model(*batch)
-    expected.backward()
-    np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
-    for name, p in model.named_parameters():
-        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    grads = assert_matches_torch(graph, model, lambda b: model(*b), batch)
     assert not grads["embed.weight"][0].any()  # the padding row gets no gradient, as in torch
 
 
 def test_softplus_is_one_node_and_matches_torch():
-    from device.runtime.program import Program
-
     torch.manual_seed(0)
     model = nn.Linear(4, 3)
 
@@ -484,13 +488,7 @@ def test_softplus_is_one_node_and_matches_torch():
     assert unsupported(graph) == [] and validate(graph, mode="train", profile=None).ok
     (node,) = [n for n in graph.nodes if n.op == "softplus"]  # kept whole, not decomposed
     assert node.attrs == {"beta": 2.0, "threshold": 5.0}
-    loss, grads = Program(graph, weights_of(model, graph)).gradients([t.numpy() for t in batch])
-    model.zero_grad()
-    expected = step(batch)
-    expected.backward()
-    np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
-    for name, p in model.named_parameters():
-        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_matches_torch(graph, model, step, batch)
 
 
 def test_fifty_adam_steps_of_the_mlp_match_torch():
@@ -578,8 +576,6 @@ def language_batch():
 
 
 def test_language_ops_lower_to_device_ops_and_match_torch():
-    from device.runtime.program import Program
-
     torch.manual_seed(0)
     model = LanguageOps()
     with torch.no_grad():
@@ -590,13 +586,7 @@ def test_language_ops_lower_to_device_ops_and_match_torch():
     assert validate(graph, mode="train", profile=None).ok
     assert {"where", "logical_not", "logical_and", "logical_or", "greater", "less_equal", "not_equal", "abs",
             "log1p", "floor", "cumsum", "floor_div", "gather", "take_along_axis"} <= set(op_counts(graph))
-    loss, grads = Program(graph, weights_of(model, graph), seed=0).gradients([t.numpy() for t in batch])
-    model.zero_grad()
-    expected = model(*batch)
-    expected.backward()
-    np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
-    for name, p in model.named_parameters():
-        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    grads = assert_matches_torch(graph, model, lambda b: model(*b), batch)
     assert not grads["embed.weight"][0].any()  # the padding row gets no gradient, as in torch
 
 
@@ -604,8 +594,6 @@ def test_language_ops_lower_to_device_ops_and_match_torch():
 def test_attention_rows_that_attend_nowhere_give_zeros_as_in_torch():
     """A left-padded causal batch: the padding queries see no key, and torch's sdpa gives them zeros
     (not NaN), so the gradients stay finite."""
-    from device.runtime.program import Program
-
     torch.manual_seed(0)
     model = nn.Linear(4, 4)
     x = torch.randn(2, 5, 4)
@@ -619,13 +607,7 @@ def test_attention_rows_that_attend_nowhere_give_zeros_as_in_torch():
 
     graph = capture(step, model, [x, keep])
     assert unsupported(graph) == []
-    loss, grads = Program(graph, weights_of(model, graph), seed=0).gradients([x.numpy(), keep.numpy()])
-    model.zero_grad()
-    expected = step([x, keep])
-    expected.backward()
-    np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
-    for name, p in model.named_parameters():
-        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_matches_torch(graph, model, step, [x, keep])
 
 
 class SliceAssignment(nn.Module):
@@ -654,21 +636,13 @@ class SliceAssignment(nn.Module):
 
 
 def test_slice_and_element_assignment_match_torch():
-    from device.runtime.program import Program
-
     torch.manual_seed(0)
     model = SliceAssignment()
     batch = [torch.randn(2, 6, 4), torch.tensor([[1, 2, 3, 4, 5, 6], [8, 7, 6, 5, 4, 3]])]
     graph = capture(lambda b: model(*b), model, batch)
     assert unsupported(graph) == []
     assert validate(graph, mode="train", profile=None).ok
-    loss, grads = Program(graph, weights_of(model, graph), seed=0).gradients([t.numpy() for t in batch])
-    model.zero_grad()
-    expected = model(*batch)
-    expected.backward()
-    np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
-    for name, p in model.named_parameters():
-        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_matches_torch(graph, model, lambda b: model(*b), batch)
 
 
 @pytest.mark.parametrize("write, reason", [
@@ -752,8 +726,6 @@ def test_a_weight_name_the_module_lacks_is_a_validation_error():
 ], ids=["sdpa-bool", "sdpa-lowest", "sdpa-additive", "sdpa-causal", "where-other", "where-self", "where-scalars"])
 def test_attention_masks_and_where_forms_from_the_batch_match_torch(attend):
     """Masks that depend on the batch (rows of 5 and 3 tokens), as encoders build them."""
-    from device.runtime.program import Program
-
     torch.manual_seed(0)
     model = nn.Linear(4, 4)
     batch = [torch.randn(2, 5, 4), torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])]
@@ -764,19 +736,11 @@ def test_attention_masks_and_where_forms_from_the_batch_match_torch(attend):
 
     graph = capture(step, model, batch)
     assert unsupported(graph) == []
-    loss, grads = Program(graph, weights_of(model, graph), seed=0).gradients([t.numpy() for t in batch])
-    model.zero_grad()
-    expected = step(batch)
-    expected.backward()
-    np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
-    for name, p in model.named_parameters():
-        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_matches_torch(graph, model, step, batch)
 
 
 def test_exclusive_or_of_masks_is_not_equal_and_matches_torch():
     """``a ^ b`` on bool masks and logical_xor on integers (nonzero is true), both weighting a loss."""
-    from device.runtime.program import Program
-
     torch.manual_seed(0)
     model = nn.Linear(4, 4)
     batch = [torch.randn(2, 5, 4), torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])]
@@ -788,13 +752,7 @@ def test_exclusive_or_of_masks_is_not_equal_and_matches_torch():
 
     graph = capture(step, model, batch)
     assert unsupported(graph) == [] and op_counts(graph)["not_equal"] == 2
-    loss, grads = Program(graph, weights_of(model, graph), seed=0).gradients([t.numpy() for t in batch])
-    model.zero_grad()
-    expected = step(batch)
-    expected.backward()
-    np.testing.assert_allclose(loss, expected.item(), rtol=1e-6)
-    for name, p in model.named_parameters():
-        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_matches_torch(graph, model, step, batch, loss_rtol=1e-6)
 
 
 @pytest.mark.parametrize("make_step, reason", [
@@ -818,8 +776,6 @@ def test_language_forms_the_device_lacks_are_refused_with_a_reason(make_step, re
 ], ids=["x-half", "half-x-mul", "half-inside", "half-last"])
 def test_a_gelu_written_with_erf_is_one_gelu_node_in_its_dense_kernel(gelu):
     from device.passes.match import match
-    from device.runtime.program import Program
-
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 3))
 
@@ -831,13 +787,7 @@ def test_a_gelu_written_with_erf_is_one_gelu_node_in_its_dense_kernel(gelu):
     graph = capture(step, model, batch)
     assert op_counts(graph).get("gelu") == 1 and "erf" not in op_counts(graph)
     assert [k.kind for k in match(graph)] == ["dense", "dense", "softmax_loss"]
-    loss, grads = Program(graph, weights_of(model, graph)).gradients([t.numpy() for t in batch])
-    model.zero_grad()
-    expected = step(batch)
-    expected.backward()
-    np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
-    for name, p in model.named_parameters():
-        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_matches_torch(graph, model, step, batch)
 
 
 def test_an_erf_that_is_not_a_gelu_stays_as_written():

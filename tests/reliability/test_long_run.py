@@ -101,7 +101,7 @@ def test_emulator_memory_stays_flat_and_the_loss_matches_the_cpu(random_labels, 
     figures = (f"peak RSS {emulator[FIRST]['peak_kib'] / 1024:.1f} MiB at step {FIRST:,}, "
                f"{emulator[STEPS]['peak_kib'] / 1024:.1f} MiB at {STEPS:,} ({growth:+.2%}), RSS slope "
                f"{slope:+.3f} KiB/step, {(STEPS - FIRST) / seconds:.0f} steps/s; losses within {LOSS_RTOL:.0e} "
-               + (f"at every logged step" if parted is None else f"up to step {parted - LOG_STEPS:,}")
+               + ("at every logged step" if parted is None else f"up to step {parted - LOG_STEPS:,}")
                + f"; at {STEPS:,}: emulator {loss_e:.5f}, CPU {loss_c:.5f} ({relative:.1e} relative)")
     print(f"\nlong run: {figures}")
     followed = all(gap <= LOSS_RTOL for s, gap in gaps.items() if s <= FOLLOWED)

@@ -156,10 +156,7 @@ def _canonical_unigram(tokenizer: Tokenizer, n_specials: int) -> Tokenizer:
         for ps, piece, score in zip(run, sorted(p for p, _ in run), [s for _, s in run]):
             ps[0], ps[1] = piece, score
     pieces = sorted(([piece, round(score, _SCORE_DECIMALS)] for piece, score in pieces), key=lambda ps: (-ps[1], ps[0]))
-    data["model"]["vocab"] = specials + pieces
-    unk = data["model"].get("unk_id")
-    if unk is not None and unk >= n_specials:
-        raise UserError("the trained unigram's <unk> is not among its special tokens")
+    data["model"]["vocab"] = specials + pieces  # the specials keep their ids, <unk>'s with them
     return Tokenizer.from_str(json.dumps(data))
 
 
