@@ -111,8 +111,9 @@ class Table:
 
 
 def machine() -> str:
-    """The kind of machine that decides the last digits: the architecture and the widest
-    vector unit its math libraries dispatch to ("x86_64 avx512f", "x86_64 avx2", "aarch64")."""
+    """The kind of machine that decides the last digits: the architecture, the widest
+    vector unit its math libraries dispatch to and whether it has matrix tiles
+    ("x86_64 avx512f amx", "x86_64 avx512f", "x86_64 avx2", "aarch64")."""
     arch = platform.machine() or "unknown"
     flags: set[str] = set()
     try:
@@ -125,7 +126,9 @@ def machine() -> str:
         pass
     for unit in ("avx512f", "avx2", "avx", "sve", "asimd"):
         if unit in flags:
-            return f"{arch} {unit}"
+            # a CPU with matrix tiles (AMX) gets other kernels from oneDNN than one with
+            # AVX-512 alone: a chaotic run's figures part far between the two
+            return f"{arch} {unit} amx" if "amx_tile" in flags else f"{arch} {unit}"
     return arch
 
 

@@ -810,7 +810,7 @@ def _where(self: _Lowering, node, condition, self_, other):
     a multiply by a 0/1 mask).
     """
     if condition not in self.known:
-        return _select(self, node, condition, self_, other)
+        return _where_computed(self, node, condition, self_, other)
     shape, dtype = self.out(node)
     cond = self.known[condition].to(torch.bool)
     computed = [isinstance(b, torch.fx.Node) and b not in self.known for b in (self_, other)]
@@ -1460,7 +1460,7 @@ _LOWERINGS: dict[str, Callable] = {
 
 # ---- language ops: masks, position buckets, gathers ----
 
-def _select(self: _Lowering, node, condition, self_, other):
+def _where_computed(self: _Lowering, node, condition, self_, other):
     """where(c, a, b) with c computed from the batch (a padding mask): the IR's where."""
     shape, dtype = self.out(node)
     cond = self.tensor(condition)

@@ -149,7 +149,24 @@ def test_runs_as_a_module():
 def test_the_machine_is_its_architecture_and_widest_vector_unit():
     kind = machine()
     assert kind.split()[0] == platform.machine()
-    assert len(kind.split()) <= 2
+    assert len(kind.split()) <= 3
+
+
+@pytest.mark.parametrize("flags, kind", [
+    ("fpu sse avx avx2 fma", "avx2"),
+    ("fpu avx2 avx512f avx512bw", "avx512f"),
+    ("fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8", "avx512f amx"),
+])
+def test_a_cpu_with_matrix_tiles_is_another_kind(monkeypatch, flags, kind):
+    import builtins
+    import io
+
+    real = builtins.open
+    cpuinfo = f"processor\t: 0\nflags\t\t: {flags}\n"
+    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: io.StringIO(cpuinfo) if path == "/proc/cpuinfo"
+                        else real(path, *a, **k))
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    assert machine() == f"x86_64 {kind}"
 
 
 def test_on_the_measuring_kind_of_machine_every_figure_holds_exactly(tmp_path, capsys):
