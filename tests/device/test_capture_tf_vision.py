@@ -221,3 +221,47 @@ def test_gallery_ops_lower_to_their_records_and_match_tf():
         name = variable.name.split(":")[0]
         np.testing.assert_allclose(got_grads[name], expected, rtol=1e-5, atol=1e-6 * np.abs(expected).max(),
                                    err_msg=name)
+
+
+def grouped_fn(x, labels):  # x: (2, 8, 8, 4)
+    # Keras 3 builds Conv2D(groups=g) as an XLA-compiled function call (StatefulPartitionedCall)
+    y = layers.ReLU()(layers.Conv2D(6, 3, groups=2, strides=2, padding="same")(x))  # (2, 4, 4, 6)
+    y = layers.Conv2D(4, 1, groups=2)(y)  # (2, 4, 4, 4)
+    logits = layers.Dense(3)(layers.GlobalAveragePooling2D()(y))
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+
+
+def test_keras_grouped_conv2d_function_call_lowers_to_a_grouped_conv2d_and_matches_tf():
+    graph_tf, inputs, loss, variables, grads, session = build(grouped_fn, [((2, 8, 8, 4), tf.float32),
+                                                                           ((2,), tf.int32)])
+    assert [op.type for op in graph_tf.get_operations()].count("StatefulPartitionedCall") >= 2
+    graph = capture_tf.capture(graph_tf, inputs=inputs, loss=loss)
+    assert validate(graph, mode="train", profile=None).ok
+    assert [n.attrs.get("groups", 1) for n in graph.nodes if n.op == "conv2d"] == [2, 2]
+    batch = [np.random.default_rng(5).standard_normal((2, 8, 8, 4)).astype(np.float32), np.array([0, 2], np.int32)]
+    got_loss, got_grads = Program(graph, capture_tf.read_weights(session, graph)).gradients(batch)
+    tf_loss, tf_grads = session.run([loss, grads], dict(zip(inputs, batch)))
+    session.close()
+    np.testing.assert_allclose(got_loss, tf_loss, rtol=1e-5)
+    for variable, expected in zip(variables, tf_grads):
+        name = variable.name.split(":")[0]
+        np.testing.assert_allclose(got_grads[name], expected, rtol=1e-5, atol=1e-6 * np.abs(expected).max(),
+                                   err_msg=name)
+
+
+def test_a_function_call_that_is_not_one_conv2d_is_refused_with_the_reason():
+    @tf.function
+    def scaled(v):
+        return tf.nn.relu(v) * 2.0
+
+    def call_fn(x, labels):  # x: (2, 4, 4, 3)
+        y = scaled(x)  # <tf-call>
+        logits = layers.Dense(3)(layers.GlobalAveragePooling2D()(y))
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+
+    graph_tf, inputs, loss, *_, session = build(call_fn, [((2, 4, 4, 3), tf.float32), ((2,), tf.int32)])
+    session.close()
+    report = validate(capture_tf.capture(graph_tf, inputs=inputs, loss=loss), mode="train", profile=None)
+    found = [f for f in report.errors if f.line == _line("tf-call")]
+    assert len(found) == 1, report.to_text()
+    assert found[0].framework_op.endswith("PartitionedCall") and "one Conv2D" in found[0].message

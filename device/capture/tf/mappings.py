@@ -22,6 +22,7 @@
     Einsum / Cast / ArgMax / Equal                                einsum / cast / argmax / equal
     Conv2D                                                        conv2d (layout NHWC or NCHW, weight HWIO, groups)
     DepthwiseConv2dNative                                         reshape of the filter, conv2d (groups = C)
+    (Stateful)PartitionedCall of one Conv2D (Keras Conv2D(groups)) conv2d (groups); other calls refused
     MaxPool AvgPool                                               max_pool2d avg_pool2d
     FusedBatchNorm{,V2,V3} training / inference                  batch_norm / its elementwise formula
     Conv2DBackpropInput (Keras Conv2DTranspose)                   conv_transpose2d (weight HWOI)
@@ -558,6 +559,53 @@ def _map_pad(low: Lowering, tensor):
     return Plan([x], lambda: low.emit("pad", [low.value(x)], op, [tensor], {"pads": pads, "value": float(value)}))
 
 
+
+def _function_def(op: tf.Operation):
+    """The FunctionDef that a PartitionedCall / StatefulPartitionedCall runs."""
+    name = op.get_attr("f").name
+    function = op.graph._get_function(name)  # the graph's library, without serialising the whole graph
+    if function is not None and hasattr(function, "definition"):
+        return function.definition
+    return next(f for f in op.graph.as_graph_def().library.function if f.signature.name == name)
+
+
+def _map_call(low: Lowering, tensor):
+    """A function call whose body is one Conv2D on its arguments: Keras 3 builds Conv2D(groups=g) so (an
+    XLA-compiled function, TF's CPU kernels having no grouped convolution), the filter (kh, kw, C / g, O)
+    read through a resource argument. Lowered as that Conv2D, grouped; any other call is refused (the
+    capture does not enter function bodies)."""
+    op = tensor.op
+    fdef = _function_def(op)
+    nodes = {n.name: n for n in fdef.node_def}
+    args = {a.name: i for i, a in enumerate(fdef.signature.input_arg)}
+
+    def node_of(ref: str):  # "name:output:0" or an argument's name -> its NodeDef (None: an argument)
+        return nodes.get(ref.split(":")[0])
+
+    refused = CannotMap(f"a call of the function {fdef.signature.name}: the TF capture enters only a function "
+                        "that is one Conv2D (Keras Conv2D(groups=g)); write the layer without a tf.function")
+    conv = node_of(fdef.ret[fdef.signature.output_arg[tensor.value_index].name])
+    while conv is not None and conv.op == "Identity":
+        conv = node_of(conv.input[0])
+    if conv is None or conv.op != "Conv2D" or conv.attr["padding"].s == b"EXPLICIT":
+        raise refused
+    x_ref, w_ref = conv.input[:2]
+    read = node_of(w_ref)
+    if x_ref not in args or read is None or read.op != "ReadVariableOp" or read.input[0] not in args:
+        raise refused
+    x, resource = op.inputs[args[x_ref]], op.inputs[args[read.input[0]]]
+    if resource.op.type != "VarHandleOp":
+        raise refused
+    layout = conv.attr["data_format"].s.decode()
+    filter_shape = tf.TensorShape(resource.op.get_attr("shape")).as_list()  # (kh, kw, C / g, O)
+    attrs = {"strides": _spatial(conv.attr["strides"].list.i, layout), "padding": conv.attr["padding"].s.decode(),
+             "dilations": _spatial(conv.attr["dilations"].list.i, layout), "layout": layout, "weight_layout": "HWIO"}
+    channels = static_shape(x)[3 if layout == "NHWC" else 1]
+    if channels and filter_shape[2] and channels != filter_shape[2]:
+        attrs["groups"] = channels // filter_shape[2]
+    return Plan([x, resource], lambda: low.emit("conv2d", [low.value(x), low.value(resource)], op, [tensor], attrs))
+
+
 # TF op types that are one IR op on the same inputs
 _ONE_TO_ONE = {
     "AddV2": "add", "Add": "add", "Sub": "sub", "Mul": "mul", "RealDiv": "div", "Maximum": "maximum",
@@ -590,6 +638,7 @@ MAPPINGS: dict[str, OpMapping] = {
     "Conv2DBackpropInput": _map_conv2d_backprop_input, "ResizeBilinear": _map_resize,
     "ResizeNearestNeighbor": _map_resize, "Tile": _map_tile, "Unpack": _map_unpack, "Split": _map_split,
     "SplitV": _map_split, "Pad": _map_pad, "PadV2": _map_pad, "MirrorPad": _map_pad,
+    "PartitionedCall": _map_call, "StatefulPartitionedCall": _map_call,  # Keras Conv2D(groups=g)
 }
 
 
