@@ -9,11 +9,20 @@ What is compared (fp32):
     steps_err   the loss of each of STEPS optimizer steps (SGD with momentum), relative, the worst
     mixed_err   the first step's loss in mixed precision (bfloat16 compute) against the framework's
                 fp32; mixed_steps_err the worst of the STEPS steps
+    framework_mixed_err   the framework's own mixed precision (Keras' "mixed_bfloat16" policy,
+                torch.autocast on the CPU in bfloat16), the same weights and batch, against its fp32:
+                how far bfloat16 itself moves this model's loss; mixed_to_framework the emulator's
+                bfloat16 first loss against the framework's bfloat16 one
 
 and beside them the noise floor: the same quantities between two framework runs that differ
 only in the order of the examples in each batch (reversed), so in the order of their sums: the
-same function, rounded otherwise. Deep networks with batch norm over small maps (every ImageNet
-model at 32x32 or 64x64) amplify such differences (device/README.md, "How close"); the floor
+same function, rounded otherwise. In the full run a second floor, exact_floor: how far the
+framework's fp32 gradients are from its float64 ones (the same weights and batch; torch's
+model.double(), Keras' "float64" policy; conditioning.py), and exact_err, the emulator's
+gradients against those float64 ones. Where the model is ill-conditioned both fp32 runs are far
+from the exact gradients while close to each other, and the reversed batch understates what fp32
+can do. Deep networks with batch norm over small maps (every ImageNet model at 32x32 or 64x64)
+amplify such differences (device/README.md, "How close"); the floor
 says how much of a gap is the framework's own.
 
 Timings are wall-clock on this machine; samples/s are the compile's estimates for wse2 and wse3.
@@ -58,6 +67,10 @@ class Result:
     steps_floor: float = 0.0
     mixed_err: float | None = None  # the first step's loss in mixed precision, relative to fp32's
     mixed_steps_err: float | None = None  # the worst of STEPS steps
+    framework_mixed_err: float | None = None  # the framework's own bfloat16 first loss, relative to its fp32
+    mixed_to_framework: float | None = None  # the emulator's bfloat16 first loss, relative to the framework's
+    exact_floor: float | None = None  # the framework's fp32 first-step gradients against its float64 ones (grad_gap)
+    exact_err: float | None = None  # the emulator's against the framework's float64 ones
     losses: list[float] = field(default_factory=list)  # the framework's, per step
 
     @property
@@ -126,9 +139,12 @@ def _compile(result: Result, graph) -> None:
             result.compile_s = time.perf_counter() - start
 
 
-def _mixed(result: Result, losses: list[float]) -> None:
+def _mixed(result: Result, losses: list[float], framework_losses: list[float]) -> None:
+    """``losses``: the emulator's in bfloat16; ``framework_losses``: the framework's own in bfloat16."""
     result.mixed_err = relative(losses[0], result.losses[0])
     result.mixed_steps_err = max(relative(a, b) for a, b in zip(losses, result.losses))
+    result.framework_mixed_err = relative(framework_losses[0], result.losses[0])
+    result.mixed_to_framework = relative(losses[0], framework_losses[0])
 
 
 def _steps_on(program: Program, data) -> tuple[list[float], float]:
@@ -170,7 +186,7 @@ def run_torch(entry: Entry, full: bool = True) -> Result:
     result = Result(entry)
     torch.manual_seed(0)
     model = entry.build(False)
-    twins = {k: copy.deepcopy(model) for k in ("floor", "mixed")}  # the same initial weights
+    twins = {k: copy.deepcopy(model) for k in ("floor", "mixed", "autocast", "exact")}  # the same initial weights
     data, step_of = _torch_batches_and_loss(entry, STEPS if full else 1)
 
     def sgd(m):
@@ -195,13 +211,15 @@ def run_torch(entry: Entry, full: bool = True) -> Result:
     loss, grads = program.gradients(numpy_data[0])
     result.emulator_step_s = time.perf_counter() - start
 
-    def framework_run(m, reverse: bool):
+    def framework_run(m, reverse: bool, autocast: bool = False):
         """(losses, first-step gradients by name, seconds per step) of the SGD steps; ``reverse``: each
-        batch's examples in reverse order (the same sums, added in another order)."""
+        batch's examples in reverse order (the same sums, added in another order); ``autocast``: in
+        torch's own mixed precision (bfloat16 on the CPU)."""
         step, opt, losses, first, start = step_of(m), sgd(m), [], None, time.perf_counter()
         for batch in data:
             opt.zero_grad()
-            value = step([t.flip(0) for t in batch] if reverse else batch)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                value = step([t.flip(0) for t in batch] if reverse else batch)
             value.backward()
             if first is None:
                 first = {k: p.grad.numpy().copy() for k, p in m.named_parameters() if p.grad is not None}
@@ -223,11 +241,18 @@ def run_torch(entry: Entry, full: bool = True) -> Result:
         got, result.emulator_step_s = _steps_on(program, numpy_data)
         result.steps_err = max(relative(a, b) for a, b in zip(got, result.losses))
 
+    if full and entry.library == "torchvision":  # the first step in float64: slow, so in the full run only
+        exact = twins["exact"].double()
+        step_of(exact)([t.double() if t.is_floating_point() else t for t in data[0]]).backward()
+        exact_grads = {k: p.grad.numpy() for k, p in exact.named_parameters() if p.grad is not None}
+        result.exact_floor, _ = grad_gap(expected_grads, exact_grads)
+        result.exact_err, _ = grad_gap(grads, exact_grads)
+
     if full and entry.mixed:
         mixed = twins["mixed"]
         graph16 = capture(step_of(mixed), mixed, data[0], optimizer=sgd(mixed), precision="bfloat16")
         program16 = Program(graph16, weights_of(mixed, graph16), state_of(mixed, graph16), seed=0)
-        _mixed(result, _steps_on(program16, numpy_data)[0])
+        _mixed(result, _steps_on(program16, numpy_data)[0], framework_run(twins["autocast"], False, True)[0])
     return result
 
 
@@ -249,9 +274,11 @@ def validate_torch_defaults(entry: Entry) -> list[str]:
 # --------------------------------------------------------------------------- TensorFlow
 
 
-def _keras_graph(entry: Entry, dropout: bool):
+def _keras_graph(entry: Entry, dropout: bool, policy: str = "float32"):
     """A TF1 graph as the Estimator runner builds one from a model_fn: (graph, x, y, loss, train_op,
-    [(variable, gradient)], initializer)."""
+    [(variable, gradient)], initializer); ``policy``: Keras' dtype policy while the model is built
+    ("mixed_bfloat16": its own mixed precision, the logits cast back to float32 for the loss;
+    "float64": the exact gradients' stand-in, the loss in float64 too)."""
     import tensorflow as tf
 
     v1 = tf.compat.v1
@@ -261,7 +288,11 @@ def _keras_graph(entry: Entry, dropout: bool):
     with graph.as_default():
         x = v1.placeholder(tf.float32, (entry.batch, entry.size, entry.size, 3))
         y = v1.placeholder(tf.int32, (entry.batch,))
-        logits = entry.build(dropout)(x, training=True)
+        tf.keras.mixed_precision.set_global_policy(policy)
+        try:
+            logits = tf.cast(entry.build(dropout)(x, training=True), tf.float64 if policy == "float64" else tf.float32)
+        finally:
+            tf.keras.mixed_precision.set_global_policy("float32")
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
         variables = v1.trainable_variables()
         grads = tf.gradients(loss, variables)
@@ -297,6 +328,7 @@ def run_keras(entry: Entry, full: bool = True) -> Result:
             every = v1.global_variables()
             initial = sess.run(every)
             restore = tf.group(*[v.assign(value) for v, value in zip(every, initial)])
+            initial_by_name = {v.name: value for v, value in zip(every, initial)}
         weights, state = capture_tf.read_weights(sess, graph), capture_tf.read_state(sess, graph)
 
         start = time.perf_counter()
@@ -326,10 +358,52 @@ def run_keras(entry: Entry, full: bool = True) -> Result:
     if full:
         got, result.emulator_step_s = _steps_on(Program(graph, weights, state, seed=0), data)
         result.steps_err = max(relative(a, b) for a, b in zip(got, result.losses))
+        exact_grads = _keras_exact_gradients(entry, data[0], initial_by_name)
+        result.exact_floor, _ = grad_gap(expected_grads, exact_grads)
+        result.exact_err, _ = grad_gap(grads, exact_grads)
     if full and entry.mixed:
         graph16 = capture_tf.capture(tf_graph, inputs=[x, y], loss=loss, train_op=train_op, precision="bfloat16")
-        _mixed(result, _steps_on(Program(graph16, weights, state, seed=0), data)[0])
+        _mixed(result, _steps_on(Program(graph16, weights, state, seed=0), data)[0],
+               _keras_mixed_losses(entry, data, initial_by_name))
     return result
+
+
+def _keras_under(entry: Entry, policy: str, initial_by_name: dict[str, np.ndarray]):
+    """The entry built under Keras' dtype ``policy``, in a session that holds the fp32 run's initial values
+    (by variable name): (session, x, y, loss, train_op, [(variable, gradient)])."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    tf_graph, x, y, loss, train_op, grads_of, init = _keras_graph(entry, dropout=False, policy=policy)
+    sess = v1.Session(graph=tf_graph)
+    sess.run(init)
+    with tf_graph.as_default():
+        every = v1.global_variables()
+        missing = [v.name for v in every if v.name not in initial_by_name]
+        if missing:  # the two builds must hold the same variables
+            raise ValueError(f"{entry.id}: the {policy} build has variables the fp32 one has not: {missing[:3]}")
+        values = [v1.placeholder(v.dtype.base_dtype, v.shape) for v in every]
+        sess.run([v.assign(value) for v, value in zip(every, values)],
+                 {value: initial_by_name[v.name] for v, value in zip(every, values)})
+    return sess, x, y, loss, train_op, grads_of
+
+
+def _keras_mixed_losses(entry: Entry, data, initial_by_name: dict[str, np.ndarray]) -> list[float]:
+    """The losses of the SGD steps in Keras' own mixed precision ("mixed_bfloat16": bfloat16 compute,
+    float32 variables), from the fp32 run's initial values on the same batches."""
+    sess, x, y, loss, train_op, _ = _keras_under(entry, "mixed_bfloat16", initial_by_name)
+    with sess:
+        return [float(sess.run([loss, train_op], {x: images, y: labels})[0]) for images, labels in data]
+
+
+def _keras_exact_gradients(entry: Entry, batch, initial_by_name: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The first step's gradients in float64 (Keras' "float64" policy), by variable name as the capture names them."""
+    from device.capture.tf.tensors import variable_name
+
+    sess, x, y, _, _, grads_of = _keras_under(entry, "float64", initial_by_name)
+    with sess:
+        named = {variable_name(v): g for v, g in grads_of if g is not None}
+        return dict(zip(named, sess.run(list(named.values()), {x: batch[0], y: batch[1]})))
 
 
 def validate_keras_defaults(entry: Entry) -> list[str]:

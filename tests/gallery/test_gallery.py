@@ -25,10 +25,26 @@ STEPS = 1e-3
 # MobileNet at 64x64 (tests/gallery/README.md, the floor columns). Where that measured floor is
 # above the bound, the bound is FLOOR_FACTOR times the floor: the floor is one draw of the noise,
 # and the emulator sums in yet another order (im2col GEMMs, not the framework's direct kernels).
+# For the gradients the floor is the larger of that reversed batch's gap and, where measured (the
+# full run of a torchvision entry), torch fp32's own gap to its float64 gradients: in an
+# ill-conditioned model (ResNet-50's bottlenecks at 64x64) two fp32 runs sit close together and far
+# from the exact gradients, so an emulator as far from them as fp32 is can be twice that from torch.
 FLOOR_FACTOR = 4
 # mixed precision (bfloat16 compute) against the framework's fp32: the first step's loss (the
-# steps after it are in the table: rounding to 8 bits of mantissa, amplified as above)
+# steps after it are in the table: rounding to 8 bits of mantissa, amplified as above). Where the
+# framework's own mixed precision (the same weights and batch) moves the loss further, the bound is
+# FLOOR_FACTOR times that move: bfloat16 moves the loss so much in this model, and the device rounds
+# other tensors to bfloat16 than the framework does. Within MIXED of the framework's own bfloat16
+# loss passes too.
 MIXED = 2e-2
+
+
+def mixed_bound(result) -> float:
+    return max(MIXED, FLOOR_FACTOR * (result.framework_mixed_err or 0.0))
+
+
+def grad_floor(result) -> float:
+    return max(result.grad_floor, result.exact_floor or 0.0)
 
 
 def selected(entry) -> bool:
@@ -59,10 +75,11 @@ def test_trains_like_the_framework(entry):
     assert all(v != "does not fit" for v in result.samples_per_s.values()), result.samples_per_s
     assert result.loss_err <= max(FIRST_STEP, FLOOR_FACTOR * result.loss_floor), (result.loss_err, result.loss_floor,
                                                                                    result.losses)
-    assert result.grad_err <= max(FIRST_STEP, FLOOR_FACTOR * result.grad_floor), (
-        result.grad_err, result.grad_worst, result.grad_floor)
+    assert result.grad_err <= max(FIRST_STEP, FLOOR_FACTOR * grad_floor(result)), (
+        result.grad_err, result.grad_worst, result.grad_floor, result.exact_floor, result.exact_err)
     if FULL:
         assert result.steps_err <= max(STEPS, FLOOR_FACTOR * result.steps_floor), (result.steps_err,
                                                                                     result.steps_floor)
         if entry.mixed:
-            assert result.mixed_err <= MIXED, (result.mixed_err, result.mixed_steps_err)
+            assert result.mixed_err <= mixed_bound(result) or result.mixed_to_framework <= MIXED, (
+                result.mixed_err, result.framework_mixed_err, result.mixed_to_framework, result.mixed_steps_err)
