@@ -25,7 +25,7 @@ README = Path(__file__).resolve().parent / "README.md"
 BEGIN, END = "<!-- table: written by python -m tests.gallery -->", "<!-- end of table -->"
 HEADER = ("| model | ops (kinds) | refused as built (dropout on) | validate s | compile s | emulator / eager "
           "| samples/s wse2 | samples/s wse3 | first loss | worst gradient (floor) | 3 steps (floor) "
-          "| bf16 first / 3 steps |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| bf16 first / 3 steps; first vs torch autocast |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def _e(value) -> str:
@@ -45,6 +45,8 @@ def row(entry) -> str:
                 f"{'; '.join(result.unsupported)[:300]} | {result.validate_s:.1f} | | | | | | | | |")
     worst = f"{_e(result.grad_err)} `{result.grad_worst}` ({_e(result.grad_floor)})"
     mixed = "-" if result.mixed_err is None else f"{_e(result.mixed_err)} / {_e(result.mixed_steps_err)}"
+    if result.mixed_autocast_err is not None:
+        mixed += f"; autocast {_e(result.mixed_autocast_err)}"
     return (f"| {entry.id} | {result.ops} ({result.op_kinds}) | {refused} | {result.validate_s:.1f} "
             f"| {result.compile_s:.2f} | {result.ratio:.1f} | {result.samples_per_s['wse2']} "
             f"| {result.samples_per_s['wse3']} | {_e(result.loss_err)} | {worst} "

@@ -8,7 +8,8 @@ What is compared (fp32):
                 weight, the worst weight
     steps_err   the loss of each of STEPS optimizer steps (SGD with momentum), relative, the worst
     mixed_err   the first step's loss in mixed precision (bfloat16 compute) against the framework's
-                fp32; mixed_steps_err the worst of the STEPS steps
+                fp32; mixed_steps_err the worst of the STEPS steps; for PyTorch, mixed_autocast_err
+                the same first loss against torch's own under torch.autocast("cpu", bfloat16)
 
 and beside them the noise floor: the same quantities between two framework runs that differ
 only in the order of the examples in each batch (reversed), so in the order of their sums: the
@@ -58,6 +59,8 @@ class Result:
     steps_floor: float = 0.0
     mixed_err: float | None = None  # the first step's loss in mixed precision, relative to fp32's
     mixed_steps_err: float | None = None  # the worst of STEPS steps
+    # PyTorch: the mixed-precision first loss against torch's own under torch.autocast("cpu", bfloat16)
+    mixed_autocast_err: float | None = None
     losses: list[float] = field(default_factory=list)  # the framework's, per step
 
     @property
@@ -143,15 +146,12 @@ def _steps_on(program: Program, data) -> tuple[list[float], float]:
 
 def _torch_batches_and_loss(entry: Entry, count: int):
     """(batches of tensors, model -> step -> loss): images and cross entropy, or for transformers the
-    keyword arguments of transformers_encoders.batches and the model's own loss."""
+    keyword arguments of the entry's inputs and the model's own loss."""
     import torch
     import torch.nn.functional as F
 
-    if entry.library == "transformers":
-        from tests.gallery.transformers_encoders import MODELS
-        from tests.gallery.transformers_encoders import batches as keyword_batches
-
-        arrays = keyword_batches(MODELS[entry.name], count)
+    if entry.inputs is not None:
+        arrays = entry.inputs(count)
         keys = list(arrays[0])
         return ([tuple(torch.from_numpy(b[k]) for k in keys) for b in arrays],
                 lambda m: lambda batch: m(**dict(zip(keys, batch))).loss)
@@ -227,7 +227,11 @@ def run_torch(entry: Entry, full: bool = True) -> Result:
         mixed = twins["mixed"]
         graph16 = capture(step_of(mixed), mixed, data[0], optimizer=sgd(mixed), precision="bfloat16")
         program16 = Program(graph16, weights_of(mixed, graph16), state_of(mixed, graph16), seed=0)
-        _mixed(result, _steps_on(program16, numpy_data)[0])
+        losses16 = _steps_on(program16, numpy_data)[0]
+        _mixed(result, losses16)
+        with torch.autocast("cpu", torch.bfloat16):  # the twin's weights are still the initial ones
+            autocast_loss = step_of(mixed)(data[0]).item()
+        result.mixed_autocast_err = relative(losses16[0], autocast_loss)
     return result
 
 
