@@ -29,6 +29,7 @@ from device.dtypes import BYTES, HALF_PRECISIONS, INTEGERS
 from device.ir import Graph, Node
 from device.ops import OPS, ops_in
 from device.ops.record import Work, per_element
+from device.precision import float32_nodes
 
 ACTIVATIONS = ops_in("activation")
 ELEMENTWISE = ops_in("elementwise", "activation")
@@ -140,7 +141,9 @@ class Kernel:
     activation_bytes: int = 0  # activations out, for the batch, in the compute format
     loc: str = ""  # where the anchor node came from: "file:line (framework op)"
     # the 16-bit format the kernel computes in when the graph is float32 but the model casts the
-    # anchor's inputs itself (torch.autocast in its forward, a cast before a matmul); "": the graph's
+    # anchor's inputs itself (torch.autocast in its forward, a cast before a matmul); "float32" in a
+    # mixed-precision graph when the anchor computes the model's float32 tensors (device/precision.py);
+    # "": the graph's
     precision: str = ""
 
     @property
@@ -186,6 +189,9 @@ class _Matcher:
         self.sinks = {self.graph.loss, *self.graph.outputs.values()} - {None}
         self._weight_memo: dict[str, bool] = {}
         self._order = {n.name: i for i, n in enumerate(self.graph.nodes)}
+        # a mixed-precision graph's float32 tensors (masks from the batch's integers): device/precision.py
+        self.float32 = float32_nodes(self.graph)
+        self.float32_values = {v for n in self.graph.nodes if n.name in self.float32 for v in n.outputs}
 
     def run(self) -> list[Kernel]:
         # attention chains are found first and reserved: a padding mask computed from the
@@ -364,16 +370,22 @@ class _Matcher:
         outputs = [v for v in dict.fromkeys(v for n in nodes for v in n.outputs)
                    if v in self.sinks or any(c.name not in names for c in self.consumers.get(v, []))]
         elem = BYTES.get(graph.precision, 4)
+
+        def size(v: str) -> int:  # bytes of a value: the model's float32 tensors at 4 bytes
+            return _bytes(graph, v, 4 if v in self.float32_values else elem)
+
+        anchor = _anchor(nodes)
         kernel = Kernel(
             name=name, kind=kind, nodes=[n.name for n in nodes], ops=[n.op for n in nodes],
             params=params, state=state, inputs=inputs, outputs=outputs, batch=batch_size(graph),
             weight_bytes=4 * sum(_numel(graph, v) for v in params),  # fp32 master weights (wafer-facts.md)
             state_bytes=4 * sum(_numel(graph, v) for v in state),
-            input_bytes=sum(_bytes(graph, v, elem) for v in inputs),
-            stash_bytes=sum(_bytes(graph, v, elem) for v in inputs
+            input_bytes=sum(size(v) for v in inputs),
+            stash_bytes=sum(size(v) for v in inputs
                             if any(v in n.inputs and self._backward_reads(n, v) for n in nodes)),
-            activation_bytes=sum(_bytes(graph, v, elem) for v in outputs),
-            loc=str(_anchor(nodes).loc), precision=_own_half_precision(graph, _anchor(nodes)),
+            activation_bytes=sum(size(v) for v in outputs),
+            loc=str(anchor.loc),
+            precision="float32" if anchor.name in self.float32 else _own_half_precision(graph, anchor),
         )
         if kind in FREE_KINDS:
             return kernel

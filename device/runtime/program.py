@@ -22,7 +22,9 @@ inputs and outputs are rounded to the 16-bit format at the kernel boundary, and 
 the gradients entering and leaving its backward, while the arithmetic inside a kernel is
 float32 (fp32 accumulation). The loss computation (an op whose record is a loss, such
 as sparse_softmax_cross_entropy, what follows it, and the node that yields the loss) and
-the optimizer stay in fp32; state inputs (running statistics) are not rounded.
+the optimizer stay in fp32; state inputs (running statistics) are not rounded. So do the
+model's float32 tensors (masks computed from the batch's integers, what reads them up to the
+next matmul: device/precision.py), as under torch.autocast.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from device.dtypes import EMULATOR_STORAGE, FLOATS, HALF_PRECISIONS, PRECISIONS,
 from device.ir import Graph, Node
 from device.ops import OPS
 from device.ops.record import Backward, Forward, KernelContext
+from device.precision import float32_nodes
 from device.runtime.memory import keep_freed_memory
 from device.runtime.optimizers import Optimizer
 from zoo_base.errors import UserError
@@ -145,6 +148,7 @@ class Program:
         mixed = self._format in HALF_PRECISIONS
         producers = graph.producers()
         in_loss: set[str] = set()  # nodes of the loss computation (fp32)
+        float32 = float32_nodes(graph)  # the model's float32 tensors and what reads them
         rounded: set[str] = set()  # values already held in the 16-bit format
         plan = []
         for index, node in enumerate(graph.nodes):
@@ -152,7 +156,7 @@ class Program:
             if (record.loss or graph.loss in node.outputs
                     or any(producers[i].name in in_loss for i in node.inputs if i in producers)):
                 in_loss.add(node.name)
-            compute16 = mixed and node.name not in in_loss
+            compute16 = mixed and node.name not in in_loss and node.name not in float32
             floating = [graph.values[v].dtype in FLOATS if v in graph.values else
                         np.issubdtype(np.asarray(graph.constants[v]).dtype, np.floating) for v in node.inputs]
             round_inputs = tuple(i for i, v in enumerate(node.inputs)

@@ -159,15 +159,12 @@ def _steps_on(program: Program, data) -> tuple[list[float], float]:
 
 def _torch_batches_and_loss(entry: Entry, count: int):
     """(batches of tensors, model -> step -> loss): images and cross entropy, or for transformers the
-    keyword arguments of transformers_encoders.batches and the model's own loss."""
+    keyword arguments of the entry's inputs and the model's own loss."""
     import torch
     import torch.nn.functional as F
 
-    if entry.library == "transformers":
-        from tests.gallery.transformers_encoders import MODELS
-        from tests.gallery.transformers_encoders import batches as keyword_batches
-
-        arrays = keyword_batches(MODELS[entry.name], count)
+    if entry.inputs is not None:
+        arrays = entry.inputs(count)
         keys = list(arrays[0])
         return ([tuple(torch.from_numpy(b[k]) for k in keys) for b in arrays],
                 lambda m: lambda batch: m(**dict(zip(keys, batch))).loss)

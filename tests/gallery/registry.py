@@ -34,6 +34,9 @@ class Entry:
     # a gap to the framework that is known and not yet fixed, with what was measured: its test is an
     # expected failure (strict: it fails once the gap closes, so that this is removed)
     known_gap: str = ""
+    # transformers: count -> the keyword arguments of each step's call, arrays (the model's own loss);
+    # None: images and class ids of ``size`` (harness.batches)
+    inputs: Callable[[int], list[dict[str, Any]]] | None = None
 
     @property
     def id(self) -> str:
@@ -133,26 +136,31 @@ KERAS = [
 # ------------------------------------------------------------------------- transformers
 
 
-def _transformers(name: str) -> Callable[[bool], Any]:
-    """The tiny model of tests/gallery/transformers_encoders.py (its configs set every dropout to 0);
-    with ``dropout``, its nn.Dropout modules at transformers' default rate, 0.1."""
+def _transformers(module, name: str) -> Callable[[bool], Any]:
+    """The tiny model ``name`` of ``module`` (transformers_encoders or transformers_decoders, whose configs
+    set every dropout to 0); with ``dropout``, its nn.Dropout modules at transformers' default rate, 0.1."""
     def build(dropout: bool):
-        from tests.gallery.transformers_encoders import MODELS
-        model = MODELS[name].build()
+        model = module.MODELS[name].build()
         if dropout:
             import torch
-            for module in model.modules():
-                if isinstance(module, torch.nn.Dropout):
-                    module.p = 0.1
+            for layer in model.modules():
+                if isinstance(layer, torch.nn.Dropout):
+                    layer.p = 0.1
         return model
     return build
 
 
-# size 0: the inputs are transformers_encoders.batches (token rows of 8, 5 and 3 under a mask; ViT 8x8)
-TRANSFORMERS = [Entry(name, "transformers", _transformers(name), 0, batch=3, quick=name == "BertForMaskedLM",
-                      mixed=True)
-                for name in ("BertForMaskedLM", "RobertaForSequenceClassification", "DistilBertForMaskedLM",
-                             "AlbertForMaskedLM", "ElectraForSequenceClassification", "ViTForImageClassification")]
+def _transformers_entries() -> list[Entry]:
+    """Every model of transformers_encoders.py and transformers_decoders.py, its quick flag as there;
+    size 0: the inputs are the module's ``batches`` (token rows of 8, 5 and 3 under a mask; ViT 8x8)."""
+    from tests.gallery import transformers_decoders, transformers_encoders
+
+    return [Entry(name, "transformers", _transformers(module, name), 0, batch=3, quick=model.quick, mixed=True,
+                  inputs=lambda count, module=module, model=model: module.batches(model, count))
+            for module in (transformers_encoders, transformers_decoders) for name, model in module.MODELS.items()]
+
+
+TRANSFORMERS = _transformers_entries()
 
 ENTRIES: dict[str, Entry] = {e.id: e for e in TORCHVISION + KERAS + TRANSFORMERS}
 # the modules each library needs (an entry with one missing is skipped)

@@ -7,19 +7,17 @@ nothing, the case torch's sdpa answers with zeros. Encoder-decoders pad their so
 right and their labels with -100; the model shifts the labels into decoder inputs itself
 (slice assignment in the traced step). Dropout is off (the emulator draws its own masks).
 
-``run(name)`` trains one on the emulator next to torch, with the figures of the gallery's
-harness (first-step loss and every gradient, then STEPS SGD steps, then mixed precision).
+The gallery's registry lists them as "transformers" entries next to the encoders
+(transformers_encoders.py); its harness (run_torch) trains each on the emulator next to torch
+with these batches and the model's own loss.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-
-from tests.gallery.harness import LR, MOMENTUM, STEPS, grad_gap, relative
 
 VOCAB = 64
 LENGTH = 8  # source (decoder: the whole sequence)
@@ -95,8 +93,8 @@ MODELS = {m.name: m for m in [
 ]}
 
 
-def batches(model: Model, count: int, seed: int = 1) -> list[list[np.ndarray]]:
-    """[ids, attention mask, labels] per step; rows of LENGTH, LENGTH - 3 and LENGTH - 5 tokens."""
+def batches(model: Model, count: int, seed: int = 1) -> list[dict[str, np.ndarray]]:
+    """The keyword arguments of each step; rows of LENGTH, LENGTH - 3 and LENGTH - 5 tokens."""
     rng = np.random.default_rng(seed)
     lengths = np.array([LENGTH, LENGTH - 3, LENGTH - 5])[:, None]
     position = np.arange(LENGTH)[None]
@@ -110,79 +108,5 @@ def batches(model: Model, count: int, seed: int = 1) -> list[list[np.ndarray]]:
         else:  # left-padded, as for batched generation
             mask = position >= LENGTH - lengths
             labels = np.where(mask, ids, -100)
-        out.append([ids, mask.astype(np.int64), labels])
+        out.append({"input_ids": ids, "attention_mask": mask.astype(np.int64), "labels": labels})
     return out
-
-
-@dataclass
-class Result:
-    loss_err: float = 0.0
-    grad_err: float = 0.0
-    grad_worst: str = ""
-    steps_err: float | None = None
-    mixed_err: float | None = None
-    unsupported: list[str] | None = None
-
-
-def run(name: str, full: bool = True) -> Result:
-    """The first step against torch; with ``full``, STEPS SGD steps and the first in bfloat16 too."""
-    import torch
-
-    from device.api import validate_graph
-    from device.capture.torch import capture, state_of, weights_of
-    from device.runtime.program import Program
-
-    model_spec, result = MODELS[name], Result()
-    torch.manual_seed(0)
-    model = model_spec.build()
-    twin = copy.deepcopy(model)
-    data = batches(model_spec, STEPS if full else 1)
-    tensors = [[torch.from_numpy(a) for a in b] for b in data]
-
-    def step_of(m):
-        return lambda b: m(input_ids=b[0], attention_mask=b[1], labels=b[2]).loss
-
-    def sgd(m):
-        return torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM)
-
-    graph = capture(step_of(model), model, tensors[0], optimizer=sgd(model))
-    report = validate_graph(graph, mode="train", profile_name="wse2")
-    result.unsupported = [f"{f.framework_op or f.kind}: {f.message}" for f in report.errors]
-    if not report.ok:
-        return result
-    weights = {k: v.copy() for k, v in weights_of(model, graph).items()}
-    state = {k: v.copy() for k, v in state_of(model, graph).items()}
-    loss, grads = Program(graph, weights, state, seed=0).gradients(data[0])
-
-    step, optimizer, losses, expected = step_of(model), sgd(model), [], None
-    for batch in tensors:
-        optimizer.zero_grad()
-        value = step(batch)
-        value.backward()
-        if expected is None:
-            expected = {k: p.grad.numpy().copy() for k, p in model.named_parameters() if p.grad is not None}
-        optimizer.step()
-        losses.append(value.item())
-    result.loss_err = relative(loss, losses[0])
-    result.grad_err, result.grad_worst = grad_gap(grads, expected)
-    if full:
-        program = Program(graph, weights, state, seed=0)
-        result.steps_err = max(relative(program.train_step(b, LR), ref) for b, ref in zip(data, losses))
-        graph16 = capture(step_of(twin), twin, tensors[0], optimizer=sgd(twin), precision="bfloat16")
-        program16 = Program(graph16, weights_of(twin, graph16), state_of(twin, graph16), seed=0)
-        result.mixed_err = relative(program16.gradients(data[0])[0], losses[0])
-    return result
-
-
-def _figure(value: float | None) -> str:
-    return "-" if value is None else "NaN" if value != value else f"{value:.1e}"
-
-
-if __name__ == "__main__":  # the README's rows: python -m tests.gallery.transformers_decoders [NAME ...]
-    import sys
-
-    for name in sys.argv[1:] or MODELS:
-        r = run(name)
-        refused = "; ".join(r.unsupported or [])
-        print(f"| {name} | {_figure(r.loss_err)} | {_figure(r.grad_err)} | {_figure(r.steps_err)} | "
-              f"{_figure(r.mixed_err)} |" + (f" refused: {refused}" if refused else ""), flush=True)
