@@ -16,9 +16,10 @@ What is compared (fp32):
 
 and beside them the noise floor: the same quantities between two framework runs that differ
 only in the order of the examples in each batch (reversed), so in the order of their sums: the
-same function, rounded otherwise. In the full run a second floor, exact_floor: how far the
-framework's fp32 gradients are from its float64 ones (the same weights and batch; torch's
-model.double(), Keras' "float64" policy; conditioning.py), and exact_err, the emulator's
+same function, rounded otherwise. In the full run of a torchvision or Keras entry a second
+floor, exact_floor: how far the framework's fp32 gradients are from its float64 ones (the same
+weights and batch; torch's model.double(), Keras' "float64" policy; conditioning.py), and
+exact_err, the emulator's
 gradients against those float64 ones. Where the model is ill-conditioned both fp32 runs are far
 from the exact gradients while close to each other, and the reversed batch understates what fp32
 can do. Deep networks with batch norm over small maps (every ImageNet model at 32x32 or 64x64)
