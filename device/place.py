@@ -216,13 +216,14 @@ def _place_pipelined(placement: Placement, kernels: list[Kernel], profile: Profi
     for width in COLUMN_WIDTHS:
         if width > profile.width:
             break
-        rects = _largest_packing(areas_at, width, profile.width, profile.height)
-        if rects is None:
-            continue
-        slowest = max(max(roofline(k, w, h, profile, precision, placement.training).values())
-                      for k, (_, _, w, h) in zip(working, rects))
-        if best is None or slowest < best[0]:
-            best = (slowest, rects)
+        for narrow in (True, False):
+            rects = _largest_packing(areas_at, width, profile.width, profile.height, narrow)
+            if rects is None:
+                continue
+            slowest = max(max(roofline(k, w, h, profile, precision, placement.training).values())
+                          for k, (_, _, w, h) in zip(working, rects))
+            if best is None or slowest < best[0]:
+                best = (slowest, rects)
     if best is None:
         raise _too_large(working, rows, profile, placement.optimizer, packing=True)
     for k, (x, y, w, h) in zip(working, best[1]):
@@ -230,7 +231,8 @@ def _place_pipelined(placement: Placement, kernels: list[Kernel], profile: Profi
         row.x, row.y, row.w, row.h = x, y, w, h
 
 
-def _largest_packing(areas_at, column: int, width: int, height: int) -> list[tuple[int, int, int, int]] | None:
+def _largest_packing(areas_at, column: int, width: int, height: int,
+                     narrow: bool = True) -> list[tuple[int, int, int, int]] | None:
     """The packing in columns of ``column`` PEs of the largest fill that packs, to within FILL_STEP.
 
     The coarse FILLS first, from the largest down; then bisection between the largest that packs
@@ -239,7 +241,7 @@ def _largest_packing(areas_at, column: int, width: int, height: int) -> list[tup
     """
     above = None
     for fill in FILLS:
-        rects = _pack(areas_at(fill), column, width, height)
+        rects = _pack(areas_at(fill), column, width, height, narrow)
         if rects is not None:
             break
         above = fill
@@ -248,7 +250,7 @@ def _largest_packing(areas_at, column: int, width: int, height: int) -> list[tup
     lo, hi = fill, above if above is not None else fill
     while hi - lo > FILL_STEP:
         mid = (lo + hi) / 2
-        packed = _pack(areas_at(mid), column, width, height)
+        packed = _pack(areas_at(mid), column, width, height, narrow)
         if packed is None:
             hi = mid
         else:
@@ -273,13 +275,18 @@ def _water_fill(min_areas: list[int], max_areas: list[int], work: list[float], t
     return [math.floor(a) if a > m else m for a, m in zip(areas(lo), min_areas)]
 
 
-def _pack(areas: list[int], column: int, width: int, height: int) -> list[tuple[int, int, int, int]] | None:
+def _pack(areas: list[int], column: int, width: int, height: int,
+          narrow: bool = True) -> list[tuple[int, int, int, int]] | None:
     """Rectangles (x, y, w, h) of at least each area, in columns of at most about ``column`` PEs; None if
     they overflow the fabric.
 
     Kernels in pipeline order go into a column while their areas add up to at most ``column`` x
-    ``height``; the column is then made as narrow as holds them stacked (whole rows each), so a column
-    wastes at most a strip of width 1 and a row per kernel, whatever the order of the areas.
+    ``height``; with ``narrow`` the column is then made as narrow as holds them stacked (whole rows
+    each), so a column wastes at most a strip of width 1 and a row per kernel, whatever the order of
+    the areas. Without it the column keeps ``column`` PEs across (wider, if its kernels' rows overflow
+    the height; narrower, if its largest kernel is), so the rectangles' shapes are the column's and
+    not the fabric's height: narrowed, the same kernels go into fewer, narrower columns on a taller
+    fabric, with fewer boundary links for a fabric-bound kernel (device/cost.py's fabric time).
     """
     rects = []
     x, col_index, i = 0, 0, 0
@@ -294,9 +301,13 @@ def _pack(areas: list[int], column: int, width: int, height: int) -> list[tuple[
         j, total = i, 0
         while j < len(areas) and j - i < height and total + areas[j] <= column * height:
             total, j = total + areas[j], j + 1
-        w = max(1, math.ceil(total / height))
+        # narrowed: as narrow as holds the column's kernels; kept: the column's width, or its largest
+        # kernel's area if that is less (no kernel is spread thinner than one row for want of work)
+        w = max(1, math.ceil(total / height)) if narrow else min(column, max(areas[i:j]))
         while sum(math.ceil(a / w) for a in areas[i:j]) > height:
             w += 1
+        if not narrow:  # as narrow as keeps each kernel's rows: less than a row spare
+            w = max(math.ceil(a / math.ceil(a / w)) for a in areas[i:j])
         if x + w > width:
             return None
         used = 0
