@@ -424,6 +424,22 @@ def test_weight_streaming_room_for_exactly_one_or_a_few_samples():
     assert isinstance(placement.get("a").weight_bytes, int) and isinstance(placement.get("a").gradient_bytes, int)
 
 
+def test_weight_streaming_counts_an_exact_fit_in_whole_bytes():
+    # 29 bytes of stash for 7 samples beside a tile that leaves 29 bytes: the whole batch fits
+    # exactly (in floats 29 // (29 / 7) is 6.0, and 7 * (29 / 7) is 29.000000000000004)
+    sram = get_profile("tiny").sram_bytes
+    kernels = [_kernel("a", batch=7, weight_bytes=sram, state_bytes=sram // 2 - 29, stash_bytes=29)]
+    placement = place(kernels, get_profile("tiny"), "weight_streaming")
+    assert (placement.micro_batch, placement.micro_batches) == (7, 1)
+    assert placement.get("a").activation_bytes == 29 and placement.get("a").memory_bytes == sram
+    placement = place(kernels, get_profile("tiny"), "weight_streaming", micro_batch_size=7)
+    assert (placement.micro_batch, placement.micro_batches) == (7, 1)
+    kernels[0].stash_bytes = 30  # one byte more: 6 samples (180 / 7 = 25.7 bytes) fit, 7 do not
+    placement = place(kernels, get_profile("tiny"), "weight_streaming")
+    assert (placement.micro_batch, placement.micro_batches) == (4, 2)
+    assert placement.get("a").activation_bytes == 18  # 4 * 30 / 7 = 17.1, whole bytes up
+
+
 def test_weight_streaming_of_one_sample():
     kernels = [_kernel("a", batch=1, weight_bytes=100, stash_bytes=1000)]
     placement = place(kernels, get_profile("tiny"), "weight_streaming")
