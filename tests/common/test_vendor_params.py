@@ -256,6 +256,7 @@ def test_tracked_params_behave_as_a_dict_and_count_what_is_read(tmp_path):
     params["model"]["extra"] = {"a": 1}
     model = params["model"]
     assert model.pop("hiden_size") == 32 and "hiden_size" not in dict(model) and model.pop("absent", 7) == 7
+    assert "num_classes" in model and "hiden_size" not in model
     model.update({"encoder": {"depth": 2}}, units=4)
     assert isinstance(model["encoder"], TrackedDict) and model["units"] == 4
     assert (model.get("num_classes"), model.get("missing"), model.get("missing", 3)) == (10, None, 3)
@@ -277,6 +278,22 @@ def test_a_key_set_by_setdefault_counts_its_reads_under_its_own_name(tmp_path):
     assert params["model"].setdefault("extras", {"a": 2})["a"] == 2  # 'extra' misspelt in the file
     assert [w.split(": ", 1)[1] for w in report_unused(params)] == [
         "'model.extra.a' is never read by the model or data code (did you mean 'model.extras.a'?)"]
+
+
+def test_a_mapping_set_by_item_counts_its_reads_under_its_own_name(tmp_path):
+    params = load_vendor_params(write(tmp_path, "model:\n  extra:\n    a: 1\n"), lambda params: None)
+    params["model"]["extras"] = {"a": 2}  # 'extra' misspelt in the file
+    assert params["model"]["extras"]["a"] == 2
+    assert [w.split(": ", 1)[1] for w in report_unused(params)] == [
+        "'model.extra.a' is never read by the model or data code (did you mean 'model.extras.a'?)"]
+
+
+def test_a_mapping_of_the_base_file_replaced_by_a_value_leaves_no_keys_behind(tmp_path):
+    write(tmp_path, "model:\n  units: 3\n  encoder:\n    depth: 2\n  unused: 1\n", name="base.yaml")
+    params = load_vendor_params(write(tmp_path, "base: base.yaml\nmodel:\n  encoder: 5\n"), lambda params: None)
+    assert (params["model"]["units"], params["model"]["encoder"]) == (3, 5)
+    assert report_unused(params) == [f"{tmp_path / 'base.yaml'}:5: 'model.unused' is never read by the model or "
+                                     "data code (did you mean 'model.units'?)"]
 
 
 def test_fill_zoo_sections_fills_what_a_vendor_run_py_left_out():
