@@ -268,6 +268,45 @@ def test_ranges_read_as_words():
         "at least 1 (or -1) (or 0)"]
 
 
+def test_a_model_default_over_a_common_one_keeps_its_type_choices_and_range():
+    defaults = {**MODEL_DEFAULTS, "optimizer": {"optimizer_type": "sgd", "learning_rate": 0.5},
+                "runconfig": {"log_steps": 10, "model_dir": "mine"}}
+    params = load_params(None, defaults, model_dir="model_dir/pytorch_x")
+    assert (params["optimizer"]["optimizer_type"], params["optimizer"]["learning_rate"],
+            params["runconfig"]["log_steps"]) == ("sgd", 0.5, 10)
+    assert params["optimizer"]["momentum"] == 0.9 and params["runconfig"]["max_steps"] == 1000  # the rest stays
+    assert params["runconfig"]["model_dir"] == "mine"  # the model's own beats the caller's default
+    for override, message in [
+            ("optimizer.optimizer_type=nope", "'optimizer.optimizer_type' must be one of sgd, momentum, adam, adamw, "
+                                              "got 'nope'"),
+            ("runconfig.log_steps=2.5", "'runconfig.log_steps' must be an integer, got 2.5"),
+            ("runconfig.log_steps=0", "'runconfig.log_steps' must be at least 1, got 0")]:  # its name's rule: >= 0
+        with pytest.raises(UserError) as e:
+            load_params(None, defaults, [override])
+        assert str(e.value) == f"command line {override!r}: {message}"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.dropout=null", "'model.dropout' must be a number, got None"),  # a default that is not null
+    ("runconfig.log_steps=null", "'runconfig.log_steps' must be an integer, got None"),  # the same, typed
+    ("device.micro_batch_size=abc", "'device.micro_batch_size' must be an integer, got 'abc'"),  # null by default
+    ("model.encoder=5", "'model.encoder' must be a mapping of keys, got 5"),
+    ("model.drop\tout=1", r"unknown key 'model.drop\tout' (did you mean 'model.dropout'?)"),  # one line
+    ("model.a\\b=1", "unknown key 'model.a\\b'"),  # printable: as typed, the backslash single
+])
+def test_nulls_mappings_and_unprintable_keys(override, message):
+    defaults = {**MODEL_DEFAULTS, "model": {**MODEL_DEFAULTS["model"], "encoder": {"depth": 2}}}
+    with pytest.raises(UserError) as e:
+        load_params(None, defaults, [override])
+    assert str(e.value) == f"command line '{override}': {message}".replace("\t", "\\t")
+
+
+def test_a_default_out_of_range_names_the_defaults():
+    with pytest.raises(UserError) as e:
+        load_params(None, {"model": {"dropout": 7.0}})
+    assert str(e.value) == "params defaults: 'model.dropout' must be in [0, 1), got 7.0"
+
+
 def test_ranges_admit_a_closed_bound_and_refuse_an_open_one():
     from common.params import Range
 

@@ -294,6 +294,9 @@ def test_a_mapping_of_the_base_file_replaced_by_a_value_leaves_no_keys_behind(tm
     assert (params["model"]["units"], params["model"]["encoder"]) == (3, 5)
     assert report_unused(params) == [f"{tmp_path / 'base.yaml'}:5: 'model.unused' is never read by the model or "
                                      "data code (did you mean 'model.units'?)"]
+    write(tmp_path, "data:\n  path: ./data\n", name="base.yaml")  # a whole section replaced by a value
+    params = load_vendor_params(write(tmp_path, "base: base.yaml\ndata: none\n"), lambda params: None)
+    assert params["data"] == "none" and report_unused(params) == []
 
 
 def test_fill_zoo_sections_fills_what_a_vendor_run_py_left_out():
