@@ -325,6 +325,8 @@ def test_closest_compares_the_last_part_of_keys_of_any_depth():
     # two last parts are close to 'dropout_rat': the closer one, not the first listed
     candidates = [("learning_schedule", "dropout_rates"), ("regularisation", "dropout_rate")]
     assert _closest(("model", "dropout_rat"), candidates) == "regularisation.dropout_rate"
+    # a last part only 0.67 alike ('decay', 'decay_rate') is too far
+    assert _closest(("model", "decay"), [("optimizer_schedule", "decay_rate")]) is None
 
 
 def test_a_misspelt_key_of_another_section_is_found_by_its_last_part():
