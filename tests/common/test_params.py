@@ -323,8 +323,8 @@ def test_closest_compares_the_last_part_of_keys_of_any_depth():
     candidates = [("training",), ("training", "schedule"), ("training", "schedule", "enabled")]
     assert _closest(("model", "encoder", "enabled"), candidates) == "training.schedule.enabled"
     # two last parts are close to 'dropout_rat': the closer one, not the first listed
-    candidates = [("learning_schedule", "dropout_rates"), ("regularisation", "dropout_rate")]
-    assert _closest(("model", "dropout_rat"), candidates) == "regularisation.dropout_rate"
+    candidates = [("learning_schedule_settings", "dropout_rates"), ("regularisation_settings", "dropout_rate")]
+    assert _closest(("model", "dropout_rat"), candidates) == "regularisation_settings.dropout_rate"
     # a last part only 0.67 alike ('decay', 'decay_rate') is too far
     assert _closest(("model", "decay"), [("optimizer_schedule", "decay_rate")]) is None
 
@@ -442,13 +442,16 @@ def test_a_params_file_is_read_as_utf8_whatever_the_locale(tmp_path):
     import subprocess
     import sys
 
+    from common.params import read_yaml
+
     path = write(tmp_path, "model:\n  activation_fn: gelu  # not ReLU \u2014 the paper's choice\n")
     code = f"from common.params import read_yaml; print(read_yaml({path!r})[0])"
+    # the child imports common.params from where this process does (a mutation run's mutated copy too)
     env = dict(os.environ, LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0",
-               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+               PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path))
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
-    assert run.stdout == "{'model': {'activation_fn': 'gelu'}}\n"
+    assert run.stdout == f"{read_yaml(path)[0]}\n" == "{'model': {'activation_fn': 'gelu'}}\n"
 
 
 def test_a_key_that_yaml_reads_as_a_number_is_found_on_its_line(tmp_path):

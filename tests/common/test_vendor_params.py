@@ -256,7 +256,6 @@ def test_tracked_params_behave_as_a_dict_and_count_what_is_read(tmp_path):
     params["model"]["extra"] = {"a": 1}
     model = params["model"]
     assert model.pop("hiden_size") == 32 and "hiden_size" not in dict(model) and model.pop("absent", 7) == 7
-    assert "num_classes" in model and "hiden_size" not in model
     model.update({"encoder": {"depth": 2}}, units=4)
     assert isinstance(model["encoder"], TrackedDict) and model["units"] == 4
     assert (model.get("num_classes"), model.get("missing"), model.get("missing", 3)) == (10, None, 3)
@@ -278,6 +277,13 @@ def test_a_key_set_by_setdefault_counts_its_reads_under_its_own_name(tmp_path):
     assert params["model"].setdefault("extras", {"a": 2})["a"] == 2  # 'extra' misspelt in the file
     assert [w.split(": ", 1)[1] for w in report_unused(params)] == [
         "'model.extra.a' is never read by the model or data code (did you mean 'model.extras.a'?)"]
+
+
+def test_in_tells_whether_a_key_is_there_and_counts_as_a_read(tmp_path):
+    params = load_vendor_params(write(tmp_path, "model:\n  units: 3\n  depth: 2\n"), lambda params: None)
+    assert "units" in params["model"] and "width" not in params["model"]
+    assert [w.split(": ", 1)[1] for w in report_unused(params)] == [
+        "'model.depth' is never read by the model or data code (did you mean 'model.width'?)"]
 
 
 def test_a_mapping_set_by_item_counts_its_reads_under_its_own_name(tmp_path):
