@@ -437,7 +437,7 @@ def test_file_errors_name_the_file_the_line_and_the_problem(tmp_path):
     assert load_params(write(tmp_path, "# nothing yet\n"), MODEL_DEFAULTS) == load_params(None, MODEL_DEFAULTS)
 
 
-def test_a_params_file_is_read_as_utf8_whatever_the_locale(tmp_path):
+def test_params_files_are_read_as_utf8_whatever_the_locale(tmp_path):
     import os
     import subprocess
     import sys
