@@ -371,7 +371,9 @@ def _place_streaming(placement: Placement, kernels: list[Kernel], profile: Profi
         return
     worst = max((rows[k.name] for k in working), key=lambda r: r.memory_bytes)  # the largest tile beside the activations
     room = profile.sram_bytes - worst.memory_bytes
-    fits = batch if per_sample == 0 else min(batch, int(room // per_sample))
+    # micro samples fit where micro * stash / batch <= room: in integers (bytes are whole), since
+    # float division undercounts an exact fit by one (1 // 0.1 is 9.0) and rounds a product past it
+    fits = batch if stash == 0 else min(batch, room * batch // stash)
     if micro_batch_size is None:
         if fits < 1:
             raise DeviceCompileError(
@@ -394,5 +396,5 @@ def _place_streaming(placement: Placement, kernels: list[Kernel], profile: Profi
         micro, passes = micro_batch_size, math.ceil(batch / micro_batch_size)
     placement.micro_batch, placement.micro_batches = micro, passes
     for k in working:
-        rows[k.name].activation_bytes = math.ceil(micro * per_sample)
+        rows[k.name].activation_bytes = -(-micro * stash // max(batch, 1))  # ceil, in integers
         rows[k.name].inflight = micro

@@ -146,7 +146,11 @@ def _functions(path: Path) -> dict[str, str]:
     """The source of every function (and method) in mutmut's mutated copy of a module, by name."""
     if path not in _SOURCES:
         text = path.read_text(encoding="utf-8")
-        _SOURCES[path] = {node.name: ast.get_source_segment(text, node) or "" for node in ast.walk(ast.parse(text))
+        lines = text.splitlines(keepends=True)
+        # whole lines by the nodes' line numbers: ast.get_source_segment splits the whole text again for
+        # each function, minutes for the thousands of functions of a mutated module
+        _SOURCES[path] = {node.name: "".join(lines[node.lineno - 1:node.end_lineno])
+                          for node in ast.walk(ast.parse(text))
                           if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
     return _SOURCES[path]
 

@@ -217,6 +217,21 @@ def test_base_file_errors(tmp_path):
     missing = write(tmp_path, "model: {}\nbase: nowhere.yaml\n", name="tiny.yaml")
     with pytest.raises(UserError, match=r"tiny.yaml:2: base params file .*nowhere.yaml not found"):
         load_params(missing, MODEL_DEFAULTS)
+    with pytest.raises(UserError) as e:
+        load_params(write(tmp_path, "model: {}\nbase: 5\n", name="tiny.yaml"), MODEL_DEFAULTS)
+    assert str(e.value) == f"{tmp_path / 'tiny.yaml'}:2: 'base' must be the path of a params file, got 5"
+    write(tmp_path, "base: b.yaml\n", name="a.yaml")  # a loop through two files
+    write(tmp_path, "base: a.yaml\n", name="b.yaml")
+    with pytest.raises(UserError) as e:
+        load_params(str(tmp_path / "a.yaml"), MODEL_DEFAULTS)
+    assert str(e.value) == f"{tmp_path / 'b.yaml'}:1: 'base: a.yaml' includes itself"
+
+
+def test_a_spelling_of_a_setting_over_a_base_without_the_other_spelling(tmp_path):
+    write(tmp_path, "runcon" + "fig:\n  max_steps: 9\n")
+    tiny = write(tmp_path, "base: params.yaml\nruncon" + "fig:\n  checkpoint_steps: 3\n", name="params_tiny.yaml")
+    params = load_params(tiny, MODEL_DEFAULTS)
+    assert (params["runconfig"]["max_steps"], params["runconfig"]["checkpoint_steps"]) == (9, 3)
 
 
 def test_model_dir_default_is_given_by_the_caller():
@@ -251,6 +266,67 @@ def test_ranges_read_as_words():
                              Range(1, special=(-1, 0)))] == [
         "at least 0", "greater than 0", "at most 5", "below 5", "in [0, 1]", "in [0, 1)", "in (0, 1]",
         "at least 1 (or -1) (or 0)"]
+
+
+def test_a_model_default_over_a_common_one_keeps_its_type_choices_and_range():
+    defaults = {**MODEL_DEFAULTS, "optimizer": {"optimizer_type": "sgd", "learning_rate": 0.5},
+                "runconfig": {"log_steps": 10, "model_dir": "mine"}}
+    params = load_params(None, defaults, model_dir="model_dir/pytorch_x")
+    assert (params["optimizer"]["optimizer_type"], params["optimizer"]["learning_rate"],
+            params["runconfig"]["log_steps"]) == ("sgd", 0.5, 10)
+    assert params["optimizer"]["momentum"] == 0.9 and params["runconfig"]["max_steps"] == 1000  # the rest stays
+    assert params["runconfig"]["model_dir"] == "mine"  # the model's own beats the caller's default
+    for override, message in [
+            ("optimizer.optimizer_type=nope", "'optimizer.optimizer_type' must be one of sgd, momentum, adam, adamw, "
+                                              "got 'nope'"),
+            ("runconfig.log_steps=2.5", "'runconfig.log_steps' must be an integer, got 2.5"),
+            ("runconfig.log_steps=0", "'runconfig.log_steps' must be at least 1, got 0")]:  # its name's rule: >= 0
+        with pytest.raises(UserError) as e:
+            load_params(None, defaults, [override])
+        assert str(e.value) == f"command line {override!r}: {message}"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.dropout=null", "'model.dropout' must be a number, got None"),  # a default that is not null
+    ("runconfig.log_steps=null", "'runconfig.log_steps' must be an integer, got None"),  # the same, typed
+    ("device.micro_batch_size=abc", "'device.micro_batch_size' must be an integer, got 'abc'"),  # null by default
+    ("model.encoder=5", "'model.encoder' must be a mapping of keys, got 5"),
+    ("model.drop\tout=1", r"unknown key 'model.drop\tout' (did you mean 'model.dropout'?)"),  # one line
+    ("model.a\\b=1", "unknown key 'model.a\\b'"),  # printable: as typed, the backslash single
+])
+def test_nulls_mappings_and_unprintable_keys(override, message):
+    defaults = {**MODEL_DEFAULTS, "model": {**MODEL_DEFAULTS["model"], "encoder": {"depth": 2}}}
+    with pytest.raises(UserError) as e:
+        load_params(None, defaults, [override])
+    assert str(e.value) == f"command line '{override}': {message}".replace("\t", "\\t")
+
+
+def test_a_default_out_of_range_names_the_defaults():
+    with pytest.raises(UserError) as e:
+        load_params(None, {"model": {"dropout": 7.0}})
+    assert str(e.value) == "params defaults: 'model.dropout' must be in [0, 1), got 7.0"
+
+
+def test_ranges_admit_a_closed_bound_and_refuse_an_open_one():
+    from common.params import Range
+
+    assert [Range(0, 1).admits(x) for x in (-0.1, 0, 1, 1.1)] == [False, True, True, False]
+    assert [Range(0.0, 1.0, high_open=True).admits(x) for x in (0, 0.999, 1)] == [True, True, False]
+    assert [Range(0, 1, low_open=True).admits(x) for x in (0, 0.001, 1)] == [False, True, True]
+    assert [Range(1, special=(-1, 0)).admits(x) for x in (-2, -1, 0, 0.5, 1)] == [False, True, True, False, True]
+
+
+def test_closest_compares_the_last_part_of_keys_of_any_depth():
+    from common.params import _closest
+
+    # the dotted names are far apart (a ratio of 0.43); the last part is exactly a key three deep
+    candidates = [("training",), ("training", "schedule"), ("training", "schedule", "enabled")]
+    assert _closest(("model", "encoder", "enabled"), candidates) == "training.schedule.enabled"
+    # two last parts are close to 'dropout_rat': the closer one, not the first listed
+    candidates = [("learning_schedule_settings", "dropout_rates"), ("regularisation_settings", "dropout_rate")]
+    assert _closest(("model", "dropout_rat"), candidates) == "regularisation_settings.dropout_rate"
+    # a last part only 0.67 alike ('decay', 'decay_rate') is too far
+    assert _closest(("model", "decay"), [("optimizer_schedule", "decay_rate")]) is None
 
 
 def test_a_misspelt_key_of_another_section_is_found_by_its_last_part():
@@ -359,6 +435,23 @@ def test_file_errors_name_the_file_the_line_and_the_problem(tmp_path):
         load_params(str(tmp_path / "nope.yaml"), MODEL_DEFAULTS)
     assert str(e.value) == f"{tmp_path / 'nope.yaml'}: params file not found"
     assert load_params(write(tmp_path, "# nothing yet\n"), MODEL_DEFAULTS) == load_params(None, MODEL_DEFAULTS)
+
+
+def test_params_files_are_read_as_utf8_whatever_the_locale(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from common.params import read_yaml
+
+    path = write(tmp_path, "model:\n  activation_fn: gelu  # not ReLU \u2014 the paper's choice\n")
+    code = f"from common.params import read_yaml; print(read_yaml({path!r})[0])"
+    # the child imports common.params from where this process does (a mutation run's mutated copy too)
+    env = dict(os.environ, LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0",
+               PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path))
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == f"{read_yaml(path)[0]}\n" == "{'model': {'activation_fn': 'gelu'}}\n"
 
 
 def test_a_key_that_yaml_reads_as_a_number_is_found_on_its_line(tmp_path):

@@ -279,6 +279,32 @@ def test_a_key_set_by_setdefault_counts_its_reads_under_its_own_name(tmp_path):
         "'model.extra.a' is never read by the model or data code (did you mean 'model.extras.a'?)"]
 
 
+def test_in_tells_whether_a_key_is_there_and_counts_as_a_read(tmp_path):
+    params = load_vendor_params(write(tmp_path, "model:\n  units: 3\n  depth: 2\n"), lambda params: None)
+    assert "units" in params["model"] and "width" not in params["model"]
+    assert [w.split(": ", 1)[1] for w in report_unused(params)] == [
+        "'model.depth' is never read by the model or data code (did you mean 'model.width'?)"]
+
+
+def test_a_mapping_set_by_item_counts_its_reads_under_its_own_name(tmp_path):
+    params = load_vendor_params(write(tmp_path, "model:\n  extra:\n    a: 1\n"), lambda params: None)
+    params["model"]["extras"] = {"a": 2}  # 'extra' misspelt in the file
+    assert params["model"]["extras"]["a"] == 2
+    assert [w.split(": ", 1)[1] for w in report_unused(params)] == [
+        "'model.extra.a' is never read by the model or data code (did you mean 'model.extras.a'?)"]
+
+
+def test_a_mapping_of_the_base_file_replaced_by_a_value_leaves_no_keys_behind(tmp_path):
+    write(tmp_path, "model:\n  units: 3\n  encoder:\n    depth: 2\n  unused: 1\n", name="base.yaml")
+    params = load_vendor_params(write(tmp_path, "base: base.yaml\nmodel:\n  encoder: 5\n"), lambda params: None)
+    assert (params["model"]["units"], params["model"]["encoder"]) == (3, 5)
+    assert report_unused(params) == [f"{tmp_path / 'base.yaml'}:5: 'model.unused' is never read by the model or "
+                                     "data code (did you mean 'model.units'?)"]
+    write(tmp_path, "data:\n  path: ./data\n", name="base.yaml")  # a whole section replaced by a value
+    params = load_vendor_params(write(tmp_path, "base: base.yaml\ndata: none\n"), lambda params: None)
+    assert params["data"] == "none" and report_unused(params) == []
+
+
 def test_fill_zoo_sections_fills_what_a_vendor_run_py_left_out():
     params = {"optimizer": {"learning_rate": 0.5}, "model": {"units": 3}}
     fill_zoo_sections(params)

@@ -425,6 +425,22 @@ def test_weight_streaming_room_for_exactly_one_or_a_few_samples():
     assert isinstance(placement.get("a").weight_bytes, int) and isinstance(placement.get("a").gradient_bytes, int)
 
 
+def test_weight_streaming_counts_an_exact_fit_in_whole_bytes():
+    # 29 bytes of stash for 7 samples beside a tile that leaves 29 bytes: the whole batch fits
+    # exactly (in floats 29 // (29 / 7) is 6.0, and 7 * (29 / 7) is 29.000000000000004)
+    sram = get_profile("tiny").sram_bytes
+    kernels = [_kernel("a", batch=7, weight_bytes=sram, state_bytes=sram // 2 - 29, stash_bytes=29)]
+    placement = place(kernels, get_profile("tiny"), "weight_streaming")
+    assert (placement.micro_batch, placement.micro_batches) == (7, 1)
+    assert placement.get("a").activation_bytes == 29 and placement.get("a").memory_bytes == sram
+    placement = place(kernels, get_profile("tiny"), "weight_streaming", micro_batch_size=7)
+    assert (placement.micro_batch, placement.micro_batches) == (7, 1)
+    kernels[0].stash_bytes = 30  # one byte more: 6 samples (180 / 7 = 25.7 bytes) fit, 7 do not
+    placement = place(kernels, get_profile("tiny"), "weight_streaming")
+    assert (placement.micro_batch, placement.micro_batches) == (4, 2)
+    assert placement.get("a").activation_bytes == 18  # 4 * 30 / 7 = 17.1, whole bytes up
+
+
 def test_weight_streaming_of_one_sample():
     kernels = [_kernel("a", batch=1, weight_bytes=100, stash_bytes=1000)]
     placement = place(kernels, get_profile("tiny"), "weight_streaming")
@@ -491,6 +507,34 @@ def test_pipelined_tries_wider_columns_when_narrow_ones_do_not_pack():
     _check_invariants(placement, kernels, get_profile("tiny"))
     assert placement.active_pes >= 40 * 17
 
+
+
+def test_pipelined_tries_the_column_as_wide_as_the_fabric():
+    # b only moves bytes (no work: the water fill leaves it 1 PE); stacked in one column as wide as
+    # the fabric it gets a whole row, 2 x (32 + 1) boundary links, where narrower columns leave it
+    # a 1 x 1 PE and 4 links; a has 992 PEs either way
+    kernels = [_kernel("a", flops_fwd=1e6, flops_bwd=1e6), _kernel("b", input_bytes=500_000)]
+    placement = place(kernels, get_profile("tiny"))
+    assert [(r.x, r.y, r.w, r.h) for r in placement.kernels] == [(0, 0, 32, 31), (0, 31, 32, 1)]
+
+
+def test_pipelined_compares_column_widths_by_the_work_of_the_mode():
+    # b's backward is two thirds of its work: in training it is the slowest kernel on the 1 x 11
+    # PEs narrow columns leave it, and the fabric-wide column's row of 32 is faster; judged by its
+    # forward alone, a would be the slowest in both (992 PEs) and the narrow layout would stay
+    kernels = [_kernel("a", flops_fwd=5e8), _kernel("b", flops_fwd=2e6, flops_bwd=4e6)]
+    placement = place(kernels, get_profile("tiny"))
+    assert [(r.x, r.y, r.w, r.h) for r in placement.kernels] == [(0, 0, 32, 31), (0, 31, 32, 1)]
+
+
+def test_pipelined_compares_column_widths_at_the_rate_of_the_precision():
+    # in float32 the compute of a is the slowest, and narrower columns give it a block of 29 x 32 PEs against
+    # the fabric-wide column's 32 x 28; at the float16 rate (twice float32's) c's SRAM traffic on
+    # 3 PEs would look the slowest, and the fabric-wide column, a row of 32 for c, would win
+    kernels = [_kernel("a", flops_fwd=5e8, flops_bwd=5e8), _kernel("b", flops_fwd=2e7, flops_bwd=8e7),
+               _kernel("c", flops_fwd=1000, sram_bytes_fwd=2e7)]
+    placement = place(kernels, get_profile("tiny"))
+    assert [(r.x, r.y, r.w, r.h) for r in placement.kernels] == [(0, 0, 29, 32), (29, 1, 3, 31), (29, 0, 3, 1)]
 
 
 def test_pipelined_kernel_of_one_sample_spreads_to_one_pe_per_multiply_add():
