@@ -84,15 +84,7 @@ def test_vision_ops_lower_to_their_records_and_match_tf():
     rng = np.random.default_rng(0)
     batch = [rng.standard_normal((2, 4, 4, 3)).astype(np.float32), rng.integers(0, 3, (2, 8, 8)).astype(np.int32),
              rng.uniform(size=(2, 8, 8, 1)).astype(np.float32)]
-    program = Program(graph, capture_tf.read_weights(session, graph))
-    got_loss, got_grads = program.gradients(batch)
-    tf_loss, tf_grads = session.run([loss, grads], dict(zip(inputs, batch)))
-    np.testing.assert_allclose(got_loss, tf_loss, rtol=1e-5)
-    for variable, expected in zip(variables, tf_grads):
-        name = variable.name.split(":")[0]
-        np.testing.assert_allclose(got_grads[name], expected, rtol=1e-5, atol=1e-6 * np.abs(expected).max(),
-                                   err_msg=name)
-    session.close()
+    assert_gradients_match_tf(graph, batch, inputs, loss, variables, grads, session)
 
 
 def refused_fn(x, labels):  # x: (2, 4, 4, 3)
@@ -204,6 +196,18 @@ def gallery_fn(x, labels):  # x: (2, 6, 6, 4): the ops keras.applications add
     return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
 
 
+def assert_gradients_match_tf(graph, batch, inputs, loss, variables, grads, session):
+    """The emulator's loss and every variable's gradient on ``batch`` against TF's (1e-5)."""
+    got_loss, got_grads = Program(graph, capture_tf.read_weights(session, graph)).gradients(batch)
+    tf_loss, tf_grads = session.run([loss, grads], dict(zip(inputs, batch)))
+    session.close()
+    np.testing.assert_allclose(got_loss, tf_loss, rtol=1e-5)
+    for variable, expected in zip(variables, tf_grads):
+        name = variable.name.split(":")[0]
+        np.testing.assert_allclose(got_grads[name], expected, rtol=1e-5, atol=1e-6 * np.abs(expected).max(),
+                                   err_msg=name)
+
+
 def test_gallery_ops_lower_to_their_records_and_match_tf():
     graph_tf, inputs, loss, variables, grads, session = build(gallery_fn, [((2, 6, 6, 4), tf.float32),
                                                                            ((2,), tf.int32)])
@@ -213,14 +217,7 @@ def test_gallery_ops_lower_to_their_records_and_match_tf():
     assert [n.attrs["mode"] for n in graph.nodes if n.op == "pad"] == ["reflect", "symmetric"]
     assert [n.op for n in graph.nodes].count("clamp") == 1
     batch = [np.random.default_rng(4).standard_normal((2, 6, 6, 4)).astype(np.float32), np.array([0, 2], np.int32)]
-    got_loss, got_grads = Program(graph, capture_tf.read_weights(session, graph)).gradients(batch)
-    tf_loss, tf_grads = session.run([loss, grads], dict(zip(inputs, batch)))
-    session.close()
-    np.testing.assert_allclose(got_loss, tf_loss, rtol=1e-5)
-    for variable, expected in zip(variables, tf_grads):
-        name = variable.name.split(":")[0]
-        np.testing.assert_allclose(got_grads[name], expected, rtol=1e-5, atol=1e-6 * np.abs(expected).max(),
-                                   err_msg=name)
+    assert_gradients_match_tf(graph, batch, inputs, loss, variables, grads, session)
 
 
 def grouped_fn(x, labels):  # x: (2, 8, 8, 4)
@@ -239,14 +236,7 @@ def test_keras_grouped_conv2d_function_call_lowers_to_a_grouped_conv2d_and_match
     assert validate(graph, mode="train", profile=None).ok
     assert [n.attrs.get("groups", 1) for n in graph.nodes if n.op == "conv2d"] == [2, 2]
     batch = [np.random.default_rng(5).standard_normal((2, 8, 8, 4)).astype(np.float32), np.array([0, 2], np.int32)]
-    got_loss, got_grads = Program(graph, capture_tf.read_weights(session, graph)).gradients(batch)
-    tf_loss, tf_grads = session.run([loss, grads], dict(zip(inputs, batch)))
-    session.close()
-    np.testing.assert_allclose(got_loss, tf_loss, rtol=1e-5)
-    for variable, expected in zip(variables, tf_grads):
-        name = variable.name.split(":")[0]
-        np.testing.assert_allclose(got_grads[name], expected, rtol=1e-5, atol=1e-6 * np.abs(expected).max(),
-                                   err_msg=name)
+    assert_gradients_match_tf(graph, batch, inputs, loss, variables, grads, session)
 
 
 def test_a_function_call_that_is_not_one_conv2d_is_refused_with_the_reason():

@@ -354,17 +354,23 @@ def _padding(op, layout: str):
     return [[int(v) for v in p] for p in (pairs[1:3] if layout == "NHWC" else pairs[2:4])]
 
 
+def _conv2d_attrs(strides, padding, dilations, layout: str, x_shape, filter_shape) -> dict:
+    """conv2d's attributes from a TF Conv2D's; grouped where the filter (kh, kw, C / g, O) sees fewer
+    channels than the input has (Keras Conv2D(groups=g))."""
+    attrs = {"strides": _spatial(strides, layout), "padding": padding, "dilations": _spatial(dilations, layout),
+             "layout": layout, "weight_layout": "HWIO"}
+    channels, group_channels = x_shape[3 if layout == "NHWC" else 1], filter_shape[2]
+    if channels and group_channels and channels != group_channels:
+        attrs["groups"] = channels // group_channels
+    return attrs
+
+
 def _map_conv2d(low: Lowering, tensor):
     op = tensor.op
     layout = op.get_attr("data_format").decode()
-    padding = _padding(op, layout)
-    attrs = {"strides": _spatial(op.get_attr("strides"), layout), "padding": padding,
-             "dilations": _spatial(op.get_attr("dilations"), layout), "layout": layout,
-             "weight_layout": "HWIO"}
     x, w = op.inputs
-    channels, group_channels = static_shape(x)[3 if layout == "NHWC" else 1], static_shape(w)[2]
-    if channels and group_channels and channels != group_channels:  # Keras Conv2D(groups=g)
-        attrs["groups"] = channels // group_channels
+    attrs = _conv2d_attrs(op.get_attr("strides"), _padding(op, layout), op.get_attr("dilations"), layout,
+                          static_shape(x), static_shape(w))
     return Plan([x, w], lambda: low.emit("conv2d", [low.value(x), low.value(w)], op, [tensor], attrs))
 
 
@@ -559,7 +565,6 @@ def _map_pad(low: Lowering, tensor):
     return Plan([x], lambda: low.emit("pad", [low.value(x)], op, [tensor], {"pads": pads, "value": float(value)}))
 
 
-
 def _function_def(op: tf.Operation):
     """The FunctionDef that a PartitionedCall / StatefulPartitionedCall runs."""
     name = op.get_attr("f").name
@@ -597,12 +602,8 @@ def _map_call(low: Lowering, tensor):
     if resource.op.type != "VarHandleOp":
         raise refused
     layout = conv.attr["data_format"].s.decode()
-    filter_shape = tf.TensorShape(resource.op.get_attr("shape")).as_list()  # (kh, kw, C / g, O)
-    attrs = {"strides": _spatial(conv.attr["strides"].list.i, layout), "padding": conv.attr["padding"].s.decode(),
-             "dilations": _spatial(conv.attr["dilations"].list.i, layout), "layout": layout, "weight_layout": "HWIO"}
-    channels = static_shape(x)[3 if layout == "NHWC" else 1]
-    if channels and filter_shape[2] and channels != filter_shape[2]:
-        attrs["groups"] = channels // filter_shape[2]
+    attrs = _conv2d_attrs(conv.attr["strides"].list.i, conv.attr["padding"].s.decode(), conv.attr["dilations"].list.i,
+                          layout, static_shape(x), tf.TensorShape(resource.op.get_attr("shape")).as_list())
     return Plan([x, resource], lambda: low.emit("conv2d", [low.value(x), low.value(resource)], op, [tensor], attrs))
 
 
