@@ -291,6 +291,12 @@ class Program:
             result["loss"] = np.asarray(env[self._loss_slot], dtype=np.float32).reshape(())
         return result
 
+    def values(self, batch: list[np.ndarray], training: bool) -> dict[str, np.ndarray]:
+        """Every value of a forward pass by its IR name (inputs, weights, each node's outputs), as the
+        kernels computed them; the state is left as it was (numerics tools: tests/gallery/forward_error.py)."""
+        env, _, _ = self._forward(batch, training)
+        return {name: env[slot] for name, slot in self._slot.items() if env[slot] is not None}
+
     def eval_step(self, batch: list[np.ndarray]) -> dict[str, np.ndarray]:
         return self.forward(batch, training=False)
 
