@@ -110,15 +110,23 @@ def keras_layers(entry):
     images, labels = batches(entry, "NHWC", 1)[0]
     tf_graph, x, y, loss, train_op, _, init = _keras_graph(entry, dropout=False)
     graph = capture_tf.capture(tf_graph, inputs=[x, y], loss=loss, train_op=train_op)
-    kinds = {"Conv2D": "conv", "DepthwiseConv2dNative": "conv", "FusedBatchNormV3": "batch_norm",
-             "Relu6": "relu6"}
+    def kind_of(op) -> str | None:
+        """Keras 3 builds batch norm from TF ops, x * (gamma * rsqrt(var + eps)) + (beta - mean * ...): its
+        output is the AddV2 ``<layer>/batchnorm/add_1``."""
+        if op.name.startswith("gradients"):
+            return None
+        if op.type in ("Conv2D", "DepthwiseConv2dNative"):
+            return "conv"
+        if op.type == "AddV2" and op.name.endswith("/batchnorm/add_1"):
+            return "batch_norm"
+        return "relu6" if op.type == "Relu6" else None
 
     def layer_tensors(g):
-        """Per kind, in graph order: (op name, its first output) of the forward ops of ``kinds``."""
+        """Per kind, in graph order: (layer name, the op's output) of the forward layers of KINDS."""
         found = {kind: [] for kind in KINDS}
         for op in g.get_operations():
-            if op.type in kinds and not op.name.startswith("gradients"):
-                found[kinds[op.type]].append((op.name, op.outputs[0]))
+            if kind_of(op):
+                found[kind_of(op)].append((op.name.split("/")[1], op.outputs[0]))
         return found
 
     with v1.Session(graph=tf_graph) as sess:
