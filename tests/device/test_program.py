@@ -608,6 +608,21 @@ def test_eval_step_runs_in_eval_mode():
     assert program.eval_step(batch)["loss"] == program.eval_step(batch)["loss"]
 
 
+def test_values_are_every_nodes_outputs_and_leave_the_state():
+    graph, weights, state = cnn()
+    program = Program(graph, weights, state)
+    batch = cnn_batches()[0]
+    values = program.values(batch, training=True)
+    (conv,) = [n for n in graph.nodes if n.op == "conv2d"]
+    expected = F.conv2d(torch.tensor(batch[0]), torch.tensor(weights["conv.weight"]), padding=1).numpy()
+    np.testing.assert_allclose(values[conv.outputs[0]], expected, rtol=1e-5, atol=1e-5)
+    logits = Program(graph, weights, state).forward(batch, training=True)["logits"]
+    np.testing.assert_array_equal(values[graph.outputs["logits"]], logits)
+    assert set(graph.inputs) | set(graph.params) <= set(values)
+    for name, s in program.get_state().items():  # training mode, and still the running statistics given
+        np.testing.assert_array_equal(s, state[name])
+
+
 def test_overflow_on_the_way_warns_nothing():
     # numpy's overflow and invalid-value warnings inside the kernels are noise: the loss and loss
     # scaling check what matters (an overflowing fp16 backward pass here)

@@ -35,8 +35,8 @@ def errors(got: np.ndarray, exact: np.ndarray) -> tuple[float, float]:
     return float(np.max(np.abs(diff))) / scale_max, math.sqrt(float(np.mean(diff * diff))) / scale_rms
 
 
-def emulator_layers(program, batch, layout: str) -> dict[str, list[tuple[str, np.ndarray]]]:
-    """The emulator's fp32 output of every node of KINDS, per kind in plan order: (node name, value in ``layout``)."""
+def emulator_layers(program, batch) -> dict[str, list[tuple[str, np.ndarray]]]:
+    """The emulator's fp32 output of every node of KINDS, per kind in plan order: (node name, value)."""
     values = program.values(batch, training=True)
     layers = {kind: [] for kind in KINDS}
     for node in program.graph.nodes:
@@ -78,7 +78,7 @@ def torch_layers(entry):
                     optimizer=torch.optim.SGD(model.parameters(), lr=1e-3))
     program = Program(graph, {k: v.copy() for k, v in weights_of(model, graph).items()},
                       {k: v.copy() for k, v in state_of(model, graph).items()}, seed=0)
-    emulator = emulator_layers(program, [images.numpy(), labels.numpy()], "NCHW")
+    emulator = emulator_layers(program, [images.numpy(), labels.numpy()])
 
     types = {"conv": torch.nn.Conv2d, "batch_norm": torch.nn.BatchNorm2d, "relu6": torch.nn.ReLU6}
 
@@ -139,7 +139,7 @@ def keras_layers(entry):
         fp32 = {kind: [(name, value) for (name, _), value in
                        zip(found[kind], sess.run([t for _, t in found[kind]], {x: images, y: labels}))]
                 for kind in KINDS}
-    emulator = emulator_layers(Program(graph, weights, state, seed=0), [images, labels], "NHWC")
+    emulator = emulator_layers(Program(graph, weights, state, seed=0), [images, labels])
     sess64, x64, y64, *_ = _keras_under(entry, "float64", initial_by_name)
     with sess64:
         found64 = layer_tensors(sess64.graph)
