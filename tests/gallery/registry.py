@@ -90,10 +90,7 @@ TORCHVISION = [
     Entry("densenet121", "torchvision", _torchvision("densenet121"), 64),
     Entry("lraspp_mobilenet_v3_large", "torchvision", _torchvision_segmentation("lraspp_mobilenet_v3_large"), 64,
           task="segment"),
-    Entry("fcn_resnet50", "torchvision", _torchvision_segmentation("fcn_resnet50"), 64, task="segment",
-          known_gap="3 steps 1.2e-3 off torch's (bound 1e-3, batch-reversal floor 1.1e-5; the steps have no "
-                    "float64 floor); the first step's gradients pass by it (3.5e-2 off torch, whose fp32 is 3.5e-2 "
-                    "from float64)"),
+    Entry("fcn_resnet50", "torchvision", _torchvision_segmentation("fcn_resnet50"), 64, task="segment"),
 ]
 
 
