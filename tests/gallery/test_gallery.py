@@ -27,10 +27,9 @@ STEPS = 1e-3
 # and the emulator sums in yet another order (im2col GEMMs, not the framework's direct kernels).
 # For the gradients the floor is the larger of that reversed batch's gap and, where measured (the
 # full run of a torchvision or Keras entry), the framework fp32's own gap to its float64 gradients,
-# the worst of its runs in other sum orders (harness.py): in an ill-conditioned model (ResNet-50's
-# bottlenecks at 64x64) two fp32 runs sit close together and far from the exact gradients, so an
-# emulator as far from them as fp32 is can be twice that from torch; and a ReLU6 input within fp32's
-# error of 0 lands on either side by the sum order (MobileNetV2: torch's channels_last run does).
+# the worse of its two runs (harness.py): in an ill-conditioned model (ResNet-50's bottlenecks at
+# 64x64) two fp32 runs sit close together and far from the exact gradients, so an emulator as far
+# from them as fp32 is can be twice that from torch.
 FLOOR_FACTOR = 4
 # mixed precision (bfloat16 compute) against the framework's fp32: the first step's loss (the
 # steps after it are in the table: rounding to 8 bits of mantissa, amplified as above). Where the
