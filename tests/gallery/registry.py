@@ -124,11 +124,7 @@ KERAS = [
                           "policy difference: layer by layer both bf16 forwards drift from fp32 alike (logits "
                           "2.80e-1 and 2.85e-1 off it, 2.61e-1 apart; README), the loss lands where that drift "
                           "takes it"),
-    keras_entry("EfficientNetB0", 64, mixed=True,
-                known_gap="fp32: the first loss is 1.3e-5 off TF's (bound 1e-5; floors: batch reversed 1.3e-6, TF's "
-                          "fp32 2.4e-6 from its float64 loss, where the emulator's is 1.1e-5 from it, 4.6x); the "
-                          "gradients and 3 steps within bounds, mixed precision too (6.9e-2 off fp32 where Keras' "
-                          "own bf16 is 1.6e-1 off)"),
+    keras_entry("EfficientNetB0", 64, mixed=True),
     keras_entry("DenseNet121", 64),
     keras_entry("Xception", 71),
 ]
