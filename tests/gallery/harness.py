@@ -123,10 +123,12 @@ def grad_gap(got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> tup
     return worst, name
 
 
-def _exact(result: Result, grads: dict[str, np.ndarray], loss0: float, steps: list[float],
-           exact_grads: dict[str, np.ndarray], exact_losses: list[float]) -> None:
-    """The emulator's gradients, first loss and ``steps`` losses, and the framework's fp32 losses, against the
-    framework's float64 run (the same weights and batches)."""
+def _exact(result: Result, expected_grads: dict[str, np.ndarray], grads: dict[str, np.ndarray], loss0: float,
+           steps: list[float], exact_grads: dict[str, np.ndarray], exact_losses: list[float]) -> None:
+    """The float64 floors: the framework's fp32 first-step gradients (``expected_grads``) and losses
+    (result.losses), and the emulator's (``grads``, ``loss0``, ``steps``), against the framework's
+    float64 run (the same weights and batches)."""
+    result.exact_floor, result.exact_worst = grad_gap(expected_grads, exact_grads)
     result.exact_loss_floor = relative(result.losses[0], exact_losses[0])
     result.exact_loss_err = relative(loss0, exact_losses[0])
     result.exact_steps_floor = max(relative(a, b) for a, b in zip(result.losses, exact_losses))
@@ -261,8 +263,7 @@ def run_torch(entry: Entry, full: bool = True) -> Result:
 
     if full and entry.library == "torchvision":  # the steps in float64: slow, so in the full run only
         exact_losses, exact_grads, _ = framework_run(twins["exact"].double(), False, double=True)
-        result.exact_floor, result.exact_worst = grad_gap(expected_grads, exact_grads)
-        _exact(result, grads, loss, got, exact_grads, exact_losses)
+        _exact(result, expected_grads, grads, loss, got, exact_grads, exact_losses)
 
     if full and entry.mixed:
         mixed = twins["mixed"]
@@ -375,8 +376,7 @@ def run_keras(entry: Entry, full: bool = True) -> Result:
         got, result.emulator_step_s = _steps_on(Program(graph, weights, state, seed=0), data)
         result.steps_err = max(relative(a, b) for a, b in zip(got, result.losses))
         exact_losses, exact_grads = _keras_exact_run(entry, data, initial_by_name)
-        result.exact_floor, result.exact_worst = grad_gap(expected_grads, exact_grads)
-        _exact(result, grads, loss0, got, exact_grads, exact_losses)
+        _exact(result, expected_grads, grads, loss0, got, exact_grads, exact_losses)
     if full and entry.mixed:
         graph16 = capture_tf.capture(tf_graph, inputs=[x, y], loss=loss, train_op=train_op, precision="bfloat16")
         _mixed(result, _steps_on(Program(graph16, weights, state, seed=0), data)[0],
