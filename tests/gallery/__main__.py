@@ -24,8 +24,9 @@ from tests.gallery.registry import ENTRIES, LIBRARY_MODULES  # noqa: E402
 README = Path(__file__).resolve().parent / "README.md"
 BEGIN, END = "<!-- table: written by python -m tests.gallery -->", "<!-- end of table -->"
 HEADER = ("| model | ops (kinds) | refused as built (dropout on) | validate s | compile s | emulator / eager "
-          "| samples/s wse2 | samples/s wse3 | first loss "
-          "| worst gradient (floor: batch reversed; fp32 to float64, emulator's after /) | 3 steps (floor) "
+          "| samples/s wse2 | samples/s wse3 | first loss (floor: batch reversed; fp32 to float64, emulator's after /) "
+          "| worst gradient (floor: batch reversed; fp32 to float64, emulator's after /) "
+          "| 3 steps (floor: batch reversed; fp32 to float64, emulator's after /) "
           "| bf16 first / 3 steps (framework's bf16 first; emulator's to it) |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|")
 
@@ -46,14 +47,18 @@ def row(entry) -> str:
         return (f"| {entry.id} | {result.ops} ({result.op_kinds}) | {refused}; with dropout off: "
                 f"{'; '.join(result.unsupported)[:300]} | {result.validate_s:.1f} | | | | | | | | |")
     exact = "" if result.exact_floor is None else f"; {_e(result.exact_floor)} / {_e(result.exact_err)}"
+    first = _e(result.loss_err) if result.exact_loss_floor is None else (
+        f"{_e(result.loss_err)} ({_e(result.loss_floor)}; {_e(result.exact_loss_floor)} / {_e(result.exact_loss_err)})")
+    steps = f"{_e(result.steps_err)} ({_e(result.steps_floor)}" + (
+        ")" if result.exact_steps_floor is None
+        else f"; {_e(result.exact_steps_floor)} / {_e(result.exact_steps_err)})")
     worst = f"{_e(result.grad_err)} `{result.grad_worst}` ({_e(result.grad_floor)}{exact})"
     mixed = "-" if result.mixed_err is None else (
         f"{_e(result.mixed_err)} / {_e(result.mixed_steps_err)} "
         f"({_e(result.framework_mixed_err)}; {_e(result.mixed_to_framework)})")
     return (f"| {entry.id} | {result.ops} ({result.op_kinds}) | {refused} | {result.validate_s:.1f} "
             f"| {result.compile_s:.2f} | {result.ratio:.1f} | {result.samples_per_s['wse2']} "
-            f"| {result.samples_per_s['wse3']} | {_e(result.loss_err)} | {worst} "
-            f"| {_e(result.steps_err)} ({_e(result.steps_floor)}) | {mixed} |")
+            f"| {result.samples_per_s['wse3']} | {first} | {worst} | {steps} | {mixed} |")
 
 
 def write(rows: dict[str, str]) -> None:

@@ -18,17 +18,17 @@ and beside them the noise floor: the same quantities between two framework runs 
 only in the order of the examples in each batch (reversed), so in the order of their sums: the
 same function, rounded otherwise. In the full run of a torchvision or Keras entry a second
 floor, exact_floor: how far the framework's fp32 gradients are from its float64 ones (the same
-weights and batch; torch's model.double(), Keras' "float64" policy; conditioning.py), the worse of
-its two fp32 runs (the batch as is and reversed), and exact_err, the emulator's
-gradients against those float64 ones. Where the model is ill-conditioned both fp32 runs are far
-from the exact gradients while close to each other, and the reversed batch understates what fp32
+weights and batch; torch's model.double(), Keras' "float64" policy), the worse of its two fp32 runs
+(the batch as is and reversed), and exact_err, the emulator's gradients against those float64 ones;
+the same for the first loss and the STEPS losses (exact_loss_floor, exact_steps_floor; the
+framework's STEPS steps run in float64 too). Where the model is ill-conditioned both fp32 runs are
+far from the exact values while close to each other, and the reversed batch understates what fp32
 can do. Where an activation sits within fp32's error of a kink (ReLU6 at 0) the side it lands on is
 the sum order's: torch's own channels_last run of torchvision's MobileNetV2 is 5.4e-2 from float64,
 as the emulator, its NCHW run 7.3e-3; channels_last is not a floor here, its batch norm is 10x less
 accurate than NCHW's and it puts ResNet-18's at 2.2e-1 (tests/gallery/README.md). Deep networks
-with batch norm over small maps (every ImageNet model at 32x32 or 64x64)
-amplify such differences (device/README.md, "How close"); the floor
-says how much of a gap is the framework's own.
+with batch norm over small maps (every ImageNet model at 32x32 or 64x64) amplify such differences
+(device/README.md, "How close"); the floor says how much of a gap is the framework's own.
 
 Timings are wall-clock on this machine; samples/s are the compile's estimates for wse2 and wse3.
 """
@@ -77,6 +77,13 @@ class Result:
     exact_floor: float | None = None  # the framework's fp32 first-step gradients against its float64 ones (grad_gap),
     # the worst of its two runs (the batch as is and reversed)
     exact_err: float | None = None  # the emulator's against the framework's float64 ones
+    exact_worst: str = ""  # the weight with exact_floor
+    # the same for the losses (the framework's STEPS steps run in float64 too): its fp32 first loss and
+    # worst step against its float64 ones, and the emulator's
+    exact_loss_floor: float | None = None
+    exact_loss_err: float | None = None
+    exact_steps_floor: float | None = None
+    exact_steps_err: float | None = None
     losses: list[float] = field(default_factory=list)  # the framework's, per step
 
     @property
@@ -119,6 +126,22 @@ def grad_gap(got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> tup
         if gap > worst:
             worst, name = gap, key
     return worst, name
+
+
+def _exact(result: Result, fp32_grads: tuple[dict[str, np.ndarray], ...], reversed_losses: list[float],
+           grads: dict[str, np.ndarray], loss0: float, steps: list[float], exact_grads: dict[str, np.ndarray],
+           exact_losses: list[float]) -> None:
+    """The float64 floors: the framework's fp32 first-step gradients (``fp32_grads``: its runs with the
+    batch as is and reversed, the worse counts) and losses (result.losses and ``reversed_losses``), and
+    the emulator's (``grads``, ``loss0``, ``steps``), against the framework's float64 run (the same
+    weights and batches)."""
+    result.exact_floor, result.exact_worst = max(grad_gap(g, exact_grads) for g in fp32_grads)
+    runs = (result.losses, reversed_losses)
+    result.exact_loss_floor = max(relative(run[0], exact_losses[0]) for run in runs)
+    result.exact_loss_err = relative(loss0, exact_losses[0])
+    result.exact_steps_floor = max(relative(a, b) for run in runs for a, b in zip(run, exact_losses))
+    result.exact_steps_err = max(relative(a, b) for a, b in zip(steps, exact_losses))
+    result.exact_err, _ = grad_gap(grads, exact_grads)
 
 
 def _validate(result: Result, graph) -> bool:
@@ -214,12 +237,14 @@ def run_torch(entry: Entry, full: bool = True) -> Result:
     loss, grads = program.gradients(numpy_data[0])
     result.emulator_step_s = time.perf_counter() - start
 
-    def framework_run(m, reverse: bool, autocast: bool = False):
+    def framework_run(m, reverse: bool, autocast: bool = False, double: bool = False):
         """(losses, first-step gradients by name, seconds per step) of the SGD steps; ``reverse``: each
         batch's examples in reverse order (the same sums, added in another order); ``autocast``: in
-        torch's own mixed precision (bfloat16 on the CPU)."""
+        torch's own mixed precision (bfloat16 on the CPU); ``double``: ``m`` is in float64, so are the inputs."""
         step, opt, losses, first, start = step_of(m), sgd(m), [], None, time.perf_counter()
         for batch in data:
+            if double:
+                batch = [t.double() if t.is_floating_point() else t for t in batch]
             opt.zero_grad()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                 value = step([t.flip(0) for t in batch] if reverse else batch)
@@ -244,12 +269,9 @@ def run_torch(entry: Entry, full: bool = True) -> Result:
         got, result.emulator_step_s = _steps_on(program, numpy_data)
         result.steps_err = max(relative(a, b) for a, b in zip(got, result.losses))
 
-    if full and entry.library == "torchvision":  # the first step in float64: slow, so in the full run only
-        exact = twins["exact"].double()
-        step_of(exact)([t.double() if t.is_floating_point() else t for t in data[0]]).backward()
-        exact_grads = {k: p.grad.numpy() for k, p in exact.named_parameters() if p.grad is not None}
-        result.exact_floor = max(grad_gap(g, exact_grads)[0] for g in (expected_grads, floor_grads))
-        result.exact_err, _ = grad_gap(grads, exact_grads)
+    if full and entry.library == "torchvision":  # the steps in float64: slow, so in the full run only
+        exact_losses, exact_grads, _ = framework_run(twins["exact"].double(), False, double=True)
+        _exact(result, (expected_grads, floor_grads), floor_losses, grads, loss, got, exact_grads, exact_losses)
 
     if full and entry.mixed:
         mixed = twins["mixed"]
@@ -361,9 +383,8 @@ def run_keras(entry: Entry, full: bool = True) -> Result:
     if full:
         got, result.emulator_step_s = _steps_on(Program(graph, weights, state, seed=0), data)
         result.steps_err = max(relative(a, b) for a, b in zip(got, result.losses))
-        exact_grads = _keras_exact_gradients(entry, data[0], initial_by_name)
-        result.exact_floor = max(grad_gap(g, exact_grads)[0] for g in (expected_grads, floor_grads))
-        result.exact_err, _ = grad_gap(grads, exact_grads)
+        exact_losses, exact_grads = _keras_exact_run(entry, data, initial_by_name)
+        _exact(result, (expected_grads, floor_grads), floor_losses, grads, loss0, got, exact_grads, exact_losses)
     if full and entry.mixed:
         graph16 = capture_tf.capture(tf_graph, inputs=[x, y], loss=loss, train_op=train_op, precision="bfloat16")
         _mixed(result, _steps_on(Program(graph16, weights, state, seed=0), data)[0],
@@ -399,14 +420,17 @@ def _keras_mixed_losses(entry: Entry, data, initial_by_name: dict[str, np.ndarra
         return [float(sess.run([loss, train_op], {x: images, y: labels})[0]) for images, labels in data]
 
 
-def _keras_exact_gradients(entry: Entry, batch, initial_by_name: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The first step's gradients in float64 (Keras' "float64" policy), by variable name as the capture names them."""
+def _keras_exact_run(entry: Entry, data, initial_by_name: dict[str, np.ndarray]):
+    """The SGD steps in float64 (Keras' "float64" policy) from the fp32 run's initial values on the same batches:
+    (losses, the first step's gradients by variable name as the capture names them)."""
     from device.capture.tf.tensors import variable_name
 
-    sess, x, y, _, _, grads_of = _keras_under(entry, "float64", initial_by_name)
+    sess, x, y, loss, train_op, grads_of = _keras_under(entry, "float64", initial_by_name)
     with sess:
         named = {variable_name(v): g for v, g in grads_of if g is not None}
-        return dict(zip(named, sess.run(list(named.values()), {x: batch[0], y: batch[1]})))
+        first = dict(zip(named, sess.run(list(named.values()), {x: data[0][0], y: data[0][1]})))
+        losses = [float(sess.run([loss, train_op], {x: images, y: labels})[0]) for images, labels in data]
+        return losses, first
 
 
 def validate_keras_defaults(entry: Entry) -> list[str]:
