@@ -302,3 +302,44 @@ def test_adamw_decays_a_gathered_table_whole(use_resource):
     expected = np.full((6, 3), 1 - 0.1 * 0.5, np.float32)
     expected[:2] -= 0.1
     np.testing.assert_allclose(after, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("has_strategy, cross_replica, expected", [
+    (False, False, 1),  # no strategy: the default context
+    (True, True, 1),  # a strategy's cross-replica context (its scope, outside a replica)
+    (True, False, 2),  # a replica of a strategy of 2
+])
+def test_replicas_count_only_inside_a_replica_of_a_strategy(monkeypatch, has_strategy, cross_replica, expected):
+    from common.tf.optim import in_replica_of_several
+
+    class Strategy:
+        num_replicas_in_sync = 2
+
+    # the logical CPUs of a real MirroredStrategy of 2 must be set before TF starts (test_tf_distributed.py
+    # runs those in a subprocess): here the three contexts are stated as tf.distribute reports them
+    monkeypatch.setattr(tf.distribute, "has_strategy", lambda: has_strategy)
+    monkeypatch.setattr(tf.distribute, "in_cross_replica_context", lambda: cross_replica)
+    monkeypatch.setattr(tf.distribute, "get_strategy", lambda: Strategy())
+    assert in_replica_of_several() == expected
+
+
+@pytest.mark.parametrize("scaling", [None, 128.0, "dynamic"])
+def test_loss_scaling_is_refused_in_a_replica_of_two(monkeypatch, scaling):
+    # loss scaling's tf.cond around the update cannot be shared by replicas: refused from 2 replicas on
+    monkeypatch.setattr("common.tf.optim.in_replica_of_several", lambda: 2)
+    optimizer = {"optimizer_type": "sgd", "learning_rate": 0.1}
+    mixed = {}
+    if scaling is not None:
+        optimizer["loss_scaling_factor"] = scaling
+        mixed = {"mixed_precision": {"enabled": True, "dtype": "bfloat16"}}
+    params = load_params(None, {"optimizer": optimizer, **mixed})
+    with tf.Graph().as_default():
+        w = tf.compat.v1.Variable(1.0, name="w")
+        if scaling is None:  # without loss scaling the replicas train (the default context's all-reduce here)
+            assert isinstance(build_train_op(w * w, params), tf.Operation)
+            return
+        with pytest.raises(UserError) as error:
+            build_train_op(w * w, params)
+    assert str(error.value) == (
+        f"optimizer.loss_scaling_factor={scaling!r} with runconfig.train_distribute: loss scaling skips steps with "
+        "a tf.cond around the update, which the replicas cannot share; train data parallel in bfloat16 or float32")
