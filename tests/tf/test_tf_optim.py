@@ -343,3 +343,43 @@ def test_loss_scaling_is_refused_in_a_replica_of_two(monkeypatch, scaling):
     assert str(error.value) == (
         f"optimizer.loss_scaling_factor={scaling!r} with runconfig.train_distribute: loss scaling skips steps with "
         "a tf.cond around the update, which the replicas cannot share; train data parallel in bfloat16 or float32")
+
+
+@pytest.mark.parametrize("scaling", [128, "dynamic"])
+def test_loss_scale_is_a_float32_named_loss_scale_from_whole_numbers(problem, scaling):
+    # whole numbers in the params (a fixed 128, an initial 1024) still give a float32 scale, which the
+    # dynamic update halves and doubles; its name is the one a graph viewer and a checkpoint show
+    w0, b0, x, y = problem
+    optimizer = {"optimizer_type": "sgd", "learning_rate": 0.1, "loss_scaling_factor": scaling,
+                 "initial_loss_scale": 1024}
+    params = load_params(None, {"optimizer": optimizer, "mixed_precision": {"enabled": True, "dtype": "bfloat16"}})
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.Variable(w0, name="dense/kernel")
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+        train_op = build_train_op(loss, params)
+        (scale,) = graph.get_collection(LOSS_SCALE_COLLECTION)
+        assert (scale.op.name, scale.dtype.base_dtype) == ("loss_scale", tf.float32)
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train_op)
+            assert session.run(scale) == (128.0 if scaling == 128 else 1024.0)
+
+
+def test_a_replica_sums_the_replicas_gradients_and_hands_in_its_share(monkeypatch, problem):
+    # two replicas of the same batch: the all-reduce adds their gradients up (2 g), and each replica
+    # hands 1/2 of that to apply_gradients, whose merge adds the replicas up once more (here one
+    # device, no merge): one step of plain SGD with the gradient g
+    w0, b0, x, y = problem
+
+    class TwoReplicas:
+        def all_reduce(self, reduce_op, value):
+            assert reduce_op == tf.distribute.ReduceOp.SUM
+            return [g + g for g in value]
+
+    monkeypatch.setattr("common.tf.optim.in_replica_of_several", lambda: 2)
+    monkeypatch.setattr(tf.distribute, "get_replica_context", lambda: TwoReplicas())
+    w, b, _, _ = one_step({"optimizer_type": "sgd", "learning_rate": 0.1}, w0, b0, x, y)
+    gw, gb = gradients(w0, b0, x, y)
+    np.testing.assert_allclose(w, w0 - 0.1 * gw, rtol=1e-5)
+    np.testing.assert_allclose(b, b0 - 0.1 * gb, rtol=1e-5)
