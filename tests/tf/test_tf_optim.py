@@ -360,6 +360,7 @@ def test_loss_scale_is_a_float32_named_loss_scale_from_whole_numbers(problem, sc
         train_op = build_train_op(loss, params)
         (scale,) = graph.get_collection(LOSS_SCALE_COLLECTION)
         assert (scale.op.name, scale.dtype.base_dtype) == ("loss_scale", tf.float32)
+        assert train_op.name == "train_op"  # the step's group, as the graph shows it
         with tf.compat.v1.Session(graph=graph) as session:
             session.run(tf.compat.v1.global_variables_initializer())
             session.run(train_op)
@@ -383,3 +384,10 @@ def test_a_replica_sums_the_replicas_gradients_and_hands_in_its_share(monkeypatc
     gw, gb = gradients(w0, b0, x, y)
     np.testing.assert_allclose(w, w0 - 0.1 * gw, rtol=1e-5)
     np.testing.assert_allclose(b, b0 - 0.1 * gb, rtol=1e-5)
+
+
+def test_a_constant_learning_rate_after_a_warmup():
+    # a constant segment is float64 as the others, so that tf.where can switch from one to the next
+    spec = [{"scheduler": "Linear", "initial_learning_rate": 0.0, "end_learning_rate": 1.0, "steps": 10},
+            {"scheduler": "Constant", "learning_rate": 0.25}]
+    np.testing.assert_allclose(lr_at(spec, [0, 5, 9, 10, 30]), [0.0, 0.5, 0.9, 0.25, 0.25], rtol=1e-6)
