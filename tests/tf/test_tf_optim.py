@@ -386,8 +386,22 @@ def test_a_replica_sums_the_replicas_gradients_and_hands_in_its_share(monkeypatc
     np.testing.assert_allclose(b, b0 - 0.1 * gb, rtol=1e-5)
 
 
-def test_a_constant_learning_rate_after_a_warmup():
-    # a constant segment is float64 as the others, so that tf.where can switch from one to the next
-    spec = [{"scheduler": "Linear", "initial_learning_rate": 0.0, "end_learning_rate": 1.0, "steps": 10},
-            {"scheduler": "Constant", "learning_rate": 0.25}]
-    np.testing.assert_allclose(lr_at(spec, [0, 5, 9, 10, 30]), [0.0, 0.5, 0.9, 0.25, 0.25], rtol=1e-6)
+def test_a_constant_or_piecewise_learning_rate_after_a_warmup():
+    # constant and piecewise segments are float64 as the others, so that tf.where can switch from one to the
+    # next; at its start step (10) the next segment has taken over
+    warmup = {"scheduler": "Linear", "initial_learning_rate": 0.0, "end_learning_rate": 1.0, "steps": 10}
+    constant = [warmup, {"scheduler": "Constant", "learning_rate": 0.25}]
+    np.testing.assert_allclose(lr_at(constant, [0, 5, 9, 10, 30]), [0.0, 0.5, 0.9, 0.25, 0.25], rtol=1e-6)
+    piecewise = [warmup, {"scheduler": "PiecewiseConstant", "values": [0.5, 0.1], "boundaries": [5]}]
+    np.testing.assert_allclose(lr_at(piecewise, [9, 10, 14, 15]), [0.9, 0.5, 0.5, 0.1], rtol=1e-6)
+
+
+def test_the_learning_rate_tensor_and_the_key_its_errors_name():
+    with tf.Graph().as_default():
+        assert learning_rate(0.1, tf.constant(0, tf.int64)).name == "learning_rate:0"  # found by name in the graph
+        with pytest.raises(UserError) as error:
+            learning_rate({"scheduler": "Constant"}, tf.constant(0, tf.int64))
+        assert str(error.value) == "optimizer.learning_rate: scheduler Constant needs 'learning_rate'"
+        with pytest.raises(UserError) as error:
+            learning_rate({"scheduler": "Constant"}, tf.constant(0, tf.int64), "model.lr")
+        assert str(error.value) == "model.lr: scheduler Constant needs 'learning_rate'"
