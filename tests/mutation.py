@@ -9,6 +9,7 @@ tests/MUTATION.md holds the figures, how to read them, and the survivors judged 
     python tests/mutation.py program cost       # some groups
     python tests/mutation.py --rerun program    # the same copy again: only changed functions
                                                 # and the survivors are run (after a new test)
+    python tests/mutation.py --jobs 1 place     # one mutant at a time (a shared machine)
     python tests/mutation.py --list             # the groups, their modules and tests
 
 Each group runs in its own copy of the working tree, .mutation/<group>/ (mutmut's
@@ -166,8 +167,9 @@ def _mutated_line(workdir: Path, env: dict, name: str) -> str:
     return added[0] if added else ""
 
 
-def run_group(group: str, rerun: bool) -> int:
-    """Run one group; returns how many survivors are not explained."""
+def run_group(group: str, rerun: bool, jobs: int | None = None) -> int:
+    """Run one group (``jobs`` mutants at a time, default one per core); returns how many survivors
+    are not explained."""
     modules, tests = GROUPS[group]
     workdir = SCRATCH / group
     if not rerun and workdir.exists():
@@ -182,13 +184,14 @@ def run_group(group: str, rerun: bool) -> int:
                OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env.pop("PYTHONPATH", None)  # the mutated copy must be what the tests import
     print(f"== {group}: mutating {' '.join(modules)}; tests {' '.join(tests)}", flush=True)
-    run = subprocess.run([_mutmut(), "run"], cwd=workdir, env=env, capture_output=True, text=True)
+    children = ["--max-children", str(jobs)] if jobs else []
+    run = subprocess.run([_mutmut(), "run", *children], cwd=workdir, env=env, capture_output=True, text=True)
     output = run.stdout + run.stderr
     survivors = _survivors(workdir, env) if rerun and run.returncode == 0 else {}
     if survivors:
         # mutmut's first pass kept its verdicts on unchanged code; a new test may kill a survivor
-        run = subprocess.run([_mutmut(), "run", *sorted(survivors)], cwd=workdir, env=env, capture_output=True,
-                             text=True)
+        run = subprocess.run([_mutmut(), "run", *children, *sorted(survivors)], cwd=workdir, env=env,
+                             capture_output=True, text=True)
         output = run.stdout + run.stderr
     summaries = _SUMMARY.findall(output.replace("\r", "\n"))
     if run.returncode != 0 or not summaries:
@@ -232,6 +235,8 @@ def main(argv=None) -> int:
                         help="keep .mutation/GROUP: rerun the survivors and whatever changed")
     parser.add_argument("--report", action="store_true", help="only print the survivors of the last run")
     parser.add_argument("--list", action="store_true", help="list the groups")
+    parser.add_argument("--jobs", type=int, metavar="N",
+                        help="mutants run at a time (default one per core; 1 on a machine shared with other work)")
     args = parser.parse_args(argv)
     unknown = [g for g in args.groups if g not in GROUPS]
     if unknown:
@@ -247,7 +252,7 @@ def main(argv=None) -> int:
             env.pop("PYTHONPATH", None)
             unexplained += _report(SCRATCH / group, env, group)
         else:
-            unexplained += run_group(group, args.rerun)
+            unexplained += run_group(group, args.rerun, args.jobs)
     return 1 if unexplained else 0
 
 

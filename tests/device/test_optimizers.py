@@ -315,3 +315,20 @@ def test_nesterov_rounds_in_the_order_of_its_framework():
         Optimizer(OptimizerSpec("momentum", semantics, {"momentum": 0.8, "nesterov": True}), params).step(
             params, {"w": g}, 0.1)
         np.testing.assert_array_equal(params["w"], want, err_msg=semantics)
+
+
+def test_without_loss_scaling_a_non_finite_gradient_is_refused_by_name_and_value():
+    from zoo_base.errors import NonFiniteGradient
+
+    params = _random_params()
+    before = {name: p.copy() for name, p in params.items()}
+    ours = Optimizer(spec("sgd"), params)
+    grads = _random_grads(np.random.default_rng(6))
+    grads["layer.bias"] = np.array([1.0, np.inf, np.nan, -np.inf], np.float32)  # the first non-finite: inf
+    with pytest.raises(NonFiniteGradient) as info:
+        ours.apply_gradients(params, grads, 0.1)
+    assert str(info.value) == "the gradient of layer.bias is inf"
+    assert (info.value.name, info.value.value) == ("layer.bias", np.inf)
+    for name in params:
+        np.testing.assert_array_equal(params[name], before[name])
+    assert ours.step_count == 0

@@ -279,6 +279,14 @@ def test_pack_of_an_exact_column_and_block():
     assert _pack([], 2, 3, 4) == []
 
 
+def test_pack_keeps_a_column_as_narrow_as_keeps_each_kernels_rows():
+    # kept columns of 4: 5 PEs take 2 rows at 4 wide, and 2 rows hold them at 3 wide too (a 4th PE
+    # across would stay idle); narrowed, the same kernel stands in one column of 5 rows
+    assert _pack([5, 3], 4, 32, 32, narrow=False) == [(0, 0, 3, 2), (0, 2, 3, 1)]
+    assert _pack([2], 4, 32, 32, narrow=False) == [(0, 0, 2, 1)]  # no wider than its largest kernel
+    assert _pack([5, 3], 4, 32, 32) == [(0, 0, 1, 5), (0, 5, 1, 3)]
+
+
 def test_too_large_message_in_full():
     sram = get_profile("tiny").sram_bytes_per_pe
     kernels = [_kernel("small", weight_bytes=sram), _kernel("big", weight_bytes=600 * sram),
@@ -446,6 +454,23 @@ def test_weight_streaming_of_one_sample():
     placement = place(kernels, get_profile("tiny"), "weight_streaming")
     assert (placement.micro_batch, placement.micro_batches) == (1, 1)
     assert placement.get("a").activation_bytes == 1000
+
+
+def test_weight_streaming_refuses_a_batch_of_one_sample_that_does_not_fit():
+    # a batch of one: the sample's activations are the whole stash (48 MiB beside a tile of 200 bytes)
+    sram = get_profile("tiny").sram_bytes
+    kernels = [_kernel("a", batch=1, weight_bytes=100, stash_bytes=sram)]
+    with pytest.raises(DeviceCompileError) as info:
+        place(kernels, get_profile("tiny"), "weight_streaming")
+    assert str(info.value) == (
+        "in weight streaming the activations of one sample need 50,331,648 bytes (48.0 MiB) of SRAM next to the "
+        "weight tile of 'a' (200 bytes (0.0 MiB)), 50,331,648 bytes (48.0 MiB) are available on tiny; shorten the "
+        "sequence or the image, or use a profile with more SRAM")
+    with pytest.raises(DeviceCompileError) as info:
+        place(kernels, get_profile("tiny"), "weight_streaming", micro_batch_size=1)
+    assert str(info.value).startswith("device.micro_batch_size 1: the activations of a micro-batch of 1 need "
+                                      "50,331,648 bytes (48.0 MiB) of SRAM")
+    assert str(info.value).endswith("not even one sample fits")
 
 
 def test_unknown_execution_mode_names_the_valid_ones():

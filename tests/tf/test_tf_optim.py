@@ -302,3 +302,106 @@ def test_adamw_decays_a_gathered_table_whole(use_resource):
     expected = np.full((6, 3), 1 - 0.1 * 0.5, np.float32)
     expected[:2] -= 0.1
     np.testing.assert_allclose(after, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("has_strategy, cross_replica, expected", [
+    (False, False, 1),  # no strategy: the default context
+    (True, True, 1),  # a strategy's cross-replica context (its scope, outside a replica)
+    (True, False, 2),  # a replica of a strategy of 2
+])
+def test_replicas_count_only_inside_a_replica_of_a_strategy(monkeypatch, has_strategy, cross_replica, expected):
+    from common.tf.optim import in_replica_of_several
+
+    class Strategy:
+        num_replicas_in_sync = 2
+
+    # the logical CPUs of a real MirroredStrategy of 2 must be set before TF starts (test_tf_distributed.py
+    # runs those in a subprocess): here the three contexts are stated as tf.distribute reports them
+    monkeypatch.setattr(tf.distribute, "has_strategy", lambda: has_strategy)
+    monkeypatch.setattr(tf.distribute, "in_cross_replica_context", lambda: cross_replica)
+    monkeypatch.setattr(tf.distribute, "get_strategy", lambda: Strategy())
+    assert in_replica_of_several() == expected
+
+
+@pytest.mark.parametrize("scaling", [None, 128.0, "dynamic"])
+def test_loss_scaling_is_refused_in_a_replica_of_two(monkeypatch, scaling):
+    # loss scaling's tf.cond around the update cannot be shared by replicas: refused from 2 replicas on
+    monkeypatch.setattr("common.tf.optim.in_replica_of_several", lambda: 2)
+    optimizer = {"optimizer_type": "sgd", "learning_rate": 0.1}
+    mixed = {}
+    if scaling is not None:
+        optimizer["loss_scaling_factor"] = scaling
+        mixed = {"mixed_precision": {"enabled": True, "dtype": "bfloat16"}}
+    params = load_params(None, {"optimizer": optimizer, **mixed})
+    with tf.Graph().as_default():
+        w = tf.compat.v1.Variable(1.0, name="w")
+        if scaling is None:  # without loss scaling the replicas train (the default context's all-reduce here)
+            assert isinstance(build_train_op(w * w, params), tf.Operation)
+            return
+        with pytest.raises(UserError) as error:
+            build_train_op(w * w, params)
+    assert str(error.value) == (
+        f"optimizer.loss_scaling_factor={scaling!r} with runconfig.train_distribute: loss scaling skips steps with "
+        "a tf.cond around the update, which the replicas cannot share; train data parallel in bfloat16 or float32")
+
+
+@pytest.mark.parametrize("scaling", [128, "dynamic"])
+def test_loss_scale_is_a_float32_named_loss_scale_from_whole_numbers(problem, scaling):
+    # whole numbers in the params (a fixed 128, an initial 1024) still give a float32 scale, which the
+    # dynamic update halves and doubles; its name is the one a graph viewer and a checkpoint show
+    w0, b0, x, y = problem
+    optimizer = {"optimizer_type": "sgd", "learning_rate": 0.1, "loss_scaling_factor": scaling,
+                 "initial_loss_scale": 1024}
+    params = load_params(None, {"optimizer": optimizer, "mixed_precision": {"enabled": True, "dtype": "bfloat16"}})
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.Variable(w0, name="dense/kernel")
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+        train_op = build_train_op(loss, params)
+        (scale,) = graph.get_collection(LOSS_SCALE_COLLECTION)
+        assert (scale.op.name, scale.dtype.base_dtype) == ("loss_scale", tf.float32)
+        assert train_op.name == "train_op"  # the step's group, as the graph shows it
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train_op)
+            assert session.run(scale) == (128.0 if scaling == 128 else 1024.0)
+
+
+def test_a_replica_sums_the_replicas_gradients_and_hands_in_its_share(monkeypatch, problem):
+    # two replicas of the same batch: the all-reduce adds their gradients up (2 g), and each replica
+    # hands 1/2 of that to apply_gradients, whose merge adds the replicas up once more (here one
+    # device, no merge): one step of plain SGD with the gradient g
+    w0, b0, x, y = problem
+
+    class TwoReplicas:
+        def all_reduce(self, reduce_op, value):
+            assert reduce_op == tf.distribute.ReduceOp.SUM
+            return [g + g for g in value]
+
+    monkeypatch.setattr("common.tf.optim.in_replica_of_several", lambda: 2)
+    monkeypatch.setattr(tf.distribute, "get_replica_context", lambda: TwoReplicas())
+    w, b, _, _ = one_step({"optimizer_type": "sgd", "learning_rate": 0.1}, w0, b0, x, y)
+    gw, gb = gradients(w0, b0, x, y)
+    np.testing.assert_allclose(w, w0 - 0.1 * gw, rtol=1e-5)
+    np.testing.assert_allclose(b, b0 - 0.1 * gb, rtol=1e-5)
+
+
+def test_a_constant_or_piecewise_learning_rate_after_a_warmup():
+    # constant and piecewise segments are float64 as the others, so that tf.where can switch from one to the
+    # next; at its start step (10) the next segment has taken over
+    warmup = {"scheduler": "Linear", "initial_learning_rate": 0.0, "end_learning_rate": 1.0, "steps": 10}
+    constant = [warmup, {"scheduler": "Constant", "learning_rate": 0.25}]
+    np.testing.assert_allclose(lr_at(constant, [0, 5, 9, 10, 30]), [0.0, 0.5, 0.9, 0.25, 0.25], rtol=1e-6)
+    piecewise = [warmup, {"scheduler": "PiecewiseConstant", "values": [0.5, 0.1], "boundaries": [5]}]
+    np.testing.assert_allclose(lr_at(piecewise, [9, 10, 14, 15]), [0.9, 0.5, 0.5, 0.1], rtol=1e-6)
+
+
+def test_the_learning_rate_tensor_and_the_key_its_errors_name():
+    with tf.Graph().as_default():
+        assert learning_rate(0.1, tf.constant(0, tf.int64)).name == "learning_rate:0"  # found by name in the graph
+        with pytest.raises(UserError) as error:
+            learning_rate({"scheduler": "Constant"}, tf.constant(0, tf.int64))
+        assert str(error.value) == "optimizer.learning_rate: scheduler Constant needs 'learning_rate'"
+        with pytest.raises(UserError) as error:
+            learning_rate({"scheduler": "Constant"}, tf.constant(0, tf.int64), "model.lr")
+        assert str(error.value) == "model.lr: scheduler Constant needs 'learning_rate'"
