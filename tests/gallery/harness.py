@@ -18,8 +18,8 @@ and beside them the noise floor: the same quantities between two framework runs 
 only in the order of the examples in each batch (reversed), so in the order of their sums: the
 same function, rounded otherwise. In the full run of a torchvision or Keras entry a second
 floor, exact_floor: how far the framework's fp32 gradients are from its float64 ones (the same
-weights and batch; torch's model.double(), Keras' "float64" policy), the worse of its two fp32 runs
-(the batch as is and reversed), and exact_err, the emulator's gradients against those float64 ones;
+weights and batch; torch's model.double(), Keras' "float64" policy), the worst of its three fp32 runs
+(the batch as is, reversed, and on one thread: the same kernels, their sums split otherwise), and exact_err, the emulator's gradients against those float64 ones;
 the same for the first loss and the STEPS losses (exact_loss_floor, exact_steps_floor; the
 framework's STEPS steps run in float64 too). Where the model is ill-conditioned both fp32 runs are
 far from the exact values while close to each other, and the reversed batch understates what fp32
@@ -75,7 +75,7 @@ class Result:
     framework_mixed_err: float | None = None  # the framework's own bfloat16 first loss, relative to its fp32
     mixed_to_framework: float | None = None  # the emulator's bfloat16 first loss, relative to the framework's
     exact_floor: float | None = None  # the framework's fp32 first-step gradients against its float64 ones (grad_gap),
-    # the worst of its two runs (the batch as is and reversed)
+    # the worst of its three runs (the batch as is, reversed, on one thread)
     exact_err: float | None = None  # the emulator's against the framework's float64 ones
     exact_worst: str = ""  # the weight with exact_floor
     # the same for the losses (the framework's STEPS steps run in float64 too): its fp32 first loss and
@@ -128,15 +128,15 @@ def grad_gap(got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> tup
     return worst, name
 
 
-def _exact(result: Result, fp32_grads: tuple[dict[str, np.ndarray], ...], reversed_losses: list[float],
+def _exact(result: Result, fp32_grads: tuple[dict[str, np.ndarray], ...], other_losses: tuple[list[float], ...],
            grads: dict[str, np.ndarray], loss0: float, steps: list[float], exact_grads: dict[str, np.ndarray],
            exact_losses: list[float]) -> None:
     """The float64 floors: the framework's fp32 first-step gradients (``fp32_grads``: its runs with the
-    batch as is and reversed, the worse counts) and losses (result.losses and ``reversed_losses``), and
-    the emulator's (``grads``, ``loss0``, ``steps``), against the framework's float64 run (the same
-    weights and batches)."""
+    batch as is, reversed, and on one thread; the worst counts) and losses (result.losses and
+    ``other_losses``), and the emulator's (``grads``, ``loss0``, ``steps``), against the framework's
+    float64 run (the same weights and batches)."""
     result.exact_floor, result.exact_worst = max(grad_gap(g, exact_grads) for g in fp32_grads)
-    runs = (result.losses, reversed_losses)
+    runs = (result.losses, *other_losses)
     result.exact_loss_floor = max(relative(run[0], exact_losses[0]) for run in runs)
     result.exact_loss_err = relative(loss0, exact_losses[0])
     result.exact_steps_floor = max(relative(a, b) for run in runs for a, b in zip(run, exact_losses))
@@ -212,7 +212,7 @@ def run_torch(entry: Entry, full: bool = True) -> Result:
     result = Result(entry)
     torch.manual_seed(0)
     model = entry.build(False)
-    twins = {k: copy.deepcopy(model) for k in ("floor", "mixed", "autocast", "exact")}  # the same initial weights
+    twins = {k: copy.deepcopy(model) for k in ("floor", "one", "mixed", "autocast", "exact")}  # the same initial weights
     data, step_of = _torch_batches_and_loss(entry, STEPS if full else 1)
 
     def sgd(m):
@@ -271,7 +271,14 @@ def run_torch(entry: Entry, full: bool = True) -> Result:
 
     if full and entry.library == "torchvision":  # the steps in float64: slow, so in the full run only
         exact_losses, exact_grads, _ = framework_run(twins["exact"].double(), False, double=True)
-        _exact(result, (expected_grads, floor_grads), floor_losses, grads, loss, got, exact_grads, exact_losses)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # another sum order of the same kernels
+        try:
+            one_losses, one_grads, _ = framework_run(twins["one"], False)
+        finally:
+            torch.set_num_threads(threads)
+        _exact(result, (expected_grads, floor_grads, one_grads), (floor_losses, one_losses), grads, loss, got,
+               exact_grads, exact_losses)
 
     if full and entry.mixed:
         mixed = twins["mixed"]
@@ -383,8 +390,10 @@ def run_keras(entry: Entry, full: bool = True) -> Result:
     if full:
         got, result.emulator_step_s = _steps_on(Program(graph, weights, state, seed=0), data)
         result.steps_err = max(relative(a, b) for a, b in zip(got, result.losses))
-        exact_losses, exact_grads = _keras_exact_run(entry, data, initial_by_name)
-        _exact(result, (expected_grads, floor_grads), floor_losses, grads, loss0, got, exact_grads, exact_losses)
+        exact_losses, exact_grads = _keras_run(entry, data, initial_by_name, "float64")
+        one_losses, one_grads = _keras_run(entry, data, initial_by_name, "float32", threads=1)
+        _exact(result, (expected_grads, floor_grads, one_grads), (floor_losses, one_losses), grads, loss0, got,
+               exact_grads, exact_losses)
     if full and entry.mixed:
         graph16 = capture_tf.capture(tf_graph, inputs=[x, y], loss=loss, train_op=train_op, precision="bfloat16")
         _mixed(result, _steps_on(Program(graph16, weights, state, seed=0), data)[0],
@@ -392,14 +401,16 @@ def run_keras(entry: Entry, full: bool = True) -> Result:
     return result
 
 
-def _keras_under(entry: Entry, policy: str, initial_by_name: dict[str, np.ndarray]):
+def _keras_under(entry: Entry, policy: str, initial_by_name: dict[str, np.ndarray], threads: int = 0):
     """The entry built under Keras' dtype ``policy``, in a session that holds the fp32 run's initial values
-    (by variable name): (session, x, y, loss, train_op, [(variable, gradient)])."""
+    (by variable name) and runs its ops on ``threads`` threads (0: TF's choice):
+    (session, x, y, loss, train_op, [(variable, gradient)])."""
     import tensorflow as tf
 
     v1 = tf.compat.v1
     tf_graph, x, y, loss, train_op, grads_of, init = _keras_graph(entry, dropout=False, policy=policy)
-    sess = v1.Session(graph=tf_graph)
+    config = v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads)
+    sess = v1.Session(graph=tf_graph, config=config)
     sess.run(init)
     with tf_graph.as_default():
         every = v1.global_variables()
@@ -420,12 +431,13 @@ def _keras_mixed_losses(entry: Entry, data, initial_by_name: dict[str, np.ndarra
         return [float(sess.run([loss, train_op], {x: images, y: labels})[0]) for images, labels in data]
 
 
-def _keras_exact_run(entry: Entry, data, initial_by_name: dict[str, np.ndarray]):
-    """The SGD steps in float64 (Keras' "float64" policy) from the fp32 run's initial values on the same batches:
-    (losses, the first step's gradients by variable name as the capture names them)."""
+def _keras_run(entry: Entry, data, initial_by_name: dict[str, np.ndarray], policy: str, threads: int = 0):
+    """The SGD steps under Keras' dtype ``policy`` ("float64": the exact run's stand-in) on ``threads`` threads,
+    from the fp32 run's initial values on the same batches: (losses, the first step's gradients by variable
+    name as the capture names them)."""
     from device.capture.tf.tensors import variable_name
 
-    sess, x, y, loss, train_op, grads_of = _keras_under(entry, "float64", initial_by_name)
+    sess, x, y, loss, train_op, grads_of = _keras_under(entry, policy, initial_by_name, threads)
     with sess:
         named = {variable_name(v): g for v, g in grads_of if g is not None}
         first = dict(zip(named, sess.run(list(named.values()), {x: data[0][0], y: data[0][1]})))

@@ -26,10 +26,10 @@ STEPS = 1e-3
 # above the bound, the bound is FLOOR_FACTOR times the floor: the floor is one draw of the noise,
 # and the emulator sums in yet another order (im2col GEMMs, not the framework's direct kernels).
 # The floor is the larger of that reversed batch's gap and, where measured (the full run of a
-# torchvision or Keras entry), the framework fp32's own gap to its float64 run, the worse of its two runs (gradients, first
-# loss, STEPS losses): in an ill-conditioned model (ResNet-50's bottlenecks at 64x64) two fp32 runs sit
-# close together and far from the exact values, so an emulator as far from them as fp32 is can be
-# twice that from the framework.
+# torchvision or Keras entry), the framework fp32's own gap to its float64 run, the worst of its three
+# runs (as is, batch reversed, one thread; gradients, first loss, STEPS losses): in an ill-conditioned
+# model (ResNet-50's bottlenecks at 64x64) two fp32 runs sit close together and far from the exact
+# values, so an emulator as far from them as fp32 is can be twice that from the framework.
 FLOOR_FACTOR = 4
 # mixed precision (bfloat16 compute) against the framework's fp32: the first step's loss (the
 # steps after it are in the table: rounding to 8 bits of mantissa, amplified as above). Where the
