@@ -156,17 +156,22 @@ def test_adam_follows_its_betas_and_epsilon(problem, kind):
     np.testing.assert_allclose(b, ref_b, rtol=1e-5)
 
 
-@pytest.mark.parametrize("scaling", [None, 128.0, "dynamic"])
-def test_the_train_op_steps_its_global_step_and_trains_only_var_list(problem, scaling):
-    """The global step and var_list given are the ones used; the learning rate and loss scale
-    are in their collections for the runner; the scale and its counter are not trained."""
-    w0, b0, x, y = problem
+def _sgd_params(scaling):
+    """SGD at 0.1; with ``scaling`` (a factor or "dynamic"), loss scaling in bfloat16 mixed precision."""
     optimizer = {"optimizer_type": "sgd", "learning_rate": 0.1}
     mixed = {}
     if scaling is not None:
         optimizer["loss_scaling_factor"] = scaling
         mixed = {"mixed_precision": {"enabled": True, "dtype": "bfloat16"}}
-    params = load_params(None, {"optimizer": optimizer, **mixed})
+    return load_params(None, {"optimizer": optimizer, **mixed})
+
+
+@pytest.mark.parametrize("scaling", [None, 128.0, "dynamic"])
+def test_the_train_op_steps_its_global_step_and_trains_only_var_list(problem, scaling):
+    """The global step and var_list given are the ones used; the learning rate and loss scale
+    are in their collections for the runner; the scale and its counter are not trained."""
+    w0, b0, x, y = problem
+    params = _sgd_params(scaling)
     graph = tf.Graph()
     with graph.as_default():
         w = tf.compat.v1.Variable(w0, name="dense/kernel")
@@ -327,12 +332,7 @@ def test_replicas_count_only_inside_a_replica_of_a_strategy(monkeypatch, has_str
 def test_loss_scaling_is_refused_in_a_replica_of_two(monkeypatch, scaling):
     # loss scaling's tf.cond around the update cannot be shared by replicas: refused from 2 replicas on
     monkeypatch.setattr("common.tf.optim.in_replica_of_several", lambda: 2)
-    optimizer = {"optimizer_type": "sgd", "learning_rate": 0.1}
-    mixed = {}
-    if scaling is not None:
-        optimizer["loss_scaling_factor"] = scaling
-        mixed = {"mixed_precision": {"enabled": True, "dtype": "bfloat16"}}
-    params = load_params(None, {"optimizer": optimizer, **mixed})
+    params = _sgd_params(scaling)
     with tf.Graph().as_default():
         w = tf.compat.v1.Variable(1.0, name="w")
         if scaling is None:  # without loss scaling the replicas train (the default context's all-reduce here)
