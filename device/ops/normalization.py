@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from device.ops.arrays import param_shape
+from device.ops.arrays import param_shape, reduce_rows
 from device.ops.record import FLOAT, OpRecord, Shape, per_element, reduction_axes, same_shape
 from zoo_base.errors import UserError
 
@@ -36,16 +36,9 @@ def _log_softmax_backward(saved, grads, attrs, needs):
 
 
 def _sum_over(x, axes: tuple[int, ...], keepdims: bool = False):
-    """x summed over ``axes``, pairwise. numpy sums pairwise only along the contiguous axis and one by
-    one along the others, an error growing with the count: batch norm's statistics over N, H, W of an
-    NHWC map (4096 values a channel) came out 16x further from float64 than over NCHW's rows, and a
-    Keras MobileNetV2's every layer 2.3x further than TF's (tests/gallery/forward_error.py). So the
-    summed axes go last, one contiguous row per kept element (a copy unless they are last already: a reshape of
-    the transposed map may be a strided view, which numpy would again sum one by one)."""
-    kept = tuple(i for i in range(x.ndim) if i not in axes)
-    rows = np.ascontiguousarray(np.transpose(x, kept + tuple(axes))).reshape(*(x.shape[i] for i in kept), -1)
-    total = rows.sum(axis=-1)
-    return total.reshape([1 if i in axes else d for i, d in enumerate(x.shape)]) if keepdims else total
+    """x summed over ``axes`` pairwise whatever the layout (arrays.reduce_rows; tests/gallery/forward_error.py
+    measured the layer-by-layer error it removes)."""
+    return reduce_rows(np.sum, x, axes, keepdims)
 
 
 def _mean_over(x, axes: tuple[int, ...], keepdims: bool = False):

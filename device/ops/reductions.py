@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 
-from device.ops.arrays import no_gradient
+from device.ops.arrays import no_gradient, reduce_rows
 from device.ops.record import (NUMBERS, OpRecord, Shape, per_input_element, reads_nothing, reduced_shape,
                                reduction_axes, same_shape)
 
@@ -20,22 +21,6 @@ def _reduce_forward(fn):
         return [y], (x, axes, keepdims, y)
 
     return forward
-
-
-def _summed(fn):
-    """np.sum or np.mean over ``axes`` in a tree order whatever the layout: the reduced axes are made the
-    contiguous last one first. Over a strided axis (the spatial axes of NHWC, a global average pool) numpy
-    adds one row after another, an fp32 error growing with the count (1.3e-6 relative over a 32x32 map,
-    2.4x TF's); along the contiguous axis it sums pairwise, as the device's fp32 adds a reduction's
-    partial sums in a tree across its PEs."""
-    def reduce(x, axis, keepdims):
-        rest = [a for a in range(x.ndim) if a not in axis]
-        count = math.prod(x.shape[a] for a in axis)
-        rows = np.ascontiguousarray(np.transpose(x, rest + list(axis))).reshape([x.shape[a] for a in rest] + [count])
-        y = fn(rows, axis=-1)
-        return y.reshape([1 if a in axis else x.shape[a] for a in range(x.ndim)]) if keepdims else y
-
-    return reduce
 
 
 def _expand_reduced(g, axes, keepdims):
@@ -95,10 +80,10 @@ def _reduction(name: str, summary: str, forward, backward, **kw) -> OpRecord:
 
 
 RECORDS = (
-    _reduction("reduce_sum", "sum over axes (None: all)", _reduce_forward(_summed(np.sum)), _reduce_sum_backward,
-               backward_reads=reads_nothing),
-    _reduction("reduce_mean", "mean over axes (None: all)", _reduce_forward(_summed(np.mean)), _reduce_mean_backward,
-               backward_reads=reads_nothing),
+    _reduction("reduce_sum", "sum over axes (None: all)", _reduce_forward(partial(reduce_rows, np.sum)),
+               _reduce_sum_backward, backward_reads=reads_nothing),
+    _reduction("reduce_mean", "mean over axes (None: all)", _reduce_forward(partial(reduce_rows, np.mean)),
+               _reduce_mean_backward, backward_reads=reads_nothing),
     _reduction("reduce_max", "max over axes (None: all); ties share the gradient", _reduce_forward(np.max),
                _reduce_max_backward),
     # an eval helper: no gradient, and no backward work
