@@ -1,6 +1,7 @@
 """common/tf/optim.py against numpy references: schedules, update rules, clipping, loss scaling."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -405,3 +406,57 @@ def test_the_learning_rate_tensor_and_the_key_its_errors_name():
         with pytest.raises(UserError) as error:
             learning_rate({"scheduler": "Constant"}, tf.constant(0, tf.int64), "model.lr")
         assert str(error.value) == "model.lr: scheduler Constant needs 'learning_rate'"
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+def test_adamw_decays_after_the_gradient_and_before_its_update(problem, use_resource):
+    """The decay waits for the gradient (the whole forward pass, so no read of this step sees the
+    decayed weight: else the loss would race the decay), and Adam's update waits for the decay."""
+    w0, _, x, y = problem
+    params = load_params(None, {"optimizer": {"optimizer_type": "adamw", "weight_decay": 0.5}})
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.Variable(w0, name="dense/kernel", use_resource=use_resource)
+        build_train_op(tf.reduce_mean(tf.square(tf.matmul(x, w) - y)), params)
+    decay_type, apply_type = ("AssignSubVariableOp", "ResourceApplyAdam") if use_resource else ("AssignSub", "ApplyAdam")
+    [decay] = [op for op in graph.get_operations() if op.type == decay_type]
+    [apply] = [op for op in graph.get_operations() if op.type == apply_type]
+    grad = apply.inputs[9].op  # Adam's inputs: var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad
+    assert grad in _runs_after(decay) and decay in _runs_after(apply)
+
+
+def _runs_after(op):
+    """The ops ``op`` waits for: its inputs' and control inputs' ops, transitively."""
+    seen, todo = set(), [op]
+    while todo:
+        current = todo.pop()
+        for before in [t.op for t in current.inputs] + list(current.control_inputs):
+            if before not in seen:
+                seen.add(before)
+                todo.append(before)
+    return seen
+
+
+def test_check_finite_checks_the_loss_before_any_gradient_and_keeps_sparse_gradients_whole():
+    from common.tf.optim import NON_FINITE, check_finite
+
+    graph = tf.Graph()
+    with graph.as_default():
+        table = tf.compat.v1.Variable(np.ones((4, 2), np.float32), name="table")
+        w = tf.compat.v1.Variable(np.ones((2,), np.float32), name="w")
+        loss = tf.reduce_sum(tf.gather(table, [0, 2, 2]) * w)
+        grads = tf.compat.v1.gradients(loss, [table, w])
+        assert isinstance(grads[0], tf.IndexedSlices)
+        checked = check_finite(loss, grads, [table, w])
+        [loss_check] = [op for op in graph.get_operations()
+                        if op.type == "CheckNumerics" and op.inputs[0] is loss]
+        for g in (checked[0].values, checked[1]):  # every gradient's check waits for the loss's
+            assert loss_check in _runs_after(g.op)
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            dense = session.run(tf.convert_to_tensor(checked[0]))  # the rows, their indices, the table's shape
+            np.testing.assert_array_equal(dense, [[1, 1], [0, 0], [2, 2], [0, 0]])
+            np.testing.assert_array_equal(session.run(checked[1]), [3, 3])
+            session.run(w.assign([np.nan, 1.0]))
+            with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(f"{NON_FINITE}the loss")):
+                session.run(checked[1])
