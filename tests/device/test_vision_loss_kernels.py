@@ -70,3 +70,30 @@ def test_resize_shape_rule_rejects_methods_and_factors_it_lacks():
         OPS["resize2d"].shape([(1, 2, 3, 3)], {"size": [6, 6], "method": "bicubic"})
     with pytest.raises(ValueError, match="whole-number"):
         OPS["resize2d"].shape([(1, 2, 4, 4)], {"size": [6, 6], "method": "nearest"})
+
+
+def test_cross_entropy_loss_shape_rule_defaults_and_unknown_sizes():
+    shape = OPS["cross_entropy_loss"].shape
+    # classes on the last axis and a mean by default
+    assert shape([(2, 3, 5), (2, 3)], {}) == [()]
+    assert shape([(2, 3, 5), (2, 3)], {"reduction": "none"}) == [(2, 3)]
+    assert shape([(2, 5, 3), (2, 3)], {"axis": 1, "reduction": "none"}) == [(2, 3)]
+    # an unknown size on either side fits any size; the weights of an unknown class count are not checked
+    assert shape([(None, 3, 5), (2, 3)], {"reduction": "none"}) == [(None, 3)]
+    assert shape([(2, 3, 5), (None, 3)], {"reduction": "none"}) == [(2, 3)]
+    assert shape([(2, None), (2,)], {"weight": [1.0, 2.0, 3.0]}) == [()]
+    assert shape([(2, 5), (2,)], {"label_smoothing": 1.0}) == [()]  # [0, 1], both ends in
+
+
+@pytest.mark.parametrize("shapes, attrs, message", [
+    ([(2, 5), (2,)], {"reduction": "avg"}, "reduction 'avg' is not one of none, mean, sum"),
+    ([(2, 5), (2,)], {"label_smoothing": 1.5}, "label_smoothing 1.5 is not in [0, 1]"),
+    ([(2, 5), (2,)], {"label_smoothing": -0.1}, "label_smoothing -0.1 is not in [0, 1]"),
+    ([(2, 5), (2,)], {"weight": [1.0, 2.0]}, "weight has 2 entries for 5 classes"),
+    ([(2, 3, 5), (2, 4)], {}, "labels of shape (2, 4) do not fit logits of shape (2, 3, 5) with classes on axis 2"),
+    ([(2, 3, 5), (2, 3, 5)], {}, "labels of shape (2, 3, 5) do not fit logits of shape (2, 3, 5) with classes on axis 2"),
+])
+def test_cross_entropy_loss_shape_rule_refusals_name_the_attribute_and_its_value(shapes, attrs, message):
+    with pytest.raises(ValueError) as caught:
+        OPS["cross_entropy_loss"].shape(shapes, attrs)
+    assert str(caught.value) == message
