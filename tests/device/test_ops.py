@@ -596,3 +596,22 @@ def test_gelu_is_accurate_in_the_negative_tail():
     (y,), _ = OPS["gelu"].forward([x], {"approximate": "none"}, KernelContext())
     expected = [v * 0.5 * math.erfc(-v / math.sqrt(2)) for v in x.tolist()]
     np.testing.assert_allclose(y, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("equation, shapes, macs", [
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)], 2 * 3 * 4 * 5),
+    ("bhqd, bhkd -> bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)], 2 * 3 * 4 * 5 * 6),  # spaces ignored
+    ("ij,jk", [(3, 4), (4, 5)], 3 * 4 * 5),  # implicit output
+    ("ii->", [(3, 3)], 3),
+    ("...ij,jk->...ik", [(2, 3, 4), (4, 5)], 2 * 3 * 4 * 5),
+    # letters on both sides of '...': the ellipsis is the (7, 3) between b and j
+    ("b...j,jk->b...k", [(2, 7, 3, 4), (4, 5)], 2 * 7 * 3 * 4 * 5),
+    # the larger ellipsis of two operands (broadcast)
+    ("...ij,...jk->...ik", [(6, 3, 4), (2, 6, 4, 5)], 2 * 6 * 3 * 4 * 5),
+])
+def test_einsum_cost_is_two_flops_per_product_of_every_index_size(equation, shapes, macs):
+    attrs = {"equation": equation}
+    record = OPS["einsum"]
+    work = Work(shapes, record.shape(shapes, attrs), attrs, elem=2)
+    # each multiply-accumulate reads a 2-byte operand and a 4-byte partial sum and writes it back
+    assert record.cost(work) == (2.0 * macs, macs * (2 + 2 * 4))
