@@ -97,3 +97,36 @@ def test_cross_entropy_loss_shape_rule_refusals_name_the_attribute_and_its_value
     with pytest.raises(ValueError) as caught:
         OPS["cross_entropy_loss"].shape(shapes, attrs)
     assert str(caught.value) == message
+
+
+def test_cross_entropy_loss_is_stable_per_row_and_a_mean_by_default():
+    # rows 2000 apart: each row's softmax shifted by its own maximum, or one row's exp underflows to 0
+    logits = np.array([[1000.0, 0.0, -1000.0], [-1000.0, -999.0, -1001.0]], np.float32)
+    labels = np.array([1, 0])
+    (loss,), _ = OPS["cross_entropy_loss"].forward([logits, labels], {"axis": 1}, KernelContext())
+    expected = F.cross_entropy(torch.tensor(logits), torch.tensor(labels))
+    assert np.isfinite(loss) and loss.dtype == np.float32
+    np.testing.assert_allclose(loss, expected.item(), rtol=1e-6)
+
+
+def test_cross_entropy_loss_over_no_label_raises_no_floating_point_error():
+    attrs = {"axis": 1, "reduction": "mean", "ignore_index": -100}
+    with np.errstate(all="raise"):  # 0 / 0: NaN, as in torch, not an error under a caller's errstate
+        (loss,), _ = OPS["cross_entropy_loss"].forward([np.zeros((3, 4), np.float32), np.full(3, -100)], attrs,
+                                                       KernelContext())
+    assert np.isnan(loss)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"pos_weight": [0.5, 2.0]}], ids=["plain", "pos-weight"])
+def test_sigmoid_cross_entropy_skips_the_gradients_not_needed(attrs):
+    x, z = np.array([[-1.0, 2.0], [0.5, -3.0]], np.float32), np.array([[1.0, 0.0], [0.3, 1.0]], np.float32)
+    record = OPS["sigmoid_cross_entropy"]
+    (loss,), saved = record.forward([x, z], attrs, KernelContext())
+    g = np.ones_like(loss)
+    dx, dz = record.backward(saved, [g], attrs, (True, True))
+    assert record.backward(saved, [g], attrs, (False, False)) == [None, None]
+    only_x, none = record.backward(saved, [g], attrs, (True, False))
+    none2, only_z = record.backward(saved, [g], attrs, (False, True))
+    assert none is None and none2 is None
+    np.testing.assert_array_equal(only_x, dx)
+    np.testing.assert_array_equal(only_z, dz)
