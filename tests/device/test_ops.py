@@ -615,3 +615,18 @@ def test_einsum_cost_is_two_flops_per_product_of_every_index_size(equation, shap
     work = Work(shapes, record.shape(shapes, attrs), attrs, elem=2)
     # each multiply-accumulate reads a 2-byte operand and a 4-byte partial sum and writes it back
     assert record.cost(work) == (2.0 * macs, macs * (2 + 2 * 4))
+
+
+def test_matmul_gradient_of_a_transposed_weight_has_that_weights_layout():
+    """torch's Linear multiplies by weight.T, an F-contiguous view of the (N, K) weight: its gradient
+    comes back as that weight's C-contiguous (N, K) layout, with the values of the sum over the batch."""
+    a, weight, g = randn(2, 3, 4), randn(5, 4), randn(2, 3, 5)
+    record = OPS["matmul"]
+    (y,), saved = record.forward([a, weight.T], {}, KernelContext())
+    ga, gb = record.backward(saved, [g], {}, (True, True))
+    np.testing.assert_allclose(ga, np.einsum("bmn,nk->bmk", g, weight), rtol=1e-12)
+    np.testing.assert_allclose(gb, np.einsum("bmk,bmn->kn", a, g), rtol=1e-12)
+    assert gb.shape == (4, 5) and gb.T.flags.c_contiguous
+    (_, gb_c) = record.backward(saved[:1] + (np.ascontiguousarray(weight.T),), [g], {}, (False, True))
+    np.testing.assert_allclose(gb_c, gb, rtol=1e-12)
+    assert gb_c.flags.c_contiguous
