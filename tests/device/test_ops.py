@@ -608,6 +608,8 @@ def test_gelu_is_accurate_in_the_negative_tail():
     ("b...j,jk->b...k", [(2, 7, 3, 4), (4, 5)], 2 * 7 * 3 * 4 * 5),
     # the larger ellipsis of two operands (broadcast)
     ("...ij,...jk->...ik", [(6, 3, 4), (2, 6, 4, 5)], 2 * 6 * 3 * 4 * 5),
+    ("...ij,...jk->...ik", [(2, 6, 3, 4), (6, 4, 5)], 2 * 6 * 3 * 4 * 5),  # the larger one first
+    ("...ij,jk->...ik", [(3, 4), (4, 5)], 3 * 4 * 5),  # an empty ellipsis counts 1
 ])
 def test_einsum_cost_is_two_flops_per_product_of_every_index_size(equation, shapes, macs):
     attrs = {"equation": equation}
