@@ -632,3 +632,24 @@ def test_matmul_gradient_of_a_transposed_weight_has_that_weights_layout():
     (_, gb_c) = record.backward(saved[:1] + (np.ascontiguousarray(weight.T),), [g], {}, (False, True))
     np.testing.assert_allclose(gb_c, gb, rtol=1e-12)
     assert gb_c.flags.c_contiguous
+
+
+@needs_torch
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_is_stable_per_row(op):
+    # rows 2000 apart: each shifted by its own maximum, or one row's exp underflows to 0 (or overflows)
+    x = np.array([[1000.0, 0.0, -1000.0], [-1000.0, -999.0, -1001.0]], np.float32)
+    (y,), _ = OPS[op].forward([x], {"axis": -1}, KernelContext())
+    expected = getattr(F, op)(torch.tensor(x), -1).numpy()
+    np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-30)
+
+
+def test_batch_norm_in_training_needs_two_values_per_channel():
+    attrs = {"axis": 1, "eps": 1e-5, "momentum": 0.1}
+    c = np.zeros(3)
+    (y, _, _), _ = OPS["batch_norm"].forward([randn(2, 3), np.ones(3), c, c, np.ones(3)], attrs,
+                                             KernelContext(training=True))
+    np.testing.assert_allclose(np.abs(y), 1.0, rtol=1e-4)  # two values: -1 and +1 once normalised
+    with pytest.raises(UserError) as caught:
+        OPS["batch_norm"].forward([randn(1, 3), np.ones(3), c, c, np.ones(3)], attrs, KernelContext(training=True))
+    assert str(caught.value) == "batch_norm in training needs more than one value per channel, got input (1, 3)"
