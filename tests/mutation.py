@@ -51,7 +51,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                     "tests/tf/test_tf_loss_scale.py"]),
     "program": (["device/runtime/program.py"], ["tests/device/test_program.py", "tests/device/test_dtypes.py"]),
     "kernels": (["device/ops/*.py"],
-                ["tests/device/test_ops.py", "tests/device/test_kernels_numpy.py", "tests/device/test_kernels_tf.py"]),
+                ["tests/device/test_ops.py", "tests/device/test_kernels_numpy.py", "tests/device/test_kernels_tf.py",
+                 "tests/device/test_reductions_numpy.py", "tests/device/test_vision_loss_kernels.py"]),
     "cost": (["device/cost.py"], ["tests/device/test_cost.py", "tests/device/test_report.py"]),
     "params": (["common/params.py"],
                ["tests/common/test_params.py", "tests/common/test_vendor_params.py", "tests/common/test_cli.py"]),
@@ -159,7 +160,9 @@ def _functions(path: Path) -> dict[str, str]:
 def _mutated_line(workdir: Path, env: dict, name: str) -> str:
     """The first line the mutant changes (what `mutmut show` prints with a +), read from mutants/."""
     module = re.match(r"(.*?)\.(x[_ǁ].*)", name)
-    functions = _functions(workdir / "mutants" / (module.group(1).replace(".", "/") + ".py"))
+    path = workdir / "mutants" / module.group(1).replace(".", "/")
+    # a package's own functions (device.ops) live in its __init__.py
+    functions = _functions(path / "__init__.py" if path.is_dir() else path.with_name(path.name + ".py"))
     mutant = functions.get(module.group(2), "").splitlines()[1:]
     original = functions.get(re.sub(r"__mutmut_\d+$", "__mutmut_orig", module.group(2)), "").splitlines()[1:]
     added = [line[1:].strip() for line in difflib.unified_diff(original, mutant, lineterm="", n=0)

@@ -596,3 +596,60 @@ def test_gelu_is_accurate_in_the_negative_tail():
     (y,), _ = OPS["gelu"].forward([x], {"approximate": "none"}, KernelContext())
     expected = [v * 0.5 * math.erfc(-v / math.sqrt(2)) for v in x.tolist()]
     np.testing.assert_allclose(y, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("equation, shapes, macs", [
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)], 2 * 3 * 4 * 5),
+    ("bhqd, bhkd -> bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)], 2 * 3 * 4 * 5 * 6),  # spaces ignored
+    ("ij,jk", [(3, 4), (4, 5)], 3 * 4 * 5),  # implicit output
+    ("ii->", [(3, 3)], 3),
+    ("...ij,jk->...ik", [(2, 3, 4), (4, 5)], 2 * 3 * 4 * 5),
+    # letters on both sides of '...': the ellipsis is the (7, 3) between b and j
+    ("b...j,jk->b...k", [(2, 7, 3, 4), (4, 5)], 2 * 7 * 3 * 4 * 5),
+    # the larger ellipsis of two operands (broadcast)
+    ("...ij,...jk->...ik", [(6, 3, 4), (2, 6, 4, 5)], 2 * 6 * 3 * 4 * 5),
+    ("...ij,...jk->...ik", [(2, 6, 3, 4), (6, 4, 5)], 2 * 6 * 3 * 4 * 5),  # the larger one first
+    ("...ij,jk->...ik", [(3, 4), (4, 5)], 3 * 4 * 5),  # an empty ellipsis counts 1
+])
+def test_einsum_cost_is_two_flops_per_product_of_every_index_size(equation, shapes, macs):
+    attrs = {"equation": equation}
+    record = OPS["einsum"]
+    work = Work(shapes, record.shape(shapes, attrs), attrs, elem=2)
+    # each multiply-accumulate reads a 2-byte operand and a 4-byte partial sum and writes it back
+    assert record.cost(work) == (2.0 * macs, macs * (2 + 2 * 4))
+
+
+def test_matmul_gradient_of_a_transposed_weight_has_that_weights_layout():
+    """torch's Linear multiplies by weight.T, an F-contiguous view of the (N, K) weight: its gradient
+    comes back as that weight's C-contiguous (N, K) layout, with the values of the sum over the batch."""
+    a, weight, g = randn(2, 3, 4), randn(5, 4), randn(2, 3, 5)
+    record = OPS["matmul"]
+    (y,), saved = record.forward([a, weight.T], {}, KernelContext())
+    ga, gb = record.backward(saved, [g], {}, (True, True))
+    np.testing.assert_allclose(ga, np.einsum("bmn,nk->bmk", g, weight), rtol=1e-12)
+    np.testing.assert_allclose(gb, np.einsum("bmk,bmn->kn", a, g), rtol=1e-12)
+    assert gb.shape == (4, 5) and gb.T.flags.c_contiguous
+    (_, gb_c) = record.backward(saved[:1] + (np.ascontiguousarray(weight.T),), [g], {}, (False, True))
+    np.testing.assert_allclose(gb_c, gb, rtol=1e-12)
+    assert gb_c.flags.c_contiguous
+
+
+@needs_torch
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_is_stable_per_row(op):
+    # rows 2000 apart: each shifted by its own maximum, or one row's exp underflows to 0 (or overflows)
+    x = np.array([[1000.0, 0.0, -1000.0], [-1000.0, -999.0, -1001.0]], np.float32)
+    (y,), _ = OPS[op].forward([x], {"axis": -1}, KernelContext())
+    expected = getattr(F, op)(torch.tensor(x), -1).numpy()
+    np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-30)
+
+
+def test_batch_norm_in_training_needs_two_values_per_channel():
+    attrs = {"axis": 1, "eps": 1e-5, "momentum": 0.1}
+    c = np.zeros(3)
+    (y, _, _), _ = OPS["batch_norm"].forward([randn(2, 3), np.ones(3), c, c, np.ones(3)], attrs,
+                                             KernelContext(training=True))
+    np.testing.assert_allclose(np.abs(y), 1.0, rtol=1e-4)  # two values: -1 and +1 once normalised
+    with pytest.raises(UserError) as caught:
+        OPS["batch_norm"].forward([randn(1, 3), np.ones(3), c, c, np.ones(3)], attrs, KernelContext(training=True))
+    assert str(caught.value) == "batch_norm in training needs more than one value per channel, got input (1, 3)"

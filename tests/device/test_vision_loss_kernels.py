@@ -70,3 +70,63 @@ def test_resize_shape_rule_rejects_methods_and_factors_it_lacks():
         OPS["resize2d"].shape([(1, 2, 3, 3)], {"size": [6, 6], "method": "bicubic"})
     with pytest.raises(ValueError, match="whole-number"):
         OPS["resize2d"].shape([(1, 2, 4, 4)], {"size": [6, 6], "method": "nearest"})
+
+
+def test_cross_entropy_loss_shape_rule_defaults_and_unknown_sizes():
+    shape = OPS["cross_entropy_loss"].shape
+    # classes on the last axis and a mean by default
+    assert shape([(2, 3, 5), (2, 3)], {}) == [()]
+    assert shape([(2, 3, 5), (2, 3)], {"reduction": "none"}) == [(2, 3)]
+    assert shape([(2, 5, 3), (2, 3)], {"axis": 1, "reduction": "none"}) == [(2, 3)]
+    # an unknown size on either side fits any size; the weights of an unknown class count are not checked
+    assert shape([(None, 3, 5), (2, 3)], {"reduction": "none"}) == [(None, 3)]
+    assert shape([(2, 3, 5), (None, 3)], {"reduction": "none"}) == [(2, 3)]
+    assert shape([(2, None), (2,)], {"weight": [1.0, 2.0, 3.0]}) == [()]
+    assert shape([(2, 5), (2,)], {"label_smoothing": 1.0}) == [()]  # [0, 1], both ends in
+
+
+@pytest.mark.parametrize("shapes, attrs, message", [
+    ([(2, 5), (2,)], {"reduction": "avg"}, "reduction 'avg' is not one of none, mean, sum"),
+    ([(2, 5), (2,)], {"label_smoothing": 1.5}, "label_smoothing 1.5 is not in [0, 1]"),
+    ([(2, 5), (2,)], {"label_smoothing": -0.1}, "label_smoothing -0.1 is not in [0, 1]"),
+    ([(2, 5), (2,)], {"weight": [1.0, 2.0]}, "weight has 2 entries for 5 classes"),
+    ([(2, 3, 5), (2, 4)], {}, "labels of shape (2, 4) do not fit logits of shape (2, 3, 5) with classes on axis 2"),
+    ([(2, 3, 5), (2, 3, 5)], {}, "labels of shape (2, 3, 5) do not fit logits of shape (2, 3, 5) with classes on axis 2"),
+])
+def test_cross_entropy_loss_shape_rule_refusals_name_the_attribute_and_its_value(shapes, attrs, message):
+    with pytest.raises(ValueError) as caught:
+        OPS["cross_entropy_loss"].shape(shapes, attrs)
+    assert str(caught.value) == message
+
+
+def test_cross_entropy_loss_is_stable_per_row_and_a_mean_by_default():
+    # rows 2000 apart: each row's softmax shifted by its own maximum, or one row's exp underflows to 0
+    logits = np.array([[1000.0, 0.0, -1000.0], [-1000.0, -999.0, -1001.0]], np.float32)
+    labels = np.array([1, 0])
+    (loss,), _ = OPS["cross_entropy_loss"].forward([logits, labels], {"axis": 1}, KernelContext())
+    expected = F.cross_entropy(torch.tensor(logits), torch.tensor(labels))
+    assert np.isfinite(loss) and loss.dtype == np.float32
+    np.testing.assert_allclose(loss, expected.item(), rtol=1e-6)
+
+
+def test_cross_entropy_loss_over_no_label_raises_no_floating_point_error():
+    attrs = {"axis": 1, "reduction": "mean", "ignore_index": -100}
+    with np.errstate(all="raise"):  # 0 / 0: NaN, as in torch, not an error under a caller's errstate
+        (loss,), _ = OPS["cross_entropy_loss"].forward([np.zeros((3, 4), np.float32), np.full(3, -100)], attrs,
+                                                       KernelContext())
+    assert np.isnan(loss)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"pos_weight": [0.5, 2.0]}], ids=["plain", "pos-weight"])
+def test_sigmoid_cross_entropy_skips_the_gradients_not_needed(attrs):
+    x, z = np.array([[-1.0, 2.0], [0.5, -3.0]], np.float32), np.array([[1.0, 0.0], [0.3, 1.0]], np.float32)
+    record = OPS["sigmoid_cross_entropy"]
+    (loss,), saved = record.forward([x, z], attrs, KernelContext())
+    g = np.ones_like(loss)
+    dx, dz = record.backward(saved, [g], attrs, (True, True))
+    assert record.backward(saved, [g], attrs, (False, False)) == [None, None]
+    only_x, none = record.backward(saved, [g], attrs, (True, False))
+    none2, only_z = record.backward(saved, [g], attrs, (False, True))
+    assert none is None and none2 is None
+    np.testing.assert_array_equal(only_x, dx)
+    np.testing.assert_array_equal(only_z, dz)
