@@ -259,6 +259,57 @@ def test_the_device_refuses_a_process_of_several():
                                 "this is process 1 of 3 (WORLD_SIZE); launch it without torchrun")
 
 
+
+@pytest.mark.parametrize("error, stops", [
+    (RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:1234"), True),
+    (RuntimeError("Gloo connectFullMesh failed"), True), (RuntimeError("NCCL error: unhandled system error"), True),
+    (RuntimeError("Timed out waiting 600000ms for send operation"), True), (RuntimeError("op timed out"), True),
+    (RuntimeError("the gloo backend"), True), (RuntimeError("  Gloo " + "y" * 200 + "\n second line"), True),
+    (RuntimeError("mat1 and mat2 shapes cannot be multiplied"), False)])
+def test_a_failed_collective_is_one_line_and_the_group_is_left(monkeypatch, error, stops):
+    """run.py's _data_parallel: a collective whose peer is gone or timed out names this process and how to
+    resume; any other error keeps its traceback; the group is left either way."""
+    from argparse import Namespace
+
+    from common.pytorch import run as run_module
+
+    calls = []
+    monkeypatch.setattr(distributed, "init", lambda world, device: calls.append(("init", world, device)))
+    monkeypatch.setattr(distributed, "finish", lambda: calls.append(("finish",)))
+
+    class FailingRunner:
+        def __init__(self, *args):
+            calls.append(("runner", args[-2].__name__, args[-1]))
+
+        def execute(self):
+            raise error
+
+    monkeypatch.setattr(run_module, "Runner", FailingRunner)
+    world = distributed.World(1, 2)
+    with pytest.raises(UserError if stops else RuntimeError) as raised:
+        run_module._data_parallel(Namespace(device="cpu"), {"runconfig": {"model_dir": "/m"}}, None, None, None, world)
+    assert calls == [("init", world, "cpu"), ("runner", "FrameworkSteps", world), ("finish",)]
+    if stops:
+        first = str(error).strip().splitlines()[0][:160]
+        assert str(raised.value) == (f"process 1 of 2: a collective failed ({first}): another process of the run "
+                                     f"stopped or cannot be reached; the same command resumes from the newest "
+                                     f"checkpoint in /m")
+    else:
+        assert raised.value is error
+
+
+def test_a_collective_failure_is_told_by_its_type_or_its_words():
+    from common.pytorch.run import _is_collective_failure
+
+    backend_error = getattr(torch.distributed, "DistBackendError", None)
+    if backend_error is not None:
+        assert _is_collective_failure(backend_error("anything"))
+    assert not _is_collective_failure(RuntimeError(""))
+    assert not _is_collective_failure(ValueError("a value"))
+    long = RuntimeError("Connection closed by peer " + "x" * 300 + "\nsecond line")
+    assert _is_collective_failure(long)
+
+
 # --- whole runs ------------------------------------------------------------------------------------
 
 def _env(**extra):
