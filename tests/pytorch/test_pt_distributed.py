@@ -448,6 +448,35 @@ def test_metric_sums_come_back_as_their_types_and_a_metric_without_sums_is_refus
         summed_state(Median())
 
 
+def test_the_eval_sums_of_the_processes_are_added_into_every_metric(monkeypatch, caplog):
+    """runner.py's sum over the processes, with an all-reduce that stands for two processes of equal shares."""
+    import types
+
+    from common.pytorch import runner as runner_module
+
+    reduced = []
+
+    def two_equal_shares(arrays, world):
+        reduced.append((len(arrays), world))
+        return [2 * np.asarray(a, np.float64) for a in arrays]
+
+    monkeypatch.setattr(runner_module, "sum_across", two_equal_shares)
+    accuracy, iou = Accuracy(), MeanIOUMetric(num_classes=2)
+    accuracy.correct, accuracy.total = 3, 4
+    iou(labels=torch.tensor([0, 1]), predictions=torch.tensor([0, 0]))
+    world = distributed.World(1, 2)
+    fake = types.SimpleNamespace(model=types.SimpleNamespace(metrics={"accuracy": accuracy}), cb_metrics={"iou": iou},
+                                 world=world)
+    with caplog.at_level("INFO", logger="zoo"):
+        loss, examples = runner_module.Runner._sum_across_processes(fake, 1.25, 4)
+    assert (loss, examples) == (2.5, 8) and type(loss) is float and type(examples) is int
+    assert reduced == [(2 + 2 + 2, world)]  # loss, examples, accuracy's 2 sums, iou's matrix and calls: one reduce
+    assert (accuracy.correct, accuracy.total) == (6, 8) and type(accuracy.total) is int
+    assert iou.confusion_matrix.tolist() == [[2, 0], [2, 0]] and iou.num_updates == 2
+    assert caplog.messages == ["eval over 8 examples, shared by 2 processes"]
+
+
+
 def _eval_scalars(model_dir):
     return read_scalars(str(model_dir / "eval"))
 
