@@ -161,25 +161,50 @@ def test_reset_starts_over():
 @pytest.mark.parametrize("make, call, message", [
     (lambda: AccuracyMetric(name="eval/accuracy"),
      dict(labels=torch.zeros(4), predictions=torch.zeros(4, 10)),
-     "AccuracyMetric 'eval/accuracy': labels has 4 values and predictions 40"),
+     "AccuracyMetric 'eval/accuracy': labels has 4 values and predictions 40; they pair up one to one "
+     "(predictions=logits.argmax(-1), not the logits)"),
     (lambda: MeanIOUMetric(num_classes=3, name="eval/mean_iou"),
      dict(labels=torch.tensor([0, 3]), predictions=torch.tensor([0, 1])),
      "MeanIOUMetric 'eval/mean_iou': labels holds 3, outside the 3 classes [0, 3)"),
     (lambda: DiceCoefficientMetric(num_classes=3),
      dict(labels=torch.tensor([0, 1]), predictions=torch.tensor([0.0, 0.5])),
-     "predictions must be class ids, got fractional values such as 0.5"),
+     "DiceCoefficientMetric 'DiceCoefficientMetric': predictions must be class ids, got fractional values such as 0.5"),
     (lambda: PerplexityMetric(), dict(labels=torch.zeros(2, 3), loss=torch.ones(2)),
-     "loss must be the batch's summed loss (one value), got 2 values"),
+     "PerplexityMetric 'PerplexityMetric': loss must be the batch's summed loss (one value), got 2 values"),
     (lambda: FBetaScoreMetric(num_classes=3, average_type="weighted"), None,
-     "average_type must be one of micro, macro, got 'weighted'"),
+     "FBetaScoreMetric 'FBetaScoreMetric': average_type must be one of micro, macro, got 'weighted'"),
     (lambda: FBetaScoreMetric(num_classes=1, name="eval/f1"), None,
      "FBetaScoreMetric 'eval/f1': num_classes must be an integer of at least 2, got 1"),
-    (lambda: FBetaScoreMetric(num_classes=3, beta=0), None, "beta must be a positive number, got 0"),
+    (lambda: FBetaScoreMetric(num_classes=3, beta=0), None,
+     "FBetaScoreMetric 'FBetaScoreMetric': beta must be a positive number, got 0"),
+    (lambda: FBetaScoreMetric(num_classes=3, beta=True), None,
+     "FBetaScoreMetric 'FBetaScoreMetric': beta must be a positive number, got True"),
+    (lambda: FBetaScoreMetric(num_classes=3, beta="1"), None,
+     "FBetaScoreMetric 'FBetaScoreMetric': beta must be a positive number, got '1'"),
+    (lambda: MeanIOUMetric(num_classes=True), None,
+     "MeanIOUMetric 'MeanIOUMetric': num_classes must be an integer of at least 1, got True"),
+    (lambda: DiceCoefficientMetric(num_classes=2.0, name="d"), None,
+     "DiceCoefficientMetric 'd': num_classes must be an integer of at least 1, got 2.0"),
+    (lambda: MeanIOUMetric(num_classes=0), None,
+     "MeanIOUMetric 'MeanIOUMetric': num_classes must be an integer of at least 1, got 0"),
+    (lambda: MeanIOUMetric(num_classes=2), dict(labels=torch.tensor([0, -1]), predictions=torch.tensor([0, 1])),
+     "MeanIOUMetric 'MeanIOUMetric': labels holds -1, outside the 2 classes [0, 2)"),
+    (lambda: MeanIOUMetric(num_classes=2), dict(labels=torch.tensor([0, 1]), predictions=torch.tensor([2, 1])),
+     "MeanIOUMetric 'MeanIOUMetric': predictions holds 2, outside the 2 classes [0, 2)"),
+    (lambda: MeanIOUMetric(num_classes=2), dict(labels=torch.tensor([0.25, 1.0]), predictions=torch.tensor([0, 1])),
+     "MeanIOUMetric 'MeanIOUMetric': labels must be class ids, got fractional values such as 0.25"),
+    (lambda: AccuracyMetric(), dict(labels=None, predictions=torch.zeros(2)),
+     "AccuracyMetric 'AccuracyMetric': labels is None"),
+    (lambda: AccuracyMetric(), dict(labels=torch.zeros(2), predictions=torch.zeros(2), weights=torch.ones(3)),
+     "AccuracyMetric 'AccuracyMetric': labels has 2 values and weights 3; they pair up one to one "
+     "(predictions=logits.argmax(-1), not the logits)"),
+    (lambda: PerplexityMetric(), dict(labels=torch.zeros(2), loss=None),
+     "PerplexityMetric 'PerplexityMetric': loss is None"),
 ])
 def test_bad_input_is_one_line_naming_the_metric(make, call, message):
     with pytest.raises(UserError) as error:
         make()(**call)
-    assert message in str(error.value) and "\n" not in str(error.value)
+    assert str(error.value) == message
 
 
 # --- the runner finds them -----------------------------------------------------------------------
