@@ -85,6 +85,38 @@ def test_accuracy_with_fractional_weights_matches_sklearn_sample_weight():
     assert metric.name == "AccuracyMetric"  # the class name when none is given, as the vendor's
 
 
+
+def test_the_zoos_accuracy_counts_examples_by_their_labels():
+    """common/pytorch/metrics.py's own Accuracy, fed numpy outputs and the batch."""
+    logits = np.array([[[0.9, 0.1], [0.2, 0.8]], [[0.6, 0.4], [0.3, 0.7]]])  # (B=2, T=2, classes=2): argmax 0 1, 0 1
+    accuracy = Accuracy()
+    assert np.isnan(accuracy.result())
+    accuracy.update({"logits": logits}, (None, np.array([[0, 1], [1, 1]])))  # labels: the last element
+    assert (accuracy.correct, accuracy.total, accuracy.result()) == (3, 4, 0.75)
+    accuracy.update({"logits": logits}, (None, [0, 0, 0, 0]))  # reshaped to the predictions' shape
+    assert (accuracy.correct, accuracy.total) == (5, 8) and type(accuracy.correct) is int
+    accuracy.reset()
+    assert (accuracy.correct, accuracy.total) == (0, 0)
+
+    by_key = Accuracy(output="scores", labels="y", ignore_index=-100)
+    by_key.update({"scores": logits}, {"y": np.array([[0, -100], [1, -100]])})
+    assert (by_key.correct, by_key.total) == (1, 2)
+    by_index = Accuracy(labels=0)
+    by_index.update({"logits": logits[0]}, [np.array([0, 0]), None])
+    assert (by_index.correct, by_index.total) == (1, 2)
+
+    with pytest.raises(UserError) as error:
+        Accuracy(output="probs").update({"logits": logits, "aux": logits}, (None, [0]))
+    assert str(error.value) == "metrics: Accuracy reads output 'probs' but the model returned ['aux', 'logits']"
+    with pytest.raises(UserError) as error:
+        Accuracy().update({}, (None, [0]))
+    assert str(error.value) == "metrics: Accuracy reads output 'logits' but the model returned no outputs"
+    for batch, labels in (({"x": 1}, "label"), ((1,), 3), (5, 3)):  # no such key, index, or not indexable
+        with pytest.raises(UserError) as error:
+            Accuracy(labels=labels).update({"logits": logits}, batch)
+        assert str(error.value) == f"metrics: the batch has no element {labels!r} (labels=...)"
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 def test_perplexity_is_exp_of_the_loss_per_token_over_the_eval_set(weighted):
     """The vendor's contract: ``loss`` is the batch's summed loss; tokens are labels or sum(weights)."""
