@@ -243,6 +243,8 @@ def test_last_readable_skips_bad_ones_and_names_them_all_when_none_reads(tmp_pat
 def test_shorten_cuts_at_a_word_on_one_line():
     assert _shorten("a\n  b\tc ") == "a b c"
     assert _shorten("x" * 200) == "x" * 200
+    assert _shorten("y " * 100 + "z") == " ".join(["y"] * 100) + " ..."  # 201 characters: over 200
+    assert _shorten("wordX " * 50) == " ".join(["wordX"] * 33) + " ..."  # only , ; : come off the end
     assert _shorten("word " * 40 + "end") == ("word " * 40).strip() + " ..."  # 203 characters
     assert _shorten("ab, " * 60) == ("ab, " * 50).strip().rstrip(",") + " ..."
     assert _shorten("one two three", limit=8) == "one two ..."
@@ -272,7 +274,8 @@ def test_mismatch_messages_name_the_first_three_keys():
     assert "it has a, b, c and 1 more where" in optimizer_mismatch(more, sgd)
     older = {"param_groups": [{"params": [0], "lr": 1, "momentum": 0}]}  # settings only ours: a newer torch's
     assert optimizer_mismatch(older, sgd) is None and optimizer_mismatch(sgd, older) is None
-    for saved in (None, {}, {"param_groups": []}, {"param_groups": [1]}, {"param_groups": {"lr": 1}}):
+    for saved in (None, {}, {"param_groups": []}, {"param_groups": [1]}, {"param_groups": {"lr": 1}},
+                  {"param_groups": ({"params": [0], "lr": 1, "betas": 1},)}):
         assert optimizer_mismatch(saved, sgd) is None
     two = {"param_groups": [{"params": [0], "lr": 1}, {"params": [1], "betas": 1}]}
     assert "it has betas where" in optimizer_mismatch(two, sgd)
@@ -297,3 +300,21 @@ def test_the_rng_states_come_back_as_they_were(tmp_path):
     draws()
     set_rng_state(torch.load(tmp_path / "rng", weights_only=True))
     assert draws() == expected
+
+
+def test_the_cuda_rng_states_are_saved_and_restored_when_cuda_runs(monkeypatch):
+    """Without a GPU here: torch.cuda's answers stood in for, the states passed through as they are."""
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: ["gpu 0 state"])
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", restored.append)
+    state = rng_state()
+    assert state["cuda"] == ["gpu 0 state"]
+    set_rng_state(state)
+    assert restored == [["gpu 0 state"]]
+    del state["cuda"]  # a checkpoint of a CPU run resumed on a GPU: the GPU's RNG as it is
+    set_rng_state(state)
+    assert restored == [["gpu 0 state"]]
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert "cuda" not in rng_state()
