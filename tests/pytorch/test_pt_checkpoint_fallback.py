@@ -13,6 +13,7 @@ import os
 import random
 import re
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -185,7 +186,7 @@ def test_a_refused_write_names_the_file_the_reason_and_the_checkpoint_kept(tmp_p
     assert sorted(os.listdir(tmp_path)) == ["checkpoint_2.mdl"]
 
 
-def test_load_checkpoint_says_what_is_wrong(tmp_path):
+def test_load_checkpoint_says_what_is_wrong(tmp_path, monkeypatch):
     with pytest.raises(UnreadableCheckpoint, match="^" + re.escape(f"{tmp_path / 'x.mdl'}: checkpoint not found") + "$"):
         load_checkpoint(str(tmp_path / "x.mdl"))
     torch.save({"model": {}, "global_step": 1}, tmp_path / "partial.mdl")
@@ -215,6 +216,24 @@ def test_load_checkpoint_says_what_is_wrong(tmp_path):
         load_checkpoint(str(bad))
     assert str(error.value) == (f"{bad}: not a readable checkpoint (damaged: the CRC-32 of entry {entry.filename} "
                                 f"does not match its bytes)")
+
+    # a garbled entry header counts as a bad entry
+    data = bytearray(good.read_bytes())
+    data[header:header + 4] = b"XX\x03\x04"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(UnreadableCheckpoint, match=f"damaged: the CRC-32 of entry {entry.filename} does not"):
+        load_checkpoint(str(bad))
+
+    # the archive's reader failing on the data (cut short, a garbled stream): its words, or its kind without them
+    for raised, shown in ((zlib.error("Error -3 while decompressing data:  invalid\nblock"),
+                           "Error -3 while decompressing data: invalid block"), (EOFError(), "EOFError")):
+        def fail(self, raised=raised):
+            raise raised
+
+        monkeypatch.setattr(zipfile.ZipFile, "testzip", fail)
+        with pytest.raises(UnreadableCheckpoint) as error:
+            load_checkpoint(str(good))
+        assert str(error.value) == f"{good}: not a readable checkpoint (damaged: {shown})"
 
 
 def test_last_readable_skips_bad_ones_and_names_them_all_when_none_reads(tmp_path, caplog):
