@@ -217,6 +217,25 @@ def test_load_checkpoint_says_what_is_wrong(tmp_path, monkeypatch):
     assert str(error.value) == (f"{bad}: not a readable checkpoint (damaged: the CRC-32 of entry {entry.filename} "
                                 f"does not match its bytes)")
 
+    # a zip that is no torch archive: torch's reason, its first line; or the error's kind without words
+    foreign = tmp_path / "foreign.mdl"
+    with zipfile.ZipFile(foreign, "w") as archive:
+        archive.writestr("hello.txt", "hi")
+    with pytest.raises(UnreadableCheckpoint) as error:
+        load_checkpoint(str(foreign))
+    assert re.fullmatch(re.escape(f"{foreign}: not a readable checkpoint (") + r"\[enforce fail at [^]]+\] \. "
+                        r"file in archive is not in a subdirectory: hello\.txt\)", str(error.value)), str(error.value)
+    real_load = torch.load
+    for raised, shown in ((RuntimeError("  first line\nsecond line"), "first line"), (RuntimeError(), "RuntimeError")):
+        def fail(*args, raised=raised, **kwargs):
+            raise raised
+
+        monkeypatch.setattr(checkpoint_module.torch, "load", fail)
+        with pytest.raises(UnreadableCheckpoint) as error:
+            load_checkpoint(str(good))
+        assert str(error.value) == f"{good}: not a readable checkpoint ({shown})"
+    monkeypatch.setattr(checkpoint_module.torch, "load", real_load)
+
     # a garbled entry header counts as a bad entry
     data = bytearray(good.read_bytes())
     data[header:header + 4] = b"XX\x03\x04"
