@@ -187,8 +187,9 @@ def test_a_refused_write_names_the_file_the_reason_and_the_checkpoint_kept(tmp_p
 
 
 def test_load_checkpoint_says_what_is_wrong(tmp_path, monkeypatch):
-    with pytest.raises(UnreadableCheckpoint, match="^" + re.escape(f"{tmp_path / 'x.mdl'}: checkpoint not found") + "$"):
+    with pytest.raises(UnreadableCheckpoint) as error:
         load_checkpoint(str(tmp_path / "x.mdl"))
+    assert str(error.value) == f"{tmp_path / 'x.mdl'}: checkpoint not found"
     torch.save({"model": {}, "global_step": 1}, tmp_path / "partial.mdl")
     with pytest.raises(UnreadableCheckpoint) as error:
         load_checkpoint(str(tmp_path / "partial.mdl"))

@@ -298,12 +298,14 @@ def test_split_result_takes_the_loss_or_the_loss_and_its_outputs():
     outputs = {"logits": loss}
     got = split_result((loss, outputs))
     assert got == (loss, outputs) and got[1] is not outputs
-    for bad, kind in (((loss, [loss]), "tuple"), ([loss, outputs], "list"), ((loss, outputs, 1), "tuple"), (1.0, "float")):
+    for bad, kind in (((loss, [loss]), "tuple"), ([loss, outputs], "list"), ((loss, outputs, 1), "tuple"),
+                      (1.0, "float")):
         with pytest.raises(TypeError) as error:
             split_result(bad)
         assert str(error.value) == f"a model's __call__ returns the loss or (loss, outputs: dict), got {kind}"
-    with pytest.raises(NotImplementedError, match="^a model subclasses PyTorchBaseModel and writes __call__\\(batch\\)$"):
+    with pytest.raises(NotImplementedError) as error:
         PyTorchBaseModel(tiny_params(), torch.nn.Linear(1, 1))(None)
+    assert str(error.value) == "a model subclasses PyTorchBaseModel and writes __call__(batch)"
 
 
 def test_gradients_are_clipped_by_norm_or_by_value_not_both():
