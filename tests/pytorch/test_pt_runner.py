@@ -393,3 +393,28 @@ def test_eval_step_runs_in_eval_mode_without_gradients_and_train_step_switches_b
     bf16 = two_weights("mixed_precision.enabled=true", "model.dropout=0.0")
     with bf16.autocast():
         assert torch.get_autocast_dtype("cpu") == torch.bfloat16 and torch.is_autocast_enabled("cpu")
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step")  # the step skipped: no optimizer.step()
+def test_dynamic_scaling_skips_a_step_of_a_finite_loss_with_an_inf_gradient_and_unused_weights_stay():
+    params = two_weights("mixed_precision.enabled=true", "optimizer.loss_scaling_factor=dynamic",
+                         "optimizer.initial_loss_scale=256").params
+    skipping = SqrtWeights(params)
+    skipping.train_step(torch.tensor([[1.0, 2.0]]))  # no NonFiniteGradient: the scaler skips the step
+    assert skipping.loss_scale() == 128.0 and skipping.model.weight.tolist() == [[0.0, 0.0]]
+
+    class TwoLayers(PyTorchBaseModel):
+        """Even batches train layer a, odd ones layer b."""
+
+        def __init__(self, params):
+            super().__init__(params, torch.nn.ModuleDict({"a": torch.nn.Linear(1, 1), "b": torch.nn.Linear(1, 1)}))
+
+        def __call__(self, batch):
+            return self.model["a" if batch % 2 == 0 else "b"](torch.ones(1, 1)).sum()
+
+    adam = TwoLayers(tiny_params("optimizer.optimizer_type=adam"))
+    adam.train_step(0)
+    after_a = [p.clone() for p in adam.model["a"].parameters()]
+    adam.train_step(1)  # a's gradients are None, not zero: Adam's momentum does not move it
+    assert all(torch.equal(p, q) for p, q in zip(adam.model["a"].parameters(), after_a))
+    assert all(p.grad is None for p in adam.model["a"].parameters())
