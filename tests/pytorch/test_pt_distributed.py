@@ -1,6 +1,7 @@
 """Data-parallel training through torchrun (common/pytorch/distributed.py): the data order,
 DDP, equivalence with one process, resume with another number of processes, failures."""
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from common.errors import UserError
-from common.pytorch import distributed
+from common.pytorch import data_order, distributed
 from common.pytorch.data_order import TrainOrder, epoch_batches, eval_shard
 from common.pytorch.metrics import Accuracy, MeanIOUMetric, Metric, set_summed_state, summed_state
 from common.summaries import read_scalars
@@ -57,8 +58,116 @@ def test_an_iterable_dataset_cannot_be_sliced():
         def __iter__(self):
             return iter(range(10))
 
-    with pytest.raises(UserError, match="needs a DataLoader over a map-style dataset"):
+    refusal = ("train data: a data-parallel run needs a DataLoader over a map-style dataset with batch_size set (the "
+               "processes slice each global batch of its sampler's order); an IterableDataset, a custom batch_sampler "
+               "or batch_size=None cannot be sliced")
+    with pytest.raises(UserError) as error:
         list(epoch_batches(DataLoader(Stream(), batch_size=2), 0, 0, world=distributed.World(0, 2)))
+    assert str(error.value) == refusal
+    sampler = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(range(8)), batch_size=2, drop_last=True)
+    for loader in (DataLoader(TensorDataset(torch.arange(8)), batch_sampler=sampler),
+                   DataLoader(TensorDataset(torch.arange(8)), batch_size=None)):
+        with pytest.raises(UserError) as error:
+            list(epoch_batches(loader, 0, 0, world=distributed.World(0, 2)))
+        assert str(error.value) == refusal
+
+
+
+def _batches(iterator) -> list:
+    return [b[0].tolist() if isinstance(b, list) else b.tolist() for b in iterator]
+
+
+def test_an_epochs_order_is_fixed_by_seed_and_epoch_alone_and_resumes_mid_epoch():
+    loader = _loader(8)
+    torch.manual_seed(0)
+    rng = torch.get_rng_state()
+    full = _batches(epoch_batches(loader, seed=3, epoch=1))
+    assert torch.equal(torch.get_rng_state(), rng)  # the global RNG is left to the model
+    torch.manual_seed(1)
+    assert _batches(epoch_batches(loader, 3, 1)) == full
+    assert all(len(b) == 8 for b in full) and len(set(sum(full, []))) == 48
+    assert _batches(epoch_batches(loader, 3, 1, skip=4)) == full[4:]
+    assert _batches(epoch_batches(loader, 3, 2)) != full and _batches(epoch_batches(loader, 4, 1)) != full
+    # the epoch's generator: seeded from (seed, epoch) as the docstring says, 63 bits
+    seed = int.from_bytes(hashlib.blake2b(b"3/1", digest_size=8).digest(), "little") >> 1
+    assert data_order.epoch_seed(3, 1) == seed and 2**62 <= max(data_order.epoch_seed(s, 0) for s in range(8)) < 2**63
+    assert data_order.epoch_seed(3, 1) != data_order.epoch_seed(1, 3)
+    drawn = list(torch.utils.data.RandomSampler(range(50), generator=torch.Generator().manual_seed(seed)))
+    assert sum(full, []) == drawn[:48]
+
+    # the loader's own generator is put back; the indices come one at a time without batching
+    own = torch.Generator().manual_seed(9)
+    unbatched = DataLoader(TensorDataset(torch.arange(6)), batch_size=None, shuffle=True, generator=own)
+    order = _batches(epoch_batches(unbatched, 3, 0))
+    assert unbatched.sampler.generator is own
+    assert sorted(order) == list(range(6)) and _batches(epoch_batches(unbatched, 3, 0, skip=2)) == order[2:]
+    assert unbatched.sampler.generator is own
+
+
+def test_a_sampler_with_set_epoch_gets_the_epoch_and_a_stream_keeps_its_order():
+    sampler = torch.utils.data.DistributedSampler(range(12), num_replicas=1, rank=0, shuffle=True, seed=0)
+    loader = DataLoader(TensorDataset(torch.arange(12)), batch_size=3, sampler=sampler)
+    first = _batches(epoch_batches(loader, 0, 5))
+    assert sampler.epoch == 5
+    sampler.set_epoch(5)
+    assert first == [list(b) for b in zip(*[iter(list(sampler))] * 3)]
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(7))
+
+    stream = DataLoader(Stream(), batch_size=2)
+    assert _batches(epoch_batches(stream, 0, 0, skip=1)) == [[2, 3], [4, 5], [6]]
+    assert _batches(eval_shard(stream, 0)) == [[0, 1], [2, 3], [4, 5], [6]]
+    assert _batches(eval_shard(stream, 0, limit=3, world=distributed.World(1, 2))) == [[2, 3]]
+    assert _batches(eval_shard(stream, 0, world=distributed.World(0, 3))) == [[0, 1], [6]]
+
+
+def test_the_replay_keeps_the_loaders_settings():
+    def collate(items):
+        return {"x": torch.stack([item[0] for item in items]) * 10}
+
+    loader = DataLoader(TensorDataset(torch.arange(8)), batch_size=4, shuffle=True, collate_fn=collate)
+    batches = list(epoch_batches(loader, 1, 0))
+    assert sorted(sum((b["x"].tolist() for b in batches), [])) == [10 * i for i in range(8)]
+    shuffled = DataLoader(TensorDataset(torch.arange(8)), batch_size=4, shuffle=True)
+    assert [(b["x"] // 10).tolist() for b in batches] == _batches(epoch_batches(shuffled, 1, 0))
+    assert [(b["x"] // 10).tolist() for b in eval_shard(loader, 1)] == _batches(eval_shard(shuffled, 1))
+
+
+def test_train_order_runs_epoch_after_epoch_and_resumes_where_it_stopped():
+    loader = _loader(8)
+    order = TrainOrder(loader, seed=2)
+    assert order.state() == {"epoch": 0, "batch": 0, "global_batch": 8}
+    stream = iter(order)
+    seen = [next(stream)[0].tolist() for _ in range(8)]  # 6 batches an epoch
+    assert seen == _batches(epoch_batches(loader, 2, 0)) + _batches(epoch_batches(loader, 2, 1))[:2]
+    assert order.state() == {"epoch": 1, "batch": 2, "global_batch": 8}
+    resumed = iter(TrainOrder(loader, seed=2, state=order.state()))
+    assert [next(resumed)[0].tolist() for _ in range(5)] == [next(stream)[0].tolist() for _ in range(5)]
+    assert order.state() == {"epoch": 2, "batch": 1, "global_batch": 8}
+    assert TrainOrder(_loader(4), 0, world=distributed.World(1, 3)).global_batch == 12
+    unbatched = DataLoader(TensorDataset(torch.arange(3)), batch_size=None)
+    assert TrainOrder(unbatched, 0).global_batch == 1
+
+    too_small = DataLoader(TensorDataset(torch.arange(3)), batch_size=4, drop_last=True)
+    with pytest.raises(UserError) as error:
+        next(iter(TrainOrder(too_small, 0)))
+    assert str(error.value) == ("train data: an epoch yielded no batches (is the dataset smaller than batch_size "
+                                "with drop_last?)")
+    # a resume at the very end of an epoch goes on with the next one
+    at_end = iter(TrainOrder(loader, 2, state={"epoch": 0, "batch": 6, "global_batch": 8}))
+    assert next(at_end)[0].tolist() == _batches(epoch_batches(loader, 2, 1))[0]
+
+
+def test_resuming_with_another_global_batch_warns_with_the_figures(caplog):
+    order = TrainOrder(_loader(4), seed=0, state={"epoch": 3, "batch": 5, "global_batch": 6})
+    assert (order.epoch, order.batch) == (3, 7)
+    assert caplog.messages == ["data order: the checkpoint stopped 30 example(s) into epoch 3, not a multiple of "
+                               "the global batch of 4; resuming at example 28"]
+    caplog.clear()
+    TrainOrder(_loader(4), seed=0, state={"epoch": 3, "batch": 6, "global_batch": 6})
+    assert not caplog.messages
 
 
 # --- the environment and the wrapper ---------------------------------------------------------------
@@ -98,6 +207,107 @@ def test_the_wrapper_passes_attributes_and_keeps_one_process_names(tmp_path):
         assert module[0].weight.grad is not None
     finally:
         dist.destroy_process_group()
+
+
+
+def test_the_collective_timeout_is_600_s_or_the_environments(monkeypatch):
+    monkeypatch.delenv(distributed.TIMEOUT_ENV, raising=False)
+    assert distributed.timeout_s() == 600.0
+    monkeypatch.setenv(distributed.TIMEOUT_ENV, "2.5")
+    assert distributed.timeout_s() == 2.5
+    for value in ("0", "-3", "ten", "nan"):
+        monkeypatch.setenv(distributed.TIMEOUT_ENV, value)
+        with pytest.raises(UserError) as error:
+            distributed.timeout_s()
+        assert str(error.value) == f"environment variable ZOO_DIST_TIMEOUT_S={value!r}: a number of seconds above 0"
+
+
+def test_a_process_group_of_one_joins_sums_and_leaves(tmp_path, monkeypatch):
+    """init() on the CPU (gloo, the timeout from the environment), then the sums over the processes: in a
+    group of one process standing for rank 0 of 2, the all-reduce adds nothing and mean_across halves."""
+    import torch.distributed as dist
+
+    for name, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(29400 + os.getpid() % 500)),
+                        ("RANK", "0"), ("WORLD_SIZE", "1"), (distributed.TIMEOUT_ENV, "30")):
+        monkeypatch.setenv(name, value)
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError) as error:
+            distributed.init(distributed.World(0, 2), "gpu")
+        assert str(error.value) == f"--device gpu: no CUDA device is available to torch {torch.__version__}"
+        assert not dist.is_initialized()
+    assert distributed.init(distributed.World(0, 2), "cpu") == torch.device("cpu")
+    try:
+        assert dist.is_initialized() and dist.get_backend() == "gloo"
+        two = distributed.World(0, 2)
+        arrays = [np.array([[1, 2], [3, 4]], np.int32), np.float32(5.5), np.array([0.25])]
+        sums = distributed.sum_across(arrays, two)
+        assert [a.dtype for a in sums] == [np.float64] * 3 and [a.shape for a in sums] == [(2, 2), (), (1,)]
+        assert [a.tolist() for a in sums] == [[[1, 2], [3, 4]], 5.5, [0.25]]
+        assert distributed.sum_across([], two) == [] and distributed.sum_across(arrays, distributed.SINGLE) is arrays
+        assert distributed.mean_across(3.0, two) == 1.5 and distributed.mean_across(3.0, distributed.SINGLE) == 3.0
+    finally:
+        distributed.finish()
+    assert not dist.is_initialized()
+    distributed.finish()  # nothing to leave: no error
+
+
+def test_the_device_refuses_a_process_of_several():
+    distributed.refuse_on_device(distributed.SINGLE, "--device emulator")
+    with pytest.raises(UserError) as error:
+        distributed.refuse_on_device(distributed.World(1, 3), "--compile_only")
+    assert str(error.value) == ("--compile_only runs in one process: the emulated device is one system per run, but "
+                                "this is process 1 of 3 (WORLD_SIZE); launch it without torchrun")
+
+
+
+@pytest.mark.parametrize("error, stops", [
+    (RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:1234"), True),
+    (RuntimeError("Gloo connectFullMesh failed"), True), (RuntimeError("NCCL error: unhandled system error"), True),
+    (RuntimeError("Timed out waiting 600000ms for send operation"), True), (RuntimeError("op timed out"), True),
+    (RuntimeError("the gloo backend"), True), (RuntimeError("  Gloo " + "y" * 200 + "\n second line"), True),
+    (RuntimeError("mat1 and mat2 shapes cannot be multiplied"), False)])
+def test_a_failed_collective_is_one_line_and_the_group_is_left(monkeypatch, error, stops):
+    """run.py's _data_parallel: a collective whose peer is gone or timed out names this process and how to
+    resume; any other error keeps its traceback; the group is left either way."""
+    from argparse import Namespace
+
+    from common.pytorch import run as run_module
+
+    calls = []
+    monkeypatch.setattr(distributed, "init", lambda world, device: calls.append(("init", world, device)))
+    monkeypatch.setattr(distributed, "finish", lambda: calls.append(("finish",)))
+
+    class FailingRunner:
+        def __init__(self, *args):
+            calls.append(("runner", args[-2].__name__, args[-1]))
+
+        def execute(self):
+            raise error
+
+    monkeypatch.setattr(run_module, "Runner", FailingRunner)
+    world = distributed.World(1, 2)
+    with pytest.raises(UserError if stops else RuntimeError) as raised:
+        run_module._data_parallel(Namespace(device="cpu"), {"runconfig": {"model_dir": "/m"}}, None, None, None, world)
+    assert calls == [("init", world, "cpu"), ("runner", "FrameworkSteps", world), ("finish",)]
+    if stops:
+        first = str(error).strip().splitlines()[0][:160]
+        assert str(raised.value) == (f"process 1 of 2: a collective failed ({first}): another process of the run "
+                                     f"stopped or cannot be reached; the same command resumes from the newest "
+                                     f"checkpoint in /m")
+    else:
+        assert raised.value is error
+
+
+def test_a_collective_failure_is_told_by_its_type_or_its_words():
+    from common.pytorch.run import _is_collective_failure
+
+    backend_error = getattr(torch.distributed, "DistBackendError", None)
+    if backend_error is not None:
+        assert _is_collective_failure(backend_error("anything"))
+    assert not _is_collective_failure(RuntimeError(""))
+    assert not _is_collective_failure(ValueError("a value"))
+    long = RuntimeError("Connection closed by peer " + "x" * 300 + "\nsecond line")
+    assert _is_collective_failure(long)
 
 
 # --- whole runs ------------------------------------------------------------------------------------
@@ -236,6 +446,35 @@ def test_metric_sums_come_back_as_their_types_and_a_metric_without_sums_is_refus
 
     with pytest.raises(UserError, match=r"test_pt_distributed.py:\d+: metric Median has no 'summed'"):
         summed_state(Median())
+
+
+def test_the_eval_sums_of_the_processes_are_added_into_every_metric(monkeypatch, caplog):
+    """runner.py's sum over the processes, with an all-reduce that stands for two processes of equal shares."""
+    import types
+
+    from common.pytorch import runner as runner_module
+
+    reduced = []
+
+    def two_equal_shares(arrays, world):
+        reduced.append((len(arrays), world))
+        return [2 * np.asarray(a, np.float64) for a in arrays]
+
+    monkeypatch.setattr(runner_module, "sum_across", two_equal_shares)
+    accuracy, iou = Accuracy(), MeanIOUMetric(num_classes=2)
+    accuracy.correct, accuracy.total = 3, 4
+    iou(labels=torch.tensor([0, 1]), predictions=torch.tensor([0, 0]))
+    world = distributed.World(1, 2)
+    fake = types.SimpleNamespace(model=types.SimpleNamespace(metrics={"accuracy": accuracy}), cb_metrics={"iou": iou},
+                                 world=world)
+    with caplog.at_level("INFO", logger="zoo"):
+        loss, examples = runner_module.Runner._sum_across_processes(fake, 1.25, 4)
+    assert (loss, examples) == (2.5, 8) and type(loss) is float and type(examples) is int
+    assert reduced == [(2 + 2 + 2, world)]  # loss, examples, accuracy's 2 sums, iou's matrix and calls: one reduce
+    assert (accuracy.correct, accuracy.total) == (6, 8) and type(accuracy.total) is int
+    assert iou.confusion_matrix.tolist() == [[2, 0], [2, 0]] and iou.num_updates == 2
+    assert caplog.messages == ["eval over 8 examples, shared by 2 processes"]
+
 
 
 def _eval_scalars(model_dir):

@@ -1,5 +1,6 @@
 """The shared PyTorch runner, driven through pytorch/mnist's run.py on generated IDX data."""
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -10,7 +11,9 @@ import torch
 
 from common.data import write_fake_mnist
 from common.folder import import_beside, load_run_module
+from common.errors import NonFiniteGradient, UserError
 from common.params import load_params
+from common.pytorch.base_model import PyTorchBaseModel, split_result
 from common.pytorch import checkpoint as checkpoint_module
 from common.pytorch.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
 from common.pytorch.run import StepWindow
@@ -269,3 +272,149 @@ def test_predict_writes_the_predict_step_of_a_generating_model(tmp_path, data_di
         run_generating(tmp_path, data_dir, "--device", "emulator")
     err = capsys.readouterr().err
     assert "Traceback" not in err and "--device emulator" in err.strip().splitlines()[-1]
+
+
+# --- base_model.py on its own: a two-weight model --------------------------------------------------
+
+class TwoWeights(PyTorchBaseModel):
+    """loss = sum(w * x) for a batch x: the gradient of w is x itself."""
+
+    def __init__(self, params, device=None):
+        super().__init__(params, torch.nn.Linear(2, 1, bias=False), device)
+        with torch.no_grad():
+            self.model.weight.zero_()
+
+    def __call__(self, batch):
+        return self.model(batch).sum(), {"out": self.model(batch)}
+
+
+def two_weights(*overrides):
+    return TwoWeights(tiny_params("optimizer.optimizer_type=sgd", "optimizer.learning_rate=1.0", *overrides))
+
+
+def test_split_result_takes_the_loss_or_the_loss_and_its_outputs():
+    loss = torch.tensor(1.0)
+    assert split_result(loss) == (loss, {})
+    outputs = {"logits": loss}
+    got = split_result((loss, outputs))
+    assert got == (loss, outputs) and got[1] is not outputs
+    for bad, kind in (((loss, [loss]), "tuple"), ([loss, outputs], "list"), ((loss, outputs, 1), "tuple"),
+                      (1.0, "float")):
+        with pytest.raises(TypeError) as error:
+            split_result(bad)
+        assert str(error.value) == f"a model's __call__ returns the loss or (loss, outputs: dict), got {kind}"
+    with pytest.raises(NotImplementedError) as error:
+        PyTorchBaseModel(tiny_params(), torch.nn.Linear(1, 1))(None)
+    assert str(error.value) == "a model subclasses PyTorchBaseModel and writes __call__(batch)"
+
+
+def test_gradients_are_clipped_by_norm_or_by_value_not_both():
+    batch = torch.tensor([[3.0, -4.0]])  # the gradient: (3, -4), norm 5
+    plain = two_weights()
+    assert plain.device == torch.device("cpu") and plain.loss_scale() is None
+    assert float(plain.train_step(batch)) == 0.0
+    assert plain.model.weight.tolist() == [[-3.0, 4.0]]
+    by_norm = two_weights("optimizer.max_gradient_norm=1.0")
+    by_norm.train_step(batch)
+    assert by_norm.model.weight[0].tolist() == pytest.approx([-0.6, 0.8])
+    by_value = two_weights("optimizer.max_gradient_value=2.0")
+    by_value.train_step(batch)
+    assert by_value.model.weight.tolist() == [[-2.0, 2.0]]
+    with pytest.raises(UserError) as error:
+        two_weights("optimizer.max_gradient_norm=1.0", "optimizer.max_gradient_value=2.0")
+    assert str(error.value) == "optimizer: give max_gradient_norm or max_gradient_value, not both"
+
+
+class SqrtWeights(TwoWeights):
+    """loss = sum(sqrt(w)) + sum(w * x): at w = 0 the loss is 0 and the gradient inf."""
+
+    def __call__(self, batch):
+        return self.model.weight.sqrt().sum() + self.model(batch).sum()
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step")  # the step skipped: no optimizer.step()
+def test_a_non_finite_gradient_stops_or_is_skipped_and_the_weights_stay():
+    bad = torch.tensor([[1.0, 2.0]])
+    plain = SqrtWeights(two_weights().params)
+    with pytest.raises(NonFiniteGradient) as error:
+        plain.train_step(bad)  # a finite loss ...
+    assert (error.value.name, error.value.value) == ("weight", float("inf"))
+    assert str(error.value) == "the gradient of weight is inf" and plain.model.weight.tolist() == [[0.0, 0.0]]
+    # ... a static loss scale skips the step instead, as GradScaler would; the schedule still counts it
+    scaled_params = two_weights("mixed_precision.enabled=true", "optimizer.loss_scaling_factor=4.0").params
+    skipping = SqrtWeights(scaled_params)
+    assert skipping.loss_scale() == 4.0
+    skipping.train_step(bad)
+    assert skipping.model.weight.tolist() == [[0.0, 0.0]] and skipping.lr_scheduler.state_dict()["last_epoch"] == 1
+    scaled = TwoWeights(scaled_params)
+    scaled.train_step(torch.tensor([[1.0, float("inf")]]))  # a non-finite loss: not applied either
+    assert scaled.model.weight.tolist() == [[0.0, 0.0]] and scaled.lr_scheduler.state_dict()["last_epoch"] == 1
+    scaled.train_step(torch.tensor([[1.0, 2.0]]))
+    assert scaled.model.weight.tolist() == [[-1.0, -2.0]]  # the scale is divided out of the gradient
+    assert scaled._non_finite_gradient() is None
+    scaled.model.weight.grad = torch.tensor([[1.0, float("nan")]])
+    name, value = scaled._non_finite_gradient()
+    assert name == "weight" and np.isnan(value)
+    scaled.model.weight.grad = None
+    assert scaled._non_finite_gradient() is None
+
+
+def test_dynamic_loss_scaling_starts_at_its_scale_and_the_state_round_trips():
+    dynamic = two_weights("mixed_precision.enabled=true", "optimizer.loss_scaling_factor=dynamic",
+                          "optimizer.initial_loss_scale=256", "optimizer.steps_per_increase=1")
+    assert dynamic.loss_scale() == 256.0 and isinstance(dynamic.loss_scale(), float)
+    dynamic.train_step(torch.tensor([[1.0, 2.0]]))
+    assert dynamic.loss_scale() == 512.0  # one finite step per increase: doubled
+    assert dynamic.model.weight.tolist() == [[-1.0, -2.0]]
+    dynamic.train_step(torch.tensor([[1.0, float("inf")]]))  # skipped, the scale halved
+    assert dynamic.loss_scale() == 256.0 and dynamic.model.weight.tolist() == [[-1.0, -2.0]]
+    state = dynamic.get_state()
+    assert state["scaler"]["scale"] == 256.0 and state["lr_scheduler"]["last_epoch"] == 2
+
+    fresh = two_weights("mixed_precision.enabled=true", "optimizer.loss_scaling_factor=dynamic",
+                        "optimizer.initial_loss_scale=8", "optimizer.steps_per_increase=1")
+    fresh.set_state(state, weights_only=True)
+    assert fresh.model.weight.tolist() == [[-1.0, -2.0]] and fresh.loss_scale() == 8.0
+    assert fresh.lr_scheduler.state_dict()["last_epoch"] == 0
+    fresh.set_state(state)
+    assert fresh.loss_scale() == 256.0 and fresh.lr_scheduler.state_dict()["last_epoch"] == 2
+    fresh.set_state(dict(state, scaler=None))  # a checkpoint written without dynamic scaling: the scale stays
+    assert fresh.loss_scale() == 256.0
+    assert two_weights().get_state()["scaler"] is None
+
+
+def test_eval_step_runs_in_eval_mode_without_gradients_and_train_step_switches_back():
+    m = two_weights()
+    loss, outputs = m.eval_step(torch.tensor([[1.0, 1.0]]))
+    assert not m.model.training and not loss.requires_grad and list(outputs) == ["out"]
+    m.train_step(torch.tensor([[1.0, 1.0]]))
+    assert m.model.training
+    assert isinstance(m.autocast(), contextlib.nullcontext)
+    bf16 = two_weights("mixed_precision.enabled=true", "model.dropout=0.0")
+    with bf16.autocast():
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16 and torch.is_autocast_enabled("cpu")
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step")  # the step skipped: no optimizer.step()
+def test_dynamic_scaling_skips_a_step_of_a_finite_loss_with_an_inf_gradient_and_unused_weights_stay():
+    params = two_weights("mixed_precision.enabled=true", "optimizer.loss_scaling_factor=dynamic",
+                         "optimizer.initial_loss_scale=256").params
+    skipping = SqrtWeights(params)
+    skipping.train_step(torch.tensor([[1.0, 2.0]]))  # no NonFiniteGradient: the scaler skips the step
+    assert skipping.loss_scale() == 128.0 and skipping.model.weight.tolist() == [[0.0, 0.0]]
+
+    class TwoLayers(PyTorchBaseModel):
+        """Even batches train layer a, odd ones layer b."""
+
+        def __init__(self, params):
+            super().__init__(params, torch.nn.ModuleDict({"a": torch.nn.Linear(1, 1), "b": torch.nn.Linear(1, 1)}))
+
+        def __call__(self, batch):
+            return self.model["a" if batch % 2 == 0 else "b"](torch.ones(1, 1)).sum()
+
+    adam = TwoLayers(tiny_params("optimizer.optimizer_type=adam"))
+    adam.train_step(0)
+    after_a = [p.clone() for p in adam.model["a"].parameters()]
+    adam.train_step(1)  # a's gradients are None, not zero: Adam's momentum does not move it
+    assert all(torch.equal(p, q) for p, q in zip(adam.model["a"].parameters(), after_a))
+    assert all(p.grad is None for p in adam.model["a"].parameters())

@@ -85,6 +85,38 @@ def test_accuracy_with_fractional_weights_matches_sklearn_sample_weight():
     assert metric.name == "AccuracyMetric"  # the class name when none is given, as the vendor's
 
 
+
+def test_the_zoos_accuracy_counts_examples_by_their_labels():
+    """common/pytorch/metrics.py's own Accuracy, fed numpy outputs and the batch."""
+    logits = np.array([[[0.9, 0.1], [0.2, 0.8]], [[0.6, 0.4], [0.3, 0.7]]])  # (B=2, T=2, classes=2): argmax 0 1, 0 1
+    accuracy = Accuracy()
+    assert np.isnan(accuracy.result())
+    accuracy.update({"logits": logits}, (None, np.array([[0, 1], [1, 1]])))  # labels: the last element
+    assert (accuracy.correct, accuracy.total, accuracy.result()) == (3, 4, 0.75)
+    accuracy.update({"logits": logits}, (None, [0, 0, 0, 0]))  # reshaped to the predictions' shape
+    assert (accuracy.correct, accuracy.total) == (5, 8) and type(accuracy.correct) is int
+    accuracy.reset()
+    assert (accuracy.correct, accuracy.total) == (0, 0)
+
+    by_key = Accuracy(output="scores", labels="y", ignore_index=-100)
+    by_key.update({"scores": logits}, {"y": np.array([[0, -100], [1, -100]])})
+    assert (by_key.correct, by_key.total) == (1, 2)
+    by_index = Accuracy(labels=0)
+    by_index.update({"logits": logits[0]}, [np.array([0, 0]), None])
+    assert (by_index.correct, by_index.total) == (1, 2)
+
+    with pytest.raises(UserError) as error:
+        Accuracy(output="probs").update({"logits": logits, "aux": logits}, (None, [0]))
+    assert str(error.value) == "metrics: Accuracy reads output 'probs' but the model returned ['aux', 'logits']"
+    with pytest.raises(UserError) as error:
+        Accuracy().update({}, (None, [0]))
+    assert str(error.value) == "metrics: Accuracy reads output 'logits' but the model returned no outputs"
+    for batch, labels in (({"x": 1}, "label"), ((1,), 3), (5, 3)):  # no such key, index, or not indexable
+        with pytest.raises(UserError) as error:
+            Accuracy(labels=labels).update({"logits": logits}, batch)
+        assert str(error.value) == f"metrics: the batch has no element {labels!r} (labels=...)"
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 def test_perplexity_is_exp_of_the_loss_per_token_over_the_eval_set(weighted):
     """The vendor's contract: ``loss`` is the batch's summed loss; tokens are labels or sum(weights)."""
@@ -161,25 +193,50 @@ def test_reset_starts_over():
 @pytest.mark.parametrize("make, call, message", [
     (lambda: AccuracyMetric(name="eval/accuracy"),
      dict(labels=torch.zeros(4), predictions=torch.zeros(4, 10)),
-     "AccuracyMetric 'eval/accuracy': labels has 4 values and predictions 40"),
+     "AccuracyMetric 'eval/accuracy': labels has 4 values and predictions 40; they pair up one to one "
+     "(predictions=logits.argmax(-1), not the logits)"),
     (lambda: MeanIOUMetric(num_classes=3, name="eval/mean_iou"),
      dict(labels=torch.tensor([0, 3]), predictions=torch.tensor([0, 1])),
      "MeanIOUMetric 'eval/mean_iou': labels holds 3, outside the 3 classes [0, 3)"),
     (lambda: DiceCoefficientMetric(num_classes=3),
      dict(labels=torch.tensor([0, 1]), predictions=torch.tensor([0.0, 0.5])),
-     "predictions must be class ids, got fractional values such as 0.5"),
+     "DiceCoefficientMetric 'DiceCoefficientMetric': predictions must be class ids, got fractional values such as 0.5"),
     (lambda: PerplexityMetric(), dict(labels=torch.zeros(2, 3), loss=torch.ones(2)),
-     "loss must be the batch's summed loss (one value), got 2 values"),
+     "PerplexityMetric 'PerplexityMetric': loss must be the batch's summed loss (one value), got 2 values"),
     (lambda: FBetaScoreMetric(num_classes=3, average_type="weighted"), None,
-     "average_type must be one of micro, macro, got 'weighted'"),
+     "FBetaScoreMetric 'FBetaScoreMetric': average_type must be one of micro, macro, got 'weighted'"),
     (lambda: FBetaScoreMetric(num_classes=1, name="eval/f1"), None,
      "FBetaScoreMetric 'eval/f1': num_classes must be an integer of at least 2, got 1"),
-    (lambda: FBetaScoreMetric(num_classes=3, beta=0), None, "beta must be a positive number, got 0"),
+    (lambda: FBetaScoreMetric(num_classes=3, beta=0), None,
+     "FBetaScoreMetric 'FBetaScoreMetric': beta must be a positive number, got 0"),
+    (lambda: FBetaScoreMetric(num_classes=3, beta=True), None,
+     "FBetaScoreMetric 'FBetaScoreMetric': beta must be a positive number, got True"),
+    (lambda: FBetaScoreMetric(num_classes=3, beta="1"), None,
+     "FBetaScoreMetric 'FBetaScoreMetric': beta must be a positive number, got '1'"),
+    (lambda: MeanIOUMetric(num_classes=True), None,
+     "MeanIOUMetric 'MeanIOUMetric': num_classes must be an integer of at least 1, got True"),
+    (lambda: DiceCoefficientMetric(num_classes=2.0, name="d"), None,
+     "DiceCoefficientMetric 'd': num_classes must be an integer of at least 1, got 2.0"),
+    (lambda: MeanIOUMetric(num_classes=0), None,
+     "MeanIOUMetric 'MeanIOUMetric': num_classes must be an integer of at least 1, got 0"),
+    (lambda: MeanIOUMetric(num_classes=2), dict(labels=torch.tensor([0, -1]), predictions=torch.tensor([0, 1])),
+     "MeanIOUMetric 'MeanIOUMetric': labels holds -1, outside the 2 classes [0, 2)"),
+    (lambda: MeanIOUMetric(num_classes=2), dict(labels=torch.tensor([0, 1]), predictions=torch.tensor([2, 1])),
+     "MeanIOUMetric 'MeanIOUMetric': predictions holds 2, outside the 2 classes [0, 2)"),
+    (lambda: MeanIOUMetric(num_classes=2), dict(labels=torch.tensor([0.25, 1.0]), predictions=torch.tensor([0, 1])),
+     "MeanIOUMetric 'MeanIOUMetric': labels must be class ids, got fractional values such as 0.25"),
+    (lambda: AccuracyMetric(), dict(labels=None, predictions=torch.zeros(2)),
+     "AccuracyMetric 'AccuracyMetric': labels is None"),
+    (lambda: AccuracyMetric(), dict(labels=torch.zeros(2), predictions=torch.zeros(2), weights=torch.ones(3)),
+     "AccuracyMetric 'AccuracyMetric': labels has 2 values and weights 3; they pair up one to one "
+     "(predictions=logits.argmax(-1), not the logits)"),
+    (lambda: PerplexityMetric(), dict(labels=torch.zeros(2), loss=None),
+     "PerplexityMetric 'PerplexityMetric': loss is None"),
 ])
 def test_bad_input_is_one_line_naming_the_metric(make, call, message):
     with pytest.raises(UserError) as error:
         make()(**call)
-    assert message in str(error.value) and "\n" not in str(error.value)
+    assert str(error.value) == message
 
 
 # --- the runner finds them -----------------------------------------------------------------------

@@ -91,3 +91,41 @@ def test_the_vendors_model_mixed_precision_is_bfloat16_on_the_cpu_and_the_emulat
     saved = yaml.safe_load((tmp_path / "cpu" / "params_train.yaml").read_text())
     assert saved["mixed_precision"] == {"enabled": True, "dtype": "bfloat16"}
     assert _losses(tmp_path / "emulator")[10] == pytest.approx(_losses(tmp_path / "cpu")[10], rel=0.01)
+
+
+def test_cb_models_answers_are_one_process_without_a_system(caplog):
+    import logging
+
+    import torch
+
+    from common.pytorch import cb_model as cm
+    from common.pytorch.utils import get_input_dtype
+
+    answers = {name: getattr(cm, name)() for name in (
+        "use_cs", "is_wse_device", "is_master_ordinal", "is_streamer", "is_receiver", "get_streaming_rank",
+        "get_ordinal", "num_tasks", "num_receivers", "num_streamers")}
+    assert answers == {"use_cs": False, "is_wse_device": False, "is_master_ordinal": True, "is_streamer": True,
+                       "is_receiver": True, "get_streaming_rank": 0, "get_ordinal": 0, "num_tasks": 1,
+                       "num_receivers": 1, "num_streamers": 1}
+    assert cm.rendezvous("tag") is None
+    fn = lambda: 1  # noqa: E731
+    assert cm.step_closure(fn) is fn
+
+    class Leaf:
+        def __init__(self, name):
+            self.name = name
+
+        def cpu(self):
+            return f"{self.name} on the cpu"
+
+    moved = cm.to_cpu({"a": [Leaf("x"), (Leaf("y"), 3)], "b": "text", "t": torch.ones(1)})
+    assert moved["a"] == ["x on the cpu", ("y on the cpu", 3)] and type(moved["a"][1]) is tuple
+    assert moved["b"] == "text" and moved["t"].device.type == "cpu"
+
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        assert get_input_dtype(False) == torch.float32
+        assert not caplog.messages
+        assert get_input_dtype(True) == (torch.float16 if torch.cuda.is_available() else torch.float32)
+    if not torch.cuda.is_available():
+        assert caplog.messages == ["to_float16: the inputs stay float32 without a GPU (16-bit compute: "
+                                   "mixed_precision.enabled)"]
