@@ -153,6 +153,21 @@ def test_save_checkpoint_keeps_the_newest_or_all(tmp_path):
     assert load_checkpoint(str(tmp_path / "checkpoint_4.mdl"))["global_step"] == 4
 
 
+def test_a_checkpoint_written_on_a_gpu_loads_on_a_cpu_machine(tmp_path, monkeypatch):
+    """A checkpoint from a GPU run (its tensors tagged cuda:0) resumes or evaluates on a machine
+    without CUDA: its tensors come back on the CPU."""
+    state = {"model": {"w": torch.ones(2)}, "optimizer": {}, "lr_scheduler": {}, "global_step": 7}
+    with monkeypatch.context() as patch:  # what torch.save records for a tensor on the first GPU
+        patch.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        path = save_checkpoint(state, str(tmp_path), 7, keep_max=0)
+    assert not torch.cuda.is_available()
+    with pytest.raises(RuntimeError, match="CUDA"):  # what torch does without a map_location
+        torch.load(path, weights_only=True)
+    loaded = load_checkpoint(path)
+    assert loaded["global_step"] == 7 and loaded["model"]["w"].device == torch.device("cpu")
+    torch.testing.assert_close(loaded["model"]["w"], torch.ones(2))
+
+
 def test_a_refused_write_names_the_file_the_reason_and_the_checkpoint_kept(tmp_path, monkeypatch):
     disk_full = OSError(28, "No space left on device")
     assert str(not_saved("m/checkpoint_6.mdl", disk_full, "m/checkpoint_4.mdl")) == (
