@@ -10,6 +10,9 @@ tests/MUTATION.md holds the figures, how to read them, and the survivors judged 
     python tests/mutation.py --rerun program    # the same copy again: only changed functions
                                                 # and the survivors are run (after a new test)
     python tests/mutation.py --jobs 1 place     # one mutant at a time (a shared machine)
+    python tests/mutation.py pytorch --only 'common.pytorch.base_model.*'
+                                                # only the mutants these names or globs match;
+                                                # with --rerun, only those of them not killed yet
     python tests/mutation.py --list             # the groups, their modules and tests
 
 Each group runs in its own copy of the working tree, .mutation/<group>/ (mutmut's
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import fnmatch
 import os
 import re
 import shutil
@@ -186,9 +190,9 @@ def _mutated_line(workdir: Path, env: dict, name: str) -> str:
     return added[0] if added else ""
 
 
-def run_group(group: str, rerun: bool, jobs: int | None = None) -> int:
-    """Run one group (``jobs`` mutants at a time, default one per core); returns how many survivors
-    are not explained."""
+def run_group(group: str, rerun: bool, jobs: int | None = None, only: list[str] | None = None) -> int:
+    """Run one group (``jobs`` mutants at a time, default one per core), or only its mutants that
+    ``only``'s names or globs match; returns how many survivors are not explained."""
     modules, tests = GROUPS[group]
     workdir = SCRATCH / group
     if not rerun and workdir.exists():
@@ -204,9 +208,19 @@ def run_group(group: str, rerun: bool, jobs: int | None = None) -> int:
     env.pop("PYTHONPATH", None)  # the mutated copy must be what the tests import
     print(f"== {group}: mutating {' '.join(modules)}; tests {' '.join(tests)}", flush=True)
     children = ["--max-children", str(jobs)] if jobs else []
-    run = subprocess.run([_mutmut(), "run", *children], cwd=workdir, env=env, capture_output=True, text=True)
+    names = list(only or [])
+    if only and rerun:  # a name or glob given to mutmut runs its mutants again even when killed
+        done = _results(workdir, env)
+        names = sorted(n for n, status in done.items()
+                       if status != "killed" and any(fnmatch.fnmatchcase(n, pattern) for pattern in only)) \
+            if done else names
+        if not names:
+            print(f"== {group}: every mutant {' '.join(only)} matches is killed already")
+            return _report(workdir, env, group)
+    run = subprocess.run([_mutmut(), "run", *children, *names], cwd=workdir, env=env, capture_output=True,
+                         text=True)
     output = run.stdout + run.stderr
-    survivors = _survivors(workdir, env) if rerun and run.returncode == 0 else {}
+    survivors = _survivors(workdir, env) if rerun and not only and run.returncode == 0 else {}
     if survivors:
         # mutmut's first pass kept its verdicts on unchanged code; a new test may kill a survivor
         run = subprocess.run([_mutmut(), "run", *children, *sorted(survivors)], cwd=workdir, env=env,
@@ -220,7 +234,7 @@ def run_group(group: str, rerun: bool, jobs: int | None = None) -> int:
     done, total, killed, no_tests, timeout, suspicious, survived, skipped = summaries[-1]
     print(f"== {group}: {done}/{total}  🎉 {killed} 🫥 {no_tests}  ⏰ {timeout}  🤔 {suspicious}  🙁 {survived}  "
           f"🔇 {skipped}   (mutmut's last summary line)")
-    if done != total:  # interrupted: the mutants not checked yet are listed as "not checked"
+    if done != total and not only:  # interrupted: the mutants not checked yet are listed as "not checked"
         print(f"== {group}: incomplete, {int(total) - int(done)} mutants not checked yet (--rerun {group} resumes)")
     return _report(workdir, env, group)
 
@@ -254,12 +268,17 @@ def main(argv=None) -> int:
                         help="keep .mutation/GROUP: rerun the survivors and whatever changed")
     parser.add_argument("--report", action="store_true", help="only print the survivors of the last run")
     parser.add_argument("--list", action="store_true", help="list the groups")
+    parser.add_argument("--only", action="append", metavar="NAME",
+                        help="run only the mutants this name or glob matches (repeatable), e.g. "
+                             "'common.pytorch.base_model.*'; with --rerun, only those not killed yet")
     parser.add_argument("--jobs", type=int, metavar="N",
                         help="mutants run at a time (default one per core; 1 on a machine shared with other work)")
     args = parser.parse_args(argv)
     unknown = [g for g in args.groups if g not in GROUPS]
     if unknown:
         parser.error(f"unknown group {unknown[0]!r}; the groups: {', '.join(GROUPS)}")
+    if args.only and len(args.groups) != 1:
+        parser.error("--only needs one group, the one its mutants belong to")
     if args.list:
         for group, (modules, tests) in GROUPS.items():
             print(f"{group:11s} {' '.join(modules)}\n{'':11s} tests: {' '.join(tests)}")
@@ -271,7 +290,7 @@ def main(argv=None) -> int:
             env.pop("PYTHONPATH", None)
             unexplained += _report(SCRATCH / group, env, group)
         else:
-            unexplained += run_group(group, args.rerun, args.jobs)
+            unexplained += run_group(group, args.rerun, args.jobs, args.only)
     return 1 if unexplained else 0
 
 

@@ -647,9 +647,9 @@ def test_softmax_is_stable_per_row(op):
 def test_batch_norm_in_training_needs_two_values_per_channel():
     attrs = {"axis": 1, "eps": 1e-5, "momentum": 0.1}
     c = np.zeros(3)
-    (y, _, _), _ = OPS["batch_norm"].forward([randn(2, 3), np.ones(3), c, c, np.ones(3)], attrs,
-                                             KernelContext(training=True))
-    np.testing.assert_allclose(np.abs(y), 1.0, rtol=1e-4)  # two values: -1 and +1 once normalised
+    x = np.array([[1.0, 2.0, 3.0], [3.0, 6.0, -1.0]])  # each channel's variance 1 or 4, far above eps
+    (y, _, _), _ = OPS["batch_norm"].forward([x, np.ones(3), c, c, np.ones(3)], attrs, KernelContext(training=True))
+    np.testing.assert_allclose(y, [[-1, -1, 1], [1, 1, -1]], rtol=1e-5)  # two values: -1 and +1 once normalised
     with pytest.raises(UserError) as caught:
         OPS["batch_norm"].forward([randn(1, 3), np.ones(3), c, c, np.ones(3)], attrs, KernelContext(training=True))
     assert str(caught.value) == "batch_norm in training needs more than one value per channel, got input (1, 3)"
