@@ -190,6 +190,16 @@ def _mutated_line(workdir: Path, env: dict, name: str) -> str:
     return added[0] if added else ""
 
 
+def _names_to_run(only: list[str], results: dict[str, str]) -> list[str]:
+    """What to hand `mutmut run` for ``only``'s names or globs: the globs themselves on a fresh copy
+    (``results`` empty), else the matching mutants not killed yet (mutmut given a name or glob runs
+    it again even when killed)."""
+    if not only or not results:
+        return list(only)
+    return sorted(name for name, status in results.items()
+                  if status != "killed" and any(fnmatch.fnmatchcase(name, pattern) for pattern in only))
+
+
 def run_group(group: str, rerun: bool, jobs: int | None = None, only: list[str] | None = None) -> int:
     """Run one group (``jobs`` mutants at a time, default one per core), or only its mutants that
     ``only``'s names or globs match; returns how many survivors are not explained."""
@@ -208,15 +218,10 @@ def run_group(group: str, rerun: bool, jobs: int | None = None, only: list[str] 
     env.pop("PYTHONPATH", None)  # the mutated copy must be what the tests import
     print(f"== {group}: mutating {' '.join(modules)}; tests {' '.join(tests)}", flush=True)
     children = ["--max-children", str(jobs)] if jobs else []
-    names = list(only or [])
-    if only and rerun:  # a name or glob given to mutmut runs its mutants again even when killed
-        done = _results(workdir, env)
-        names = sorted(n for n, status in done.items()
-                       if status != "killed" and any(fnmatch.fnmatchcase(n, pattern) for pattern in only)) \
-            if done else names
-        if not names:
-            print(f"== {group}: every mutant {' '.join(only)} matches is killed already")
-            return _report(workdir, env, group)
+    names = _names_to_run(only or [], _results(workdir, env) if rerun else {})
+    if only and not names:
+        print(f"== {group}: every mutant {' '.join(only)} matches is killed already")
+        return _report(workdir, env, group)
     run = subprocess.run([_mutmut(), "run", *children, *names], cwd=workdir, env=env, capture_output=True,
                          text=True)
     output = run.stdout + run.stderr

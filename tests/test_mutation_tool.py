@@ -1,0 +1,34 @@
+"""tests/mutation.py's own logic (the mutmut runs themselves are `tox -e mutation`)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_SPEC = importlib.util.spec_from_file_location("mutation_tool", Path(__file__).with_name("mutation.py"))
+mutation = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(mutation)
+
+
+def test_only_hands_mutmut_the_globs_on_a_fresh_copy_and_the_unkilled_matches_on_a_rerun():
+    only = ["common.pytorch.base_model.*", "common.pytorch.checkpoint.x_load*"]
+    assert mutation._names_to_run(only, {}) == only
+    assert mutation._names_to_run([], {"a.x_f__mutmut_1": "survived"}) == []
+    results = {"common.pytorch.base_model.x_f__mutmut_2": "survived",
+               "common.pytorch.base_model.x_f__mutmut_1": "no tests",
+               "common.pytorch.base_model.x_f__mutmut_3": "killed",
+               "common.pytorch.checkpoint.x_load_checkpoint__mutmut_9": "not checked",
+               "common.pytorch.checkpoint.x_save_checkpoint__mutmut_9": "survived"}
+    assert mutation._names_to_run(only, results) == [
+        "common.pytorch.base_model.x_f__mutmut_1", "common.pytorch.base_model.x_f__mutmut_2",
+        "common.pytorch.checkpoint.x_load_checkpoint__mutmut_9"]
+    assert mutation._names_to_run(["common.pytorch.base_model.x_f__mutmut_3"], results) == []  # killed already
+
+
+@pytest.mark.parametrize("argv", [["--only", "x*"], ["--only", "x*", "cost", "place"]])
+def test_only_needs_exactly_one_group(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        mutation.main(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(  # argparse's line: "PROG: error: ..."
+        ": error: --only needs one group, the one its mutants belong to")
