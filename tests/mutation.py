@@ -27,6 +27,7 @@ import argparse
 import ast
 import difflib
 import fnmatch
+import json
 import os
 import re
 import shutil
@@ -53,7 +54,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                    ["tests/device/test_optimizers.py", "tests/device/test_kernels_tf.py", "tests/device/test_program.py",
                     "tests/pytorch/test_pt_optim.py", "tests/tf/test_tf_optim.py", "tests/pytorch/test_pt_loss_scale.py",
                     "tests/tf/test_tf_loss_scale.py"]),
-    "program": (["device/runtime/program.py"], ["tests/device/test_program.py", "tests/device/test_dtypes.py"]),
+    "program": (["device/runtime/program.py", "device/runtime/memory.py"],
+                ["tests/device/test_program.py", "tests/device/test_dtypes.py", "tests/device/test_memory.py"]),
     "kernels": (["device/ops/*.py"],
                 ["tests/device/test_ops.py", "tests/device/test_kernels_numpy.py", "tests/device/test_kernels_tf.py",
                  "tests/device/test_reductions_numpy.py", "tests/device/test_vision_loss_kernels.py"]),
@@ -95,7 +97,7 @@ def _mutmut() -> str:
     return found
 
 
-def _config(modules: list[str], tests: list[str]) -> str:
+def _config(modules: list[str], tests: list[str], fresh_imports: bool = False) -> str:
     def toml_list(items):
         return "[" + ", ".join(f'"{item}"' for item in items) + "]"
 
@@ -111,8 +113,94 @@ def _config(modules: list[str], tests: list[str]) -> str:
         # torch and TensorFlow are not fork-safe once they have run: fork every mutant from
         # a server that has only imported them
         'process_isolation = "forkserver"',
+        *(['forkserver_warmup = "import"', 'preload_modules_file = "mutation-preload.txt"'] if fresh_imports else []),
         "",
     ])
+
+
+# a function a module calls when it is imported (device/ops builds its kernels so: _unary_op(np.exp, ...))
+# has already run, unmutated, in mutmut's fork server, which imports the tests before it switches a mutant
+# on. Such mutants run again in a second pass whose fork server imports only these modules (importing
+# TensorFlow there crashes its children), so that each mutant's test process imports the group's modules
+# afresh with the mutant on, against every test of the group.
+_PRELOAD = ["numpy", "torch"]
+_TRACE_IMPORT = r"""
+import importlib, json, sys
+files, called = set(sys.argv[2:]), set()
+def profile(frame, event, arg):
+    # functions only (CO_NEWLOCALS): not a module's or a class body's code
+    if event == "call" and frame.f_code.co_flags & 2 and frame.f_code.co_filename in files:
+        called.add((frame.f_code.co_filename, frame.f_code.co_qualname))
+sys.setprofile(profile)
+for name in sys.argv[1].split(","):
+    importlib.import_module(name)
+sys.setprofile(None)
+print(json.dumps(sorted(called)))
+"""
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _mangled(module: str, qualname: str) -> str | None:
+    """mutmut's name of a function (``module.x_f``) or method (``module.xǁClassǁf``); None for what it
+    does not mutate (module code, lambdas and comprehensions, nested classes' methods)."""
+    parts = qualname.split(".<locals>.")[0].split(".")
+    if any(part.startswith("<") for part in parts) or len(parts) > 2:
+        return None
+    return f"{module}.x_{parts[0]}" if len(parts) == 1 else f"{module}.xǁ{parts[0]}ǁ{parts[1]}"
+
+
+def import_time_functions(modules: list[str]) -> set[str]:
+    """mutmut's names of the group's functions that run when the group's modules are imported, found by
+    importing them (from this checkout) with a profiler on."""
+    paths = sorted({path.resolve() for pattern in modules for path in ROOT.glob(pattern)})
+    names = {str(path): _module_name(path) for path in paths if path.name != "__main__.py"}  # that one runs
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run([sys.executable, "-c", _TRACE_IMPORT, ",".join(names.values()), *names], cwd=ROOT,
+                         env=env, capture_output=True, text=True, check=True).stdout
+    return {name for file, qualname in json.loads(out.splitlines()[-1])
+            if (name := _mangled(names[file], qualname))}
+
+
+def _map_to_every_test(workdir: Path, functions: set[str]) -> None:
+    """Make mutmut run every test of the group for these functions' mutants (its own map, made while
+    the tests ran, gives an import-time call to whichever test happened to run first)."""
+    stats_path = workdir / "mutants" / "mutmut-stats.json"
+    stats = json.loads(stats_path.read_text(encoding="utf-8"))
+    every = sorted(stats["duration_by_test"])
+    for function in functions:
+        stats["tests_by_mangled_function_name"][function] = every
+    stats_path.write_text(json.dumps(stats), encoding="utf-8")
+
+
+_IMPORT_FAILURES = "import-failures.json"
+
+
+def _check_imports(workdir: Path, env: dict, modules: list[str], names: list[str]) -> None:
+    """Record the mutants with which the group's modules fail to import, with the error's last line.
+
+    mutmut's test process reports such a mutant as a timeout (pytest finds none of the tests it was
+    given: their modules did not import), but no test can run with it: it is killed.
+    """
+    paths = sorted({path for pattern in modules for path in ROOT.glob(pattern) if path.name != "__main__.py"})
+    imports = "; ".join(f"import {_module_name(path)}" for path in paths)
+    record = workdir / _IMPORT_FAILURES
+    failures = json.loads(record.read_text(encoding="utf-8")) if record.exists() else {}
+    for name in names:
+        failures.pop(name, None)
+        try:
+            check = subprocess.run([sys.executable, "-c", imports], cwd=workdir / "mutants", capture_output=True,
+                                   text=True, timeout=120, env=dict(env, MUTANT_UNDER_TEST=name))
+        except subprocess.TimeoutExpired:
+            continue
+        error = check.stderr.strip().splitlines()[-1:] if check.returncode else []
+        if error and "Error" in error[0]:
+            failures[name] = error[0]
+    record.write_text(json.dumps(failures, indent=1, sort_keys=True), encoding="utf-8")
 
 
 def _copy_tree(target: Path) -> None:
@@ -144,8 +232,9 @@ def equivalents() -> dict[str, str]:
     return found
 
 
-def _results(workdir: Path, env: dict) -> dict[str, str]:
-    """mutmut's own verdict on every mutant of the group: killed, survived, no tests, timeout, ..."""
+def _results(workdir: Path, env: dict, mutmut_only: bool = False) -> dict[str, str]:
+    """mutmut's own verdict on every mutant of the group: killed, survived, no tests, timeout, ...; and
+    killed for the mutants with which the group's modules fail to import (unless ``mutmut_only``)."""
     out = subprocess.run([_mutmut(), "results", "--all", "true"], cwd=workdir, env=env, capture_output=True,
                          text=True).stdout
     found = {}
@@ -153,6 +242,10 @@ def _results(workdir: Path, env: dict) -> dict[str, str]:
         name, _, status = line.strip().rpartition(": ")
         if "__mutmut_" in name:
             found[name] = status
+    record = workdir / _IMPORT_FAILURES
+    for name in [] if mutmut_only or not record.exists() else json.loads(record.read_text(encoding="utf-8")):
+        if found.get(name) == "timeout":  # mutmut's verdict when none of the tests could be collected
+            found[name] = "killed"
     return found
 
 
@@ -192,12 +285,15 @@ def _mutated_line(workdir: Path, env: dict, name: str) -> str:
 
 def _names_to_run(only: list[str], results: dict[str, str]) -> list[str]:
     """What to hand `mutmut run` for ``only``'s names or globs: the globs themselves on a fresh copy
-    (``results`` empty), else the matching mutants not killed yet (mutmut given a name or glob runs
-    it again even when killed)."""
+    (``results`` empty) or where they match no mutant yet (a module new to the group), else the
+    matching mutants not killed yet (mutmut given a name or glob runs it again even when killed)."""
     if not only or not results:
         return list(only)
-    return sorted(name for name, status in results.items()
-                  if status != "killed" and any(fnmatch.fnmatchcase(name, pattern) for pattern in only))
+    names = set()
+    for pattern in only:
+        matches = [name for name in results if fnmatch.fnmatchcase(name, pattern)]
+        names |= {name for name in matches if results[name] != "killed"} if matches else {pattern}
+    return sorted(names)
 
 
 def run_group(group: str, rerun: bool, jobs: int | None = None, only: list[str] | None = None) -> int:
@@ -209,28 +305,62 @@ def run_group(group: str, rerun: bool, jobs: int | None = None, only: list[str] 
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     _copy_tree(workdir)
+    for pattern in modules:  # a module new to the group: mutmut took its unmutated copy as up to date,
+        for path in ROOT.glob(pattern):  # and mapped the tests without it
+            copy = workdir / "mutants" / path.relative_to(ROOT)
+            if copy.exists() and not copy.with_name(copy.name + ".meta").exists():
+                copy.unlink()
+                (workdir / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     pyproject = workdir / "pyproject.toml"
-    pyproject.write_text((ROOT / "pyproject.toml").read_text(encoding="utf-8") + _config(modules, tests),
-                         encoding="utf-8")
+    base = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    pyproject.write_text(base + _config(modules, tests), encoding="utf-8")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="0",
                # the tests of one mutant run on one core: mutmut runs one mutant per core
                OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env.pop("PYTHONPATH", None)  # the mutated copy must be what the tests import
     print(f"== {group}: mutating {' '.join(modules)}; tests {' '.join(tests)}", flush=True)
     children = ["--max-children", str(jobs)] if jobs else []
+    at_import = import_time_functions(modules)
     names = _names_to_run(only or [], _results(workdir, env) if rerun else {})
     if only and not names:
         print(f"== {group}: every mutant {' '.join(only)} matches is killed already")
         return _report(workdir, env, group)
-    run = subprocess.run([_mutmut(), "run", *children, *names], cwd=workdir, env=env, capture_output=True,
-                         text=True)
-    output = run.stdout + run.stderr
+    # the mutants a rerun names one by one go to the second pass only if their function runs at import
+    first = [name for name in names if not re.search(r"__mutmut_\d+$", name)
+             or name.partition("__mutmut_")[0] not in at_import]
+    run, output = None, ""
+    if first or not names:
+        run = subprocess.run([_mutmut(), "run", *children, *first], cwd=workdir, env=env, capture_output=True,
+                             text=True)
+        output = run.stdout + run.stderr
     survivors = _survivors(workdir, env) if rerun and not only and run.returncode == 0 else {}
+    survivors = [name for name in survivors if name.partition("__mutmut_")[0] not in at_import]
     if survivors:
         # mutmut's first pass kept its verdicts on unchanged code; a new test may kill a survivor
         run = subprocess.run([_mutmut(), "run", *children, *sorted(survivors)], cwd=workdir, env=env,
                              capture_output=True, text=True)
         output = run.stdout + run.stderr
+    fresh = _names_to_run(only or ["*"], _results(workdir, env)) if run is None or run.returncode == 0 else []
+    fresh = [name for name in fresh if name.partition("__mutmut_")[0] in at_import]
+    if fresh:
+        functions = sorted({re.sub(r"^x_|^xǁ(\w+)ǁ", lambda m: f"{m.group(1)}." if m.group(1) else "",
+                                   name.partition("__mutmut_")[0].rpartition(".")[2]) for name in fresh})
+        print(f"== {group}: {len(fresh)} mutants of functions run at import ({', '.join(functions)}) again, "
+              f"each test process importing the modules afresh", flush=True)
+        _map_to_every_test(workdir, at_import)
+        (workdir / "mutation-preload.txt").write_text("\n".join(_PRELOAD) + "\n", encoding="utf-8")
+        pyproject.write_text(base + _config(modules, tests, fresh_imports=True), encoding="utf-8")
+        try:
+            run = subprocess.run([_mutmut(), "run", *children, *fresh], cwd=workdir, env=env,
+                                 capture_output=True, text=True)
+        finally:
+            pyproject.write_text(base + _config(modules, tests), encoding="utf-8")
+        output = run.stdout + run.stderr
+        results = _results(workdir, env, mutmut_only=True)
+        _check_imports(workdir, env, modules, [name for name in fresh if results.get(name) == "timeout"])
+        failed = sum(_results(workdir, env)[name] == "killed" and results[name] == "timeout" for name in fresh)
+        print(f"== {group}: {failed} of them make the modules fail to import: killed (mutmut's summary counts "
+              f"them as timeouts, ⏰: none of the tests could be collected)", flush=True)
     summaries = _SUMMARY.findall(output.replace("\r", "\n"))
     if run.returncode != 0 or not summaries:
         print(output[-4000:])

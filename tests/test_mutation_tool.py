@@ -32,3 +32,26 @@ def test_only_needs_exactly_one_group(argv, capsys):
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith(  # argparse's line: "PROG: error: ..."
         ": error: --only needs one group, the one its mutants belong to")
+
+
+def test_the_functions_a_module_runs_when_imported_are_found_by_importing_it():
+    # device/ops builds its kernels at import (elementwise's _unary_op(np.exp, ...)); params builds none
+    found = mutation.import_time_functions(["device/ops/elementwise.py", "device/ops/record.py"])
+    assert {"device.ops.elementwise.x__unary_op", "device.ops.elementwise.x__binary_op",
+            "device.ops.record.x_per_element", "device.ops.record.xǁOpRecordǁ__post_init__"} <= found
+    assert all(name.startswith(("device.ops.elementwise.", "device.ops.record.")) for name in found)
+    assert mutation.import_time_functions(["common/params.py"]) == set()
+
+
+@pytest.mark.parametrize("qualname, name", [
+    ("f", "m.x_f"), ("C.f", "m.xǁCǁf"), ("f.<locals>.g", "m.x_f"), ("C.f.<locals>.<lambda>", "m.xǁCǁf"),
+    ("<lambda>", None), ("<listcomp>", None), ("C.D.f", None)])
+def test_mutmut_names_of_functions_and_methods(qualname, name):
+    assert mutation._mangled("m", qualname) == name
+
+
+def test_a_glob_that_matches_no_mutant_yet_goes_to_mutmut_as_it_is():
+    # a module added to a group: its mutants do not exist in the copy until mutmut makes them
+    results = {"device.runtime.program.x_f__mutmut_1": "survived"}
+    assert mutation._names_to_run(["device.runtime.memory.*", "device.runtime.program.*"], results) == [
+        "device.runtime.memory.*", "device.runtime.program.x_f__mutmut_1"]
