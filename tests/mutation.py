@@ -166,40 +166,53 @@ def import_time_functions(modules: list[str]) -> set[str]:
             if (name := _mangled(names[file], qualname))}
 
 
-def _map_to_every_test(workdir: Path, functions: set[str]) -> None:
+def _map_to_every_test(workdir: Path, env: dict, tests: list[str], functions: set[str]) -> bool:
     """Make mutmut run every test of the group for these functions' mutants (its own map, made while
-    the tests ran, gives an import-time call to whichever test happened to run first)."""
+    the tests ran, gives an import-time call to whichever test happened to run first). The tests are
+    collected afresh. True if some are new: mutmut then times them at its next run, and maps them
+    to what they call, out of these functions' map."""
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                *tests], cwd=workdir / "mutants", env=dict(env, MUTANT_UNDER_TEST=""),
+                               capture_output=True, text=True).stdout
     stats_path = workdir / "mutants" / "mutmut-stats.json"
     stats = json.loads(stats_path.read_text(encoding="utf-8"))
-    every = sorted(stats["duration_by_test"])
+    every = sorted(set(stats["duration_by_test"]) | {line.strip() for line in collected.splitlines() if "::" in line})
     for function in functions:
         stats["tests_by_mangled_function_name"][function] = every
     stats_path.write_text(json.dumps(stats), encoding="utf-8")
+    return bool(set(every) - set(stats["duration_by_test"]))
 
 
 _IMPORT_FAILURES = "import-failures.json"
 
 
-def _check_imports(workdir: Path, env: dict, modules: list[str], names: list[str]) -> None:
-    """Record the mutants with which the group's modules fail to import, with the error's last line.
+def _check_imports(workdir: Path, env: dict, modules: list[str], tests: list[str], names: list[str]) -> None:
+    """Record the mutants with which the group's modules fail to import, or its tests to be collected,
+    with the error's line.
 
     mutmut's test process reports such a mutant as a timeout (pytest finds none of the tests it was
     given: their modules did not import), but no test can run with it: it is killed.
     """
     paths = sorted({path for pattern in modules for path in ROOT.glob(pattern) if path.name != "__main__.py"})
     imports = "; ".join(f"import {_module_name(path)}" for path in paths)
+    checks = [[sys.executable, "-c", imports],
+              [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *tests]]
     record = workdir / _IMPORT_FAILURES
     failures = json.loads(record.read_text(encoding="utf-8")) if record.exists() else {}
     for name in names:
         failures.pop(name, None)
-        try:
-            check = subprocess.run([sys.executable, "-c", imports], cwd=workdir / "mutants", capture_output=True,
-                                   text=True, timeout=120, env=dict(env, MUTANT_UNDER_TEST=name))
-        except subprocess.TimeoutExpired:
-            continue
-        error = check.stderr.strip().splitlines()[-1:] if check.returncode else []
-        if error and "Error" in error[0]:
-            failures[name] = error[0]
+        for check in checks:
+            try:
+                done = subprocess.run(check, cwd=workdir / "mutants", capture_output=True, text=True, timeout=300,
+                                      env=dict(env, MUTANT_UNDER_TEST=name))
+            except subprocess.TimeoutExpired:
+                break
+            if done.returncode in (0, 5):  # imported; collected (5: no tests)
+                continue
+            lines = (done.stdout + done.stderr).strip().splitlines()
+            errors = [line for line in lines if line.startswith("ERROR ")] or lines[-1:]
+            failures[name] = errors[0] if errors else f"exit status {done.returncode}"
+            break
     record.write_text(json.dumps(failures, indent=1, sort_keys=True), encoding="utf-8")
 
 
@@ -347,7 +360,9 @@ def run_group(group: str, rerun: bool, jobs: int | None = None, only: list[str] 
                                    name.partition("__mutmut_")[0].rpartition(".")[2]) for name in fresh})
         print(f"== {group}: {len(fresh)} mutants of functions run at import ({', '.join(functions)}) again, "
               f"each test process importing the modules afresh", flush=True)
-        _map_to_every_test(workdir, at_import)
+        if _map_to_every_test(workdir, env, tests, at_import):  # new tests: timed (one mutant), mapped again
+            subprocess.run([_mutmut(), "run", *children, fresh[0]], cwd=workdir, env=env, capture_output=True)
+            _map_to_every_test(workdir, env, tests, at_import)
         (workdir / "mutation-preload.txt").write_text("\n".join(_PRELOAD) + "\n", encoding="utf-8")
         pyproject.write_text(base + _config(modules, tests, fresh_imports=True), encoding="utf-8")
         try:
@@ -357,10 +372,10 @@ def run_group(group: str, rerun: bool, jobs: int | None = None, only: list[str] 
             pyproject.write_text(base + _config(modules, tests), encoding="utf-8")
         output = run.stdout + run.stderr
         results = _results(workdir, env, mutmut_only=True)
-        _check_imports(workdir, env, modules, [name for name in fresh if results.get(name) == "timeout"])
+        _check_imports(workdir, env, modules, tests, [name for name in fresh if results.get(name) == "timeout"])
         failed = sum(_results(workdir, env)[name] == "killed" and results[name] == "timeout" for name in fresh)
-        print(f"== {group}: {failed} of them make the modules fail to import: killed (mutmut's summary counts "
-              f"them as timeouts, ⏰: none of the tests could be collected)", flush=True)
+        print(f"== {group}: {failed} of them make the modules fail to import or the tests fail to be collected: "
+              f"killed (mutmut's summary counts them as timeouts, ⏰)", flush=True)
     summaries = _SUMMARY.findall(output.replace("\r", "\n"))
     if run.returncode != 0 or not summaries:
         print(output[-4000:])

@@ -653,3 +653,106 @@ def test_batch_norm_in_training_needs_two_values_per_channel():
     with pytest.raises(UserError) as caught:
         OPS["batch_norm"].forward([randn(1, 3), np.ones(3), c, c, np.ones(3)], attrs, KernelContext(training=True))
     assert str(caught.value) == "batch_norm in training needs more than one value per channel, got input (1, 3)"
+
+
+# -- the records' factories (elementwise, reductions, arrays, record): what each record they build gets
+
+
+@pytest.mark.parametrize("op, shapes, attrs, flops", [
+    ("exp", [(3, 4)], {}, 12),  # one flop per output element
+    ("neg", [(3, 4)], {}, 12),
+    ("add", [(3, 1), (1, 4)], {}, 12),  # per element of the broadcast output
+    ("equal", [(3, 1), (1, 4)], {}, 12),
+    ("less", [(3, 1), (1, 4)], {}, 12),
+    ("reduce_sum", [(3, 4)], {"axes": [1]}, 12),  # one flop per input element: 3 outputs
+    ("reduce_max", [(3, 4)], {"axes": [0, 1]}, 12),
+])
+def test_elementwise_and_reduction_cost_one_flop_per_element_and_one_pass(op, shapes, attrs, flops):
+    record = OPS[op]
+    work = Work(shapes, record.shape(shapes, attrs), attrs, elem=2)
+    assert record.cost(work) == (float(flops), work.moved)
+
+
+def _stash_bytes(op: str, shapes: list, attrs: dict | None = None) -> int:
+    """The bytes the op's kernel keeps from its forward pass for its backward (the compile report's stash)."""
+    record, attrs = OPS[op], attrs or {}
+    graph = Graph(frontend="torch")
+    for i, shape in enumerate(shapes):
+        graph.inputs.append(graph.add_value(f"in{i}", shape, "float32"))
+    outputs = [graph.add_value(f"out{j}", shape, "float32")
+               for j, shape in enumerate(record.shape(shapes, attrs))]
+    graph.add_node(op, list(graph.inputs), outputs, attrs)
+    graph.outputs = {"y": outputs[0]}
+    (kernel,) = match(graph)
+    return kernel.stash_bytes
+
+
+@pytest.mark.parametrize("op, attrs, kept", [
+    ("neg", {}, False), ("exp", {}, True),  # exp's gradient is its output: it keeps what it reads
+    ("reduce_sum", {"axes": [1]}, False), ("reduce_mean", {"axes": [1]}, False), ("reduce_max", {"axes": [1]}, True),
+    ("transpose", {"perm": [1, 0]}, False), ("cast", {"dtype": "float16"}, False),  # routing only
+])
+def test_ops_linear_in_their_input_keep_nothing_for_the_backward_pass(op, attrs, kept):
+    assert _stash_bytes(op, [(3, 4)], attrs) == (3 * 4 * 4 if kept else 0)
+
+
+@pytest.mark.parametrize("op, attrs", [("add", {}), ("sub", {})])
+def test_a_sum_of_two_activations_keeps_neither(op, attrs):
+    assert _stash_bytes(op, [(3, 4), (3, 4)], attrs) == 0
+
+
+@pytest.mark.parametrize("needs", [(True, False), (False, True), (True, True)])
+def test_a_binary_op_computes_only_the_gradients_asked_for(needs):
+    a, b, g = randn(3, 1), randn(1, 4), randn(3, 4)
+    record = OPS["mul"]
+    _, saved = record.forward([a, b], {}, KernelContext())
+    ga, gb = record.backward(saved, [g], {}, needs)
+    assert (ga is not None, gb is not None) == needs
+    if needs[0]:
+        np.testing.assert_allclose(ga, (g * b).sum(axis=1, keepdims=True), rtol=1e-12)
+    if needs[1]:
+        np.testing.assert_allclose(gb, (g * a).sum(axis=0, keepdims=True), rtol=1e-12)
+
+
+def test_a_reduction_drops_its_axes_unless_told_to_keep_them():
+    x = randn(3, 4)
+    for op in ("reduce_sum", "reduce_max"):
+        (y,), _ = OPS[op].forward([x], {"axes": [1]}, KernelContext())
+        assert y.shape == (3,)
+        (y,), _ = OPS[op].forward([x], {"axes": [1], "keepdims": True}, KernelContext())
+        assert y.shape == (3, 1)
+
+
+def test_a_record_of_an_unknown_category_is_refused():
+    from device.ops.record import OpRecord
+
+    with pytest.raises(ValueError) as error:
+        OpRecord("twice", "2 x", ("x",), (), "elementwize", ((),), lambda shapes, attrs: shapes, None, None,
+                 lambda work: (0.0, 0.0))
+    assert str(error.value) == f"op 'twice': category 'elementwize' is not one of {', '.join(CATEGORIES)}"
+
+
+def test_two_records_of_one_name_are_refused(monkeypatch):
+    import types
+
+    import device.ops
+    from device.ops import elementwise
+
+    copy = types.ModuleType("device.ops.copy")
+    copy.RECORDS = (OPS["exp"],)
+    monkeypatch.setattr(device.ops, "FAMILIES", (elementwise, copy))
+    with pytest.raises(ValueError) as error:
+        device.ops._by_name()
+    assert str(error.value) == "op 'exp' has two records (device.ops.copy)"
+
+
+@pytest.mark.parametrize("op", ["equal", "less", "logical_not"])
+def test_a_comparison_has_no_backward_work_and_keeps_nothing(op):
+    shapes = [(3, 4)] * len(OPS[op].inputs)
+    assert OPS[op].backward_ratio == 0.0  # the cost model's backward work: none
+    assert _stash_bytes(op, shapes) == 0
+
+
+def test_a_cast_gives_the_dtype_it_is_asked_for():
+    assert OPS["cast"].dtype(["float32"], {"dtype": "float16"}) == ["float16"]
+    assert OPS["cast"].dtype(["float16"], {"dtype": "int32"}) == ["int32"]
