@@ -27,8 +27,8 @@ from common.params import load_params
 from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.device_run import capture_step
 from common.pytorch.metrics import (Accuracy, AccuracyMetric, CapturedMetricCalls, CBMetric, DiceCoefficientMetric,
-                                    FBetaScoreMetric, MeanIOUMetric, PerplexityMetric, cb_metrics_of,
-                                    recording_metric_calls)
+                                    FBetaScoreMetric, MeanIOUMetric, Metric, PerplexityMetric, cb_metrics_of,
+                                    recording_metric_calls, set_summed_state, summed_state)
 from common.pytorch.run import run
 from common.summaries import read_scalars
 from device.api import validate_graph
@@ -236,6 +236,20 @@ def test_reset_starts_over():
      "PerplexityMetric 'PerplexityMetric': loss is None"),
     (lambda: MeanIOUMetric(num_classes=2), dict(labels=torch.zeros(2), predictions=None),
      "MeanIOUMetric 'MeanIOUMetric': predictions is None"),
+    (lambda: PerplexityMetric(name="ppl"), dict(labels=None, loss=torch.tensor(1.0)), "PerplexityMetric 'ppl': labels is None"),
+    (lambda: FBetaScoreMetric(num_classes=3), dict(labels=None, predictions=torch.zeros(2)),
+     "FBetaScoreMetric 'FBetaScoreMetric': labels is None"),
+    (lambda: FBetaScoreMetric(num_classes=3), dict(labels=torch.zeros(2), predictions=None),
+     "FBetaScoreMetric 'FBetaScoreMetric': predictions is None"),
+    (lambda: FBetaScoreMetric(num_classes=3), dict(labels=torch.zeros(2), predictions=torch.zeros(3)),
+     "FBetaScoreMetric 'FBetaScoreMetric': labels has 2 values and predictions 3; they pair up one to one "
+     "(predictions=logits.argmax(-1), not the logits)"),
+    (lambda: FBetaScoreMetric(num_classes=3), dict(labels=torch.zeros(2), predictions=torch.zeros(2),
+                                                   weights=torch.ones(3)),
+     "FBetaScoreMetric 'FBetaScoreMetric': labels has 2 values and weights 3; they pair up one to one "
+     "(predictions=logits.argmax(-1), not the logits)"),
+    (lambda: FBetaScoreMetric(num_classes=3), dict(labels=torch.tensor([0, 1]), predictions=torch.tensor([0, 3])),
+     "FBetaScoreMetric 'FBetaScoreMetric': predictions holds 3, outside the 3 classes [0, 3)"),
 ])
 def test_bad_input_is_one_line_naming_the_metric(make, call, message):
     with pytest.raises(UserError) as error:
@@ -557,8 +571,9 @@ def test_fbeta_ignores_labels_outside_the_classes_and_scores_zero_when_every_cla
         everything = FBetaScoreMetric(num_classes=3, average_type=average_type, ignore_labels=[0, 1, 2])
         everything(labels=labels, predictions=predictions)
         assert everything.compute() == 0.0
+    assert plain.confusion_matrix.tolist() == [[1, 0, 0], [0, 1, 1], [0, 1, 1]]  # what the processes add up
     nothing = FBetaScoreMetric(num_classes=3)
-    nothing(labels=torch.tensor([-100, 5]), predictions=torch.tensor([0, 1]))  # no label counted
+    nothing(labels=torch.tensor([-100, 3]), predictions=torch.tensor([0, 1]))  # no label counted
     assert nothing.compute() == 0.0 and nothing.confusion_matrix.sum() == 0
 
 
@@ -594,3 +609,25 @@ def test_recorded_calls_become_step_outputs_and_replay_on_the_host():
     assert accuracy.compute() == 0.0 and accuracy.num_updates == 1
     accuracy(labels=torch.tensor([1]), predictions=torch.tensor([1]))  # no recording open: added up at once
     assert accuracy.compute() == 0.25 and accuracy.num_updates == 2
+
+
+def test_summed_state_of_a_metric_without_sums_names_its_module_when_its_source_is_unknown():
+    made = type("Median", (Metric,), {"__module__": "zoo_user.metrics"})  # no source file to point at
+    with pytest.raises(UserError) as error:
+        summed_state(made())
+    assert str(error.value) == ("zoo_user.metrics: metric Median has no 'summed' (the attributes reset zeroes and "
+                                "update adds to), which a data-parallel eval adds up over the processes; name them, "
+                                "e.g. summed = (\"correct\", \"total\")")
+
+
+def test_set_summed_state_puts_back_each_sum_as_the_type_and_shape_it_had():
+    """The all-reduce hands flat float arrays back: a matrix is reshaped and keeps its dtype, an
+    integer count is rounded (not truncated), a float sum stays as it came."""
+    iou, accuracy, ours = MeanIOUMetric(num_classes=2), AccuracyMetric(), Accuracy()
+    set_summed_state(iou, {"confusion_matrix": [2, 0, 1, 3], "_num_updates": np.float64(1.9999999)})
+    assert iou.confusion_matrix.dtype == np.float64 and iou.confusion_matrix.tolist() == [[2, 0], [1, 3]]
+    assert iou.num_updates == 2 and type(iou.num_updates) is int
+    set_summed_state(accuracy, {"total_correct": np.float64(2.5), "total_weight": np.array(4.0)})
+    assert (accuracy.total_correct, accuracy.total_weight, accuracy.compute()) == (2.5, 4.0, 0.625)
+    set_summed_state(ours, {"correct": np.float32(5.9999995), "total": 8.0})
+    assert (ours.correct, ours.total) == (6, 8) and type(ours.total) is int
