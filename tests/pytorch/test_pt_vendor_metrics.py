@@ -236,7 +236,17 @@ def test_reset_starts_over():
      "PerplexityMetric 'PerplexityMetric': loss is None"),
     (lambda: MeanIOUMetric(num_classes=2), dict(labels=torch.zeros(2), predictions=None),
      "MeanIOUMetric 'MeanIOUMetric': predictions is None"),
-    (lambda: PerplexityMetric(name="ppl"), dict(labels=None, loss=torch.tensor(1.0)), "PerplexityMetric 'ppl': labels is None"),
+    (lambda: PerplexityMetric(name="ppl"), dict(labels=None, loss=torch.tensor(1.0)),
+     "PerplexityMetric 'ppl': labels is None"),
+    (lambda: MeanIOUMetric(num_classes=2), dict(labels=None, predictions=torch.zeros(2)),
+     "MeanIOUMetric 'MeanIOUMetric': labels is None"),
+    (lambda: DiceCoefficientMetric(num_classes=3), dict(labels=torch.zeros(2), predictions=torch.zeros(3)),
+     "DiceCoefficientMetric 'DiceCoefficientMetric': labels has 2 values and predictions 3; they pair up one to one "
+     "(predictions=logits.argmax(-1), not the logits)"),
+    (lambda: MeanIOUMetric(num_classes=3), dict(labels=torch.zeros(2), predictions=torch.zeros(2),
+                                                weights=torch.ones(3)),
+     "MeanIOUMetric 'MeanIOUMetric': labels has 2 values and weights 3; they pair up one to one "
+     "(predictions=logits.argmax(-1), not the logits)"),
     (lambda: FBetaScoreMetric(num_classes=3), dict(labels=None, predictions=torch.zeros(2)),
      "FBetaScoreMetric 'FBetaScoreMetric': labels is None"),
     (lambda: FBetaScoreMetric(num_classes=3), dict(labels=torch.zeros(2), predictions=None),
