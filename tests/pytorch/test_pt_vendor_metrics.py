@@ -641,3 +641,13 @@ def test_set_summed_state_puts_back_each_sum_as_the_type_and_shape_it_had():
     assert (accuracy.total_correct, accuracy.total_weight, accuracy.compute()) == (2.5, 4.0, 0.625)
     set_summed_state(ours, {"correct": np.float32(5.9999995), "total": 8.0})
     assert (ours.correct, ours.total) == (6, 8) and type(ours.total) is int
+
+
+def test_the_zoos_accuracy_takes_the_argmax_over_the_classes_of_a_sequence():
+    """(B, T, C) logits with T != C: the argmax is over the last axis, the classes."""
+    rng = np.random.default_rng(2)
+    logits, labels = rng.random((2, 3, 4)), rng.integers(0, 4, (2, 3))  # (B=2, T=3, C=4), (B, T)
+    accuracy = Accuracy()
+    accuracy.update({"logits": logits}, (None, labels))
+    expected = accuracy_score(labels.reshape(-1), logits.argmax(-1).reshape(-1), normalize=False)
+    assert (accuracy.correct, accuracy.total) == (expected, 6)
