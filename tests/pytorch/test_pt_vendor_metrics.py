@@ -229,6 +229,8 @@ def test_reset_starts_over():
      "MeanIOUMetric 'MeanIOUMetric': labels must be class ids, got fractional values such as 0.25"),
     (lambda: AccuracyMetric(), dict(labels=None, predictions=torch.zeros(2)),
      "AccuracyMetric 'AccuracyMetric': labels is None"),
+    (lambda: AccuracyMetric(), dict(labels=torch.zeros(2), predictions=None),
+     "AccuracyMetric 'AccuracyMetric': predictions is None"),
     (lambda: AccuracyMetric(), dict(labels=torch.zeros(2), predictions=torch.zeros(2), weights=torch.ones(3)),
      "AccuracyMetric 'AccuracyMetric': labels has 2 values and weights 3; they pair up one to one "
      "(predictions=logits.argmax(-1), not the logits)"),
