@@ -653,3 +653,13 @@ def test_the_zoos_accuracy_takes_the_argmax_over_the_classes_of_a_sequence():
     accuracy.update({"logits": logits}, (None, labels))
     expected = accuracy_score(labels.reshape(-1), logits.argmax(-1).reshape(-1), normalize=False)
     assert (accuracy.correct, accuracy.total) == (expected, 6)
+
+
+def test_numpy_arrays_lists_and_numbers_are_read_as_tensors_are():
+    """The host half also takes what is no tensor: the replay of a capture hands constants as they were."""
+    accuracy = AccuracyMetric()
+    accuracy.update_on_host(np.array([[0, 1], [2, 2]]), [[0, 1], [2, 0]], weights=np.array([[1, 1], [1, 1]]))
+    assert accuracy.compute() == 0.75
+    perplexity = PerplexityMetric()
+    perplexity.update_on_host(np.zeros((2, 3)), 3.0)  # a Python float as the summed loss, 6 tokens
+    assert perplexity.compute() == pytest.approx(math.exp(0.5), rel=1e-12)
