@@ -663,3 +663,11 @@ def test_numpy_arrays_lists_and_numbers_are_read_as_tensors_are():
     perplexity = PerplexityMetric()
     perplexity.update_on_host(np.zeros((2, 3)), 3.0)  # a Python float as the summed loss, 6 tokens
     assert perplexity.compute() == pytest.approx(math.exp(0.5), rel=1e-12)
+
+
+def test_cb_metrics_of_looks_in_a_mapping_that_is_no_dict():
+    import types
+
+    model = Bare()
+    model.held = types.MappingProxyType({"a": AccuracyMetric(name="eval/held")})  # read-only: a Mapping, no dict
+    assert cb_metrics_of(model) == {"held": model.held["a"], "inner": model.model.layer.inner_metric}
