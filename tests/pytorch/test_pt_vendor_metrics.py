@@ -671,3 +671,10 @@ def test_cb_metrics_of_looks_in_a_mapping_that_is_no_dict():
     model = Bare()
     model.held = types.MappingProxyType({"a": AccuracyMetric(name="eval/held")})  # read-only: a Mapping, no dict
     assert cb_metrics_of(model) == {"held": model.held["a"], "inner": model.model.layer.inner_metric}
+
+
+def test_three_metrics_of_one_name_report_as_name_name_1_and_name_2():
+    model = Bare()
+    model.listed = [AccuracyMetric(name="eval/accuracy") for _ in range(3)]
+    assert cb_metrics_of(model) == {"accuracy": model.listed[0], "accuracy_1": model.listed[1],
+                                    "accuracy_2": model.listed[2], "inner": model.model.layer.inner_metric}
