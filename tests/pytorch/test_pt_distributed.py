@@ -504,3 +504,20 @@ def test_the_tf_strategy_keys_are_refused_in_one_line(tmp_path):
     result = _single(tmp_path, tmp_path / "m", "runconfig.train_distribute=mirrored")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: runconfig.train_distribute is the TF runner's")
+
+
+def test_the_eval_order_is_the_training_order_of_epoch_0_of_its_seed():
+    loader = DataLoader(TensorDataset(torch.arange(40)), batch_size=4, shuffle=True)
+    for seed in (3, 4):
+        assert _batches(eval_shard(loader, seed)) == _batches(epoch_batches(loader, seed, 0))
+    assert _batches(eval_shard(loader, 3)) != _batches(eval_shard(loader, 4))
+
+
+def test_a_data_parallel_sampler_with_set_epoch_gets_the_epoch():
+    sampler = torch.utils.data.DistributedSampler(range(16), num_replicas=1, rank=0, shuffle=True, seed=0)
+    loader = DataLoader(TensorDataset(torch.arange(16)), batch_size=2, sampler=sampler)
+    both = [_batches(epoch_batches(loader, 0, 5, world=distributed.World(r, 2))) for r in (0, 1)]
+    assert sampler.epoch == 5
+    sampler.set_epoch(5)
+    order = list(sampler)
+    assert both == [[order[k:k + 2] for k in range(r * 2, 16, 4)] for r in (0, 1)]
