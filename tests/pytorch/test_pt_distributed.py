@@ -521,3 +521,15 @@ def test_a_data_parallel_sampler_with_set_epoch_gets_the_epoch():
     sampler.set_epoch(5)
     order = list(sampler)
     assert both == [[order[k:k + 2] for k in range(r * 2, 16, 4)] for r in (0, 1)]
+
+
+def test_the_eval_order_sets_a_samplers_epoch_to_0_and_leaves_the_global_rng_alone():
+    sampler = torch.utils.data.DistributedSampler(range(12), num_replicas=1, rank=0, shuffle=True, seed=0)
+    loader = DataLoader(TensorDataset(torch.arange(12)), batch_size=3, sampler=sampler)
+    sampler.set_epoch(7)
+    before = torch.get_rng_state()
+    order = _batches(eval_shard(loader, 0))
+    assert torch.equal(torch.get_rng_state(), before)  # the replay's base seed comes from (seed, 0)
+    assert sampler.epoch == 0
+    sampler.set_epoch(0)
+    assert order == [list(b) for b in zip(*[iter(list(sampler))] * 3)]
