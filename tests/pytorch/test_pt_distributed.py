@@ -504,3 +504,32 @@ def test_the_tf_strategy_keys_are_refused_in_one_line(tmp_path):
     result = _single(tmp_path, tmp_path / "m", "runconfig.train_distribute=mirrored")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: runconfig.train_distribute is the TF runner's")
+
+
+def test_the_eval_order_is_the_training_order_of_epoch_0_of_its_seed():
+    loader = DataLoader(TensorDataset(torch.arange(40)), batch_size=4, shuffle=True)
+    for seed in (3, 4):
+        assert _batches(eval_shard(loader, seed)) == _batches(epoch_batches(loader, seed, 0))
+    assert _batches(eval_shard(loader, 3)) != _batches(eval_shard(loader, 4))
+
+
+def test_a_data_parallel_sampler_with_set_epoch_gets_the_epoch():
+    sampler = torch.utils.data.DistributedSampler(range(16), num_replicas=1, rank=0, shuffle=True, seed=0)
+    loader = DataLoader(TensorDataset(torch.arange(16)), batch_size=2, sampler=sampler)
+    both = [_batches(epoch_batches(loader, 0, 5, world=distributed.World(r, 2))) for r in (0, 1)]
+    assert sampler.epoch == 5
+    sampler.set_epoch(5)
+    order = list(sampler)
+    assert both == [[order[k:k + 2] for k in range(r * 2, 16, 4)] for r in (0, 1)]
+
+
+def test_the_eval_order_sets_a_samplers_epoch_to_0_and_leaves_the_global_rng_alone():
+    sampler = torch.utils.data.DistributedSampler(range(12), num_replicas=1, rank=0, shuffle=True, seed=0)
+    loader = DataLoader(TensorDataset(torch.arange(12)), batch_size=3, sampler=sampler)
+    sampler.set_epoch(7)
+    before = torch.get_rng_state()
+    order = _batches(eval_shard(loader, 0))
+    assert torch.equal(torch.get_rng_state(), before)  # the replay's base seed comes from (seed, 0)
+    assert sampler.epoch == 0
+    sampler.set_epoch(0)
+    assert order == [list(b) for b in zip(*[iter(list(sampler))] * 3)]

@@ -10,6 +10,7 @@ CPU and on the emulator from one checkpoint.
 """
 
 import functools
+import math
 import os
 
 import numpy as np
@@ -25,8 +26,9 @@ from common.errors import UserError
 from common.params import load_params
 from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.device_run import capture_step
-from common.pytorch.metrics import (Accuracy, AccuracyMetric, CBMetric, DiceCoefficientMetric, FBetaScoreMetric,
-                                    MeanIOUMetric, PerplexityMetric, cb_metrics_of)
+from common.pytorch.metrics import (Accuracy, AccuracyMetric, CapturedMetricCalls, CBMetric, DiceCoefficientMetric,
+                                    FBetaScoreMetric, MeanIOUMetric, Metric, PerplexityMetric, cb_metrics_of,
+                                    recording_metric_calls, set_summed_state, summed_state)
 from common.pytorch.run import run
 from common.summaries import read_scalars
 from device.api import validate_graph
@@ -227,11 +229,39 @@ def test_reset_starts_over():
      "MeanIOUMetric 'MeanIOUMetric': labels must be class ids, got fractional values such as 0.25"),
     (lambda: AccuracyMetric(), dict(labels=None, predictions=torch.zeros(2)),
      "AccuracyMetric 'AccuracyMetric': labels is None"),
+    (lambda: AccuracyMetric(), dict(labels=torch.zeros(2), predictions=None),
+     "AccuracyMetric 'AccuracyMetric': predictions is None"),
     (lambda: AccuracyMetric(), dict(labels=torch.zeros(2), predictions=torch.zeros(2), weights=torch.ones(3)),
      "AccuracyMetric 'AccuracyMetric': labels has 2 values and weights 3; they pair up one to one "
      "(predictions=logits.argmax(-1), not the logits)"),
     (lambda: PerplexityMetric(), dict(labels=torch.zeros(2), loss=None),
      "PerplexityMetric 'PerplexityMetric': loss is None"),
+    (lambda: MeanIOUMetric(num_classes=2), dict(labels=torch.zeros(2), predictions=None),
+     "MeanIOUMetric 'MeanIOUMetric': predictions is None"),
+    (lambda: PerplexityMetric(name="ppl"), dict(labels=None, loss=torch.tensor(1.0)),
+     "PerplexityMetric 'ppl': labels is None"),
+    (lambda: MeanIOUMetric(num_classes=2), dict(labels=None, predictions=torch.zeros(2)),
+     "MeanIOUMetric 'MeanIOUMetric': labels is None"),
+    (lambda: DiceCoefficientMetric(num_classes=3), dict(labels=torch.zeros(2), predictions=torch.zeros(3)),
+     "DiceCoefficientMetric 'DiceCoefficientMetric': labels has 2 values and predictions 3; they pair up one to one "
+     "(predictions=logits.argmax(-1), not the logits)"),
+    (lambda: MeanIOUMetric(num_classes=3), dict(labels=torch.zeros(2), predictions=torch.zeros(2),
+                                                weights=torch.ones(3)),
+     "MeanIOUMetric 'MeanIOUMetric': labels has 2 values and weights 3; they pair up one to one "
+     "(predictions=logits.argmax(-1), not the logits)"),
+    (lambda: FBetaScoreMetric(num_classes=3), dict(labels=None, predictions=torch.zeros(2)),
+     "FBetaScoreMetric 'FBetaScoreMetric': labels is None"),
+    (lambda: FBetaScoreMetric(num_classes=3), dict(labels=torch.zeros(2), predictions=None),
+     "FBetaScoreMetric 'FBetaScoreMetric': predictions is None"),
+    (lambda: FBetaScoreMetric(num_classes=3), dict(labels=torch.zeros(2), predictions=torch.zeros(3)),
+     "FBetaScoreMetric 'FBetaScoreMetric': labels has 2 values and predictions 3; they pair up one to one "
+     "(predictions=logits.argmax(-1), not the logits)"),
+    (lambda: FBetaScoreMetric(num_classes=3), dict(labels=torch.zeros(2), predictions=torch.zeros(2),
+                                                   weights=torch.ones(3)),
+     "FBetaScoreMetric 'FBetaScoreMetric': labels has 2 values and weights 3; they pair up one to one "
+     "(predictions=logits.argmax(-1), not the logits)"),
+    (lambda: FBetaScoreMetric(num_classes=3), dict(labels=torch.tensor([0, 1]), predictions=torch.tensor([0, 3])),
+     "FBetaScoreMetric 'FBetaScoreMetric': predictions holds 3, outside the 3 classes [0, 3)"),
 ])
 def test_bad_input_is_one_line_naming_the_metric(make, call, message):
     with pytest.raises(UserError) as error:
@@ -495,3 +525,156 @@ def test_a_capture_that_keeps_no_metric_calls_still_captures(params_file):
     model = DigitsMLP(load_params(params_file, default_params(), ["model.always_call=true"]), "cpu")
     graph = capture(model, model.model, tuple(next(iter(eval_data(params)))))
     assert graph.loss is not None and model.accuracy_metric.num_updates == 0
+
+
+# --- the edges of each metric, on their own -------------------------------------------------------
+
+
+def test_perplexity_of_nothing_is_nan_and_of_a_huge_loss_is_inf():
+    metric = PerplexityMetric()
+    assert np.isnan(metric.compute())
+    metric(labels=torch.zeros(2, 3), loss=torch.tensor(3.0))  # 6 tokens
+    assert metric.compute() == pytest.approx(math.exp(0.5), rel=1e-12)
+    metric(labels=torch.zeros(1), loss=torch.tensor(1e6))  # exp(1e6 / 7) overflows a float
+    assert metric.compute() == math.inf
+    weighted = PerplexityMetric()
+    weighted(labels=torch.zeros(2, 3), loss=torch.tensor([2.0]), weights=torch.tensor([[1.0, 0, 0], [1, 0, 0]]))
+    assert weighted.compute() == pytest.approx(math.e, rel=1e-12)  # 2 tokens by the weights, not 6 labels
+
+
+def test_bfloat16_arguments_are_read_as_their_values():
+    """numpy has no bfloat16: the values arrive as float32, whole class ids and a loss alike."""
+    accuracy = AccuracyMetric()
+    accuracy(labels=torch.tensor([0, 1, 2, 3]), predictions=torch.tensor([0, 1, 2, 0], dtype=torch.bfloat16))
+    assert accuracy.compute() == 0.75
+    iou = MeanIOUMetric(num_classes=4)
+    iou(labels=torch.tensor([0, 1, 2, 3]), predictions=torch.tensor([0, 1, 2, 0], dtype=torch.bfloat16))
+    assert iou.compute() == pytest.approx(jaccard_score([0, 1, 2, 3], [0, 1, 2, 0], average="macro"), rel=1e-12)
+    perplexity = PerplexityMetric()
+    perplexity(labels=torch.zeros(4), loss=torch.tensor(2.0, dtype=torch.bfloat16))
+    assert perplexity.compute() == pytest.approx(math.exp(0.5), rel=1e-12)
+
+
+def test_the_fewest_classes_each_metric_takes():
+    iou = MeanIOUMetric(num_classes=1)  # one class: every pixel is it
+    iou(labels=torch.zeros(3), predictions=torch.zeros(3))
+    assert iou.compute() == 1.0 and iou.confusion_matrix.tolist() == [[3.0]]
+    f1 = FBetaScoreMetric(num_classes=2)
+    f1(labels=torch.tensor([0, 1, 1, 1]), predictions=torch.tensor([0, 1, 0, 1]))
+    assert f1.compute() == pytest.approx(f1_score([0, 1, 1, 1], [0, 1, 0, 1], average="micro"), rel=1e-12)
+
+
+def test_a_confusion_metric_that_saw_no_class_is_zero():
+    for metric in (MeanIOUMetric(num_classes=3), DiceCoefficientMetric(num_classes=3)):
+        assert metric.compute() == 0.0
+        metric(labels=torch.tensor([0, 1]), predictions=torch.tensor([1, 1]), weights=torch.zeros(2))  # weighed out
+        assert metric.compute() == 0.0 and metric.num_updates == 1
+
+
+def test_fbeta_ignores_labels_outside_the_classes_and_scores_zero_when_every_class_is_ignored():
+    labels, predictions = torch.tensor([0, 1, 2, 2, 1, -100]), torch.tensor([0, 2, 2, 1, 1, 0])
+    for average_type in ("micro", "macro"):
+        plain = FBetaScoreMetric(num_classes=3, average_type=average_type)
+        odd = FBetaScoreMetric(num_classes=3, average_type=average_type, ignore_labels=[-100, 3, 7])
+        for metric in (plain, odd):
+            metric(labels=labels, predictions=predictions)
+        assert odd.compute() == plain.compute() == pytest.approx(
+            f1_score([0, 1, 2, 2, 1], [0, 2, 2, 1, 1], average=average_type), rel=1e-12)
+        everything = FBetaScoreMetric(num_classes=3, average_type=average_type, ignore_labels=[0, 1, 2])
+        everything(labels=labels, predictions=predictions)
+        assert everything.compute() == 0.0
+    assert plain.confusion_matrix.tolist() == [[1, 0, 0], [0, 1, 1], [0, 1, 1]]  # what the processes add up
+    nothing = FBetaScoreMetric(num_classes=3)
+    nothing(labels=torch.tensor([-100, 3]), predictions=torch.tensor([0, 1]))  # no label counted
+    assert nothing.compute() == 0.0 and nothing.confusion_matrix.sum() == 0
+
+
+def test_update_on_device_must_return_device_outputs():
+    class Raw(CBMetric):
+        def update_on_device(self, values):
+            return [values]
+
+    with pytest.raises(TypeError) as error:
+        Raw()(torch.ones(2))
+    assert str(error.value) == "Raw.update_on_device must return DeviceOutputs, got list"
+
+
+def test_recorded_calls_become_step_outputs_and_replay_on_the_host():
+    """What a device capture does with the metric calls, without the capture: record, name, replay."""
+    accuracy, perplexity = AccuracyMetric(name="eval/accuracy"), PerplexityMetric()
+    with recording_metric_calls() as calls:
+        with recording_metric_calls() as inner:  # nested: the inner one records, the outer resumes after
+            accuracy(labels=torch.tensor([0, 1]), predictions=torch.tensor([0, 0]))
+        perplexity(labels=torch.zeros(4), loss=torch.tensor(2.0))
+        accuracy(torch.tensor([1]), torch.tensor([1]), torch.tensor([3.0]))
+    assert [m for m, _ in inner] == [accuracy] and [m for m, _ in calls] == [perplexity, accuracy]
+    assert accuracy.num_updates == perplexity.num_updates == 0  # recorded, not added up
+    captured = CapturedMetricCalls(calls)
+    # the tensors become named outputs; perplexity's weights (None) stay a constant of the call
+    assert sorted(captured.outputs) == ["cb_metric:0:0", "cb_metric:0:1", "cb_metric:1:0", "cb_metric:1:1",
+                                        "cb_metric:1:2"]
+    assert captured.outputs["cb_metric:0:1"].item() == 2.0 and captured.outputs["cb_metric:1:2"].item() == 3.0
+    step = {"loss": np.float32(0.5), **{k: v.numpy() for k, v in captured.outputs.items()}}
+    step["cb_metric:1:1"] = np.array([0])  # the device's prediction, not the recorded one
+    assert captured.replay(step) == {"loss": np.float32(0.5)}
+    assert perplexity.compute() == pytest.approx(math.exp(0.5), rel=1e-12) and perplexity.num_updates == 1
+    assert accuracy.compute() == 0.0 and accuracy.num_updates == 1
+    accuracy(labels=torch.tensor([1]), predictions=torch.tensor([1]))  # no recording open: added up at once
+    assert accuracy.compute() == 0.25 and accuracy.num_updates == 2
+
+
+def test_summed_state_of_a_metric_without_sums_names_its_module_when_its_source_is_unknown():
+    made = type("Median", (Metric,), {"__module__": "zoo_user.metrics"})  # no source file to point at
+    with pytest.raises(UserError) as error:
+        summed_state(made())
+    assert str(error.value) == ("zoo_user.metrics: metric Median has no 'summed' (the attributes reset zeroes and "
+                                "update adds to), which a data-parallel eval adds up over the processes; name them, "
+                                "e.g. summed = (\"correct\", \"total\")")
+
+
+def test_set_summed_state_puts_back_each_sum_as_the_type_and_shape_it_had():
+    """The all-reduce hands flat float arrays back: a matrix is reshaped and keeps its dtype, an
+    integer count is rounded (not truncated), a float sum stays as it came."""
+    iou, accuracy, ours = MeanIOUMetric(num_classes=2), AccuracyMetric(), Accuracy()
+    set_summed_state(iou, {"confusion_matrix": [2, 0, 1, 3], "_num_updates": np.float64(1.9999999)})
+    assert iou.confusion_matrix.dtype == np.float64 and iou.confusion_matrix.tolist() == [[2, 0], [1, 3]]
+    assert iou.num_updates == 2 and type(iou.num_updates) is int
+    set_summed_state(accuracy, {"total_correct": np.float64(2.5), "total_weight": np.array(4.0)})
+    assert (accuracy.total_correct, accuracy.total_weight, accuracy.compute()) == (2.5, 4.0, 0.625)
+    set_summed_state(ours, {"correct": np.float32(5.9999995), "total": 8.0})
+    assert (ours.correct, ours.total) == (6, 8) and type(ours.total) is int
+
+
+def test_the_zoos_accuracy_takes_the_argmax_over_the_classes_of_a_sequence():
+    """(B, T, C) logits with T != C: the argmax is over the last axis, the classes."""
+    rng = np.random.default_rng(2)
+    logits, labels = rng.random((2, 3, 4)), rng.integers(0, 4, (2, 3))  # (B=2, T=3, C=4), (B, T)
+    accuracy = Accuracy()
+    accuracy.update({"logits": logits}, (None, labels))
+    expected = accuracy_score(labels.reshape(-1), logits.argmax(-1).reshape(-1), normalize=False)
+    assert (accuracy.correct, accuracy.total) == (expected, 6)
+
+
+def test_numpy_arrays_lists_and_numbers_are_read_as_tensors_are():
+    """The host half also takes what is no tensor: the replay of a capture hands constants as they were."""
+    accuracy = AccuracyMetric()
+    accuracy.update_on_host(np.array([[0, 1], [2, 2]]), [[0, 1], [2, 0]], weights=np.array([[1, 1], [1, 1]]))
+    assert accuracy.compute() == 0.75
+    perplexity = PerplexityMetric()
+    perplexity.update_on_host(np.zeros((2, 3)), 3.0)  # a Python float as the summed loss, 6 tokens
+    assert perplexity.compute() == pytest.approx(math.exp(0.5), rel=1e-12)
+
+
+def test_cb_metrics_of_looks_in_a_mapping_that_is_no_dict():
+    import types
+
+    model = Bare()
+    model.held = types.MappingProxyType({"a": AccuracyMetric(name="eval/held")})  # read-only: a Mapping, no dict
+    assert cb_metrics_of(model) == {"held": model.held["a"], "inner": model.model.layer.inner_metric}
+
+
+def test_three_metrics_of_one_name_report_as_name_name_1_and_name_2():
+    model = Bare()
+    model.listed = [AccuracyMetric(name="eval/accuracy") for _ in range(3)]
+    assert cb_metrics_of(model) == {"accuracy": model.listed[0], "accuracy_1": model.listed[1],
+                                    "accuracy_2": model.listed[2], "inner": model.model.layer.inner_metric}

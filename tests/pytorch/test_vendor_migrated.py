@@ -129,3 +129,12 @@ def test_cb_models_answers_are_one_process_without_a_system(caplog):
     if not torch.cuda.is_available():
         assert caplog.messages == ["to_float16: the inputs stay float32 without a GPU (16-bit compute: "
                                    "mixed_precision.enabled)"]
+
+
+def test_get_input_dtype_is_float16_when_asked_with_a_gpu(monkeypatch):
+    import torch
+
+    from common.pytorch.utils import get_input_dtype
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU stood in for
+    assert get_input_dtype(True) == torch.float16 and get_input_dtype(False) == torch.float32
