@@ -159,11 +159,23 @@ def _mangled(module: str, qualname: str) -> str | None:
     return f"{module}.x_{parts[0]}" if len(parts) == 1 else f"{module}.xǁ{parts[0]}ǁ{parts[1]}"
 
 
+def _importable(modules: list[str]) -> dict[str, str]:
+    """The group's module files (but __main__.py: importing it runs it) -> their module names."""
+    paths = sorted({path.resolve() for pattern in modules for path in ROOT.glob(pattern)})
+    return {str(path): _module_name(path) for path in paths if path.name != "__main__.py"}
+
+
+def _collect(workdir: Path, env: dict, tests: list[str], mutant: str) -> subprocess.CompletedProcess:
+    """pytest's collection of the group's tests in mutmut's copy, with ``mutant`` on ("": none)."""
+    return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *tests],
+                          cwd=workdir / "mutants", env=dict(env, MUTANT_UNDER_TEST=mutant), capture_output=True,
+                          text=True, timeout=300)
+
+
 def import_time_functions(modules: list[str]) -> set[str]:
     """mutmut's names of the group's functions that run when the group's modules are imported, found by
     importing them (from this checkout) with a profiler on."""
-    paths = sorted({path.resolve() for pattern in modules for path in ROOT.glob(pattern)})
-    names = {str(path): _module_name(path) for path in paths if path.name != "__main__.py"}  # that one runs
+    names = _importable(modules)
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     out = subprocess.run([sys.executable, "-c", _TRACE_IMPORT, ",".join(names.values()), *names], cwd=ROOT,
@@ -177,9 +189,7 @@ def _map_to_every_test(workdir: Path, env: dict, tests: list[str], functions: se
     the tests ran, gives an import-time call to whichever test happened to run first). The tests are
     collected afresh. True if some are new: mutmut then times them at its next run, and maps them
     to what they call, out of these functions' map."""
-    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                                *tests], cwd=workdir / "mutants", env=dict(env, MUTANT_UNDER_TEST=""),
-                               capture_output=True, text=True).stdout
+    collected = _collect(workdir, env, tests, "").stdout
     stats_path = workdir / "mutants" / "mutmut-stats.json"
     stats = json.loads(stats_path.read_text(encoding="utf-8"))
     every = sorted(set(stats["duration_by_test"]) | {line.strip() for line in collected.splitlines() if "::" in line})
@@ -199,26 +209,22 @@ def _check_imports(workdir: Path, env: dict, modules: list[str], tests: list[str
     mutmut's test process reports such a mutant as a timeout (pytest finds none of the tests it was
     given: their modules did not import), but no test can run with it: it is killed.
     """
-    paths = sorted({path for pattern in modules for path in ROOT.glob(pattern) if path.name != "__main__.py"})
-    imports = "; ".join(f"import {_module_name(path)}" for path in paths)
-    checks = [[sys.executable, "-c", imports],
-              [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *tests]]
+    imports = "; ".join(f"import {name}" for name in _importable(modules).values())
     record = workdir / _IMPORT_FAILURES
     failures = json.loads(record.read_text(encoding="utf-8")) if record.exists() else {}
     for name in names:
         failures.pop(name, None)
-        for check in checks:
-            try:
-                done = subprocess.run(check, cwd=workdir / "mutants", capture_output=True, text=True, timeout=300,
-                                      env=dict(env, MUTANT_UNDER_TEST=name))
-            except subprocess.TimeoutExpired:
-                break
-            if done.returncode in (0, 5):  # imported; collected (5: no tests)
-                continue
+        try:
+            done = subprocess.run([sys.executable, "-c", imports], cwd=workdir / "mutants", capture_output=True,
+                                  text=True, timeout=300, env=dict(env, MUTANT_UNDER_TEST=name))
+            if done.returncode == 0:  # imported: can the tests be collected? (5: no tests)
+                done = _collect(workdir, env, tests, name)
+        except subprocess.TimeoutExpired:
+            continue
+        if done.returncode not in (0, 5):
             lines = (done.stdout + done.stderr).strip().splitlines()
             errors = [line for line in lines if line.startswith("ERROR ")] or lines[-1:]
             failures[name] = errors[0] if errors else f"exit status {done.returncode}"
-            break
     record.write_text(json.dumps(failures, indent=1, sort_keys=True), encoding="utf-8")
 
 
@@ -379,7 +385,8 @@ def run_group(group: str, rerun: bool, jobs: int | None = None, only: list[str] 
         output = run.stdout + run.stderr
         results = _results(workdir, env, mutmut_only=True)
         _check_imports(workdir, env, modules, tests, [name for name in fresh if results.get(name) == "timeout"])
-        failed = sum(_results(workdir, env)[name] == "killed" and results[name] == "timeout" for name in fresh)
+        now = _results(workdir, env)
+        failed = sum(now[name] == "killed" and results[name] == "timeout" for name in fresh)
         print(f"== {group}: {failed} of them make the modules fail to import or the tests fail to be collected: "
               f"killed (mutmut's summary counts them as timeouts, ⏰)", flush=True)
     summaries = _SUMMARY.findall(output.replace("\r", "\n"))

@@ -1,6 +1,8 @@
 """tests/mutation.py's own logic (the mutmut runs themselves are `tox -e mutation`)."""
 
 import importlib.util
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,22 @@ def test_a_glob_that_matches_no_mutant_yet_goes_to_mutmut_as_it_is():
     results = {"device.runtime.program.x_f__mutmut_1": "survived"}
     assert mutation._names_to_run(["device.runtime.memory.*", "device.runtime.program.*"], results) == [
         "device.runtime.memory.*", "device.runtime.program.x_f__mutmut_1"]
+
+
+def test_a_mutant_the_modules_or_the_tests_cannot_be_imported_with_is_recorded_with_its_error(tmp_path):
+    # a stand-in for mutmut's copy: common/params.py fails to import with one mutant, a test file with another
+    (tmp_path / "mutants" / "common").mkdir(parents=True)
+    (tmp_path / "mutants" / "common" / "__init__.py").write_text("")
+    (tmp_path / "mutants" / "common" / "params.py").write_text(
+        "import os\nif os.environ['MUTANT_UNDER_TEST'].endswith('_1'):\n    raise ValueError('no records')\n")
+    (tmp_path / "mutants" / "tests").mkdir()
+    (tmp_path / "mutants" / "tests" / "test_it.py").write_text(
+        "import os\nif os.environ['MUTANT_UNDER_TEST'].endswith('_2'):\n    raise KeyError('case')\n"
+        "def test_it():\n    pass\n")
+    names = ["m.x_f__mutmut_1", "m.x_f__mutmut_2", "m.x_f__mutmut_3"]
+    mutation._check_imports(tmp_path, {k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+                            ["common/params.py"], ["tests/test_it.py"], names)
+    failures = json.loads((tmp_path / mutation._IMPORT_FAILURES).read_text())
+    assert failures["m.x_f__mutmut_1"] == "ValueError: no records"
+    assert failures["m.x_f__mutmut_2"].startswith("ERROR tests/test_it.py") and "KeyError" in failures["m.x_f__mutmut_2"]
+    assert "m.x_f__mutmut_3" not in failures  # imports and collects: mutmut's verdict stands
