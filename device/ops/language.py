@@ -47,7 +47,9 @@ def _scatter_add_cost(work: Work) -> tuple[float, float]:
 
 def _gather_parts(x_shape, ids_shape, attrs):
     axis = int(attrs["axis"]) % len(x_shape)
-    batch_dims = int(attrs.get("batch_dims", 0)) % (len(ids_shape) + 1) if ids_shape else 0
+    batch_dims = int(attrs.get("batch_dims", 0))
+    if batch_dims < 0:  # TensorFlow's rule: counted back from the ids' rank
+        batch_dims += len(ids_shape)
     return axis, batch_dims
 
 

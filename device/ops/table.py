@@ -49,8 +49,8 @@ def markdown_table() -> str:
 def _split_readme() -> tuple[str, str, str]:
     with open(README) as f:
         text = f.read()
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"{README} has no op table markers ({BEGIN!r} ... {END!r})")
+    if text.count(BEGIN) != 1 or text.count(END) != 1:
+        raise ValueError(f"{README} must hold the op table markers once each ({BEGIN!r} ... {END!r})")
     head, rest = text.split(BEGIN, 1)
     current, tail = rest.split(END, 1)
     return head, current, tail

@@ -756,3 +756,211 @@ def test_a_comparison_has_no_backward_work_and_keeps_nothing(op):
 def test_a_cast_gives_the_dtype_it_is_asked_for():
     assert OPS["cast"].dtype(["float32"], {"dtype": "float16"}) == ["float16"]
     assert OPS["cast"].dtype(["float16"], {"dtype": "int32"}) == ["int32"]
+
+
+# ------------------------------------------------- the helpers the records are built from
+
+
+def test_ops_in_gives_the_ops_of_the_categories_asked_and_refuses_an_unknown_one():
+    from device.ops import ops_in
+
+    assert ops_in("layer_norm") == frozenset({"layer_norm"})
+    assert ops_in("pool", "layer_norm") == frozenset({"avg_pool2d", "max_pool2d", "resize2d", "layer_norm"})
+    with pytest.raises(ValueError) as error:
+        ops_in("pool", "pooling")
+    assert str(error.value) == f"unknown op categories ['pooling']; known: {', '.join(CATEGORIES)}"
+
+
+def test_broadcast_lets_an_unknown_dimension_win_over_one_only():
+    from device.ops.record import broadcast
+
+    assert broadcast((None, 1), (1, 1)) == (None, 1)  # unknown against 1: unknown; 1 against 1: 1
+    assert broadcast((None, 3), (4, 1)) == (4, 3)  # a known size other than 1 wins
+    assert broadcast((5,), (2, 1)) == (2, 5)
+
+
+def test_a_reductions_axes_may_be_one_int_and_its_shape_drops_them_by_default():
+    from device.ops.record import reduced_shape, reduction_axes
+
+    assert reduction_axes(-1, 3) == (2,)
+    assert reduction_axes(None, 2) == (0, 1)
+    assert reduced_shape([(2, 3, 4)], {"axes": 1}) == [(2, 4)]
+    assert reduced_shape([(2, 3, 4)], {"axes": [0, 2], "keepdims": True}) == [(1, 3, 1)]
+
+
+@pytest.mark.parametrize("index, others_are_weights, reads", [
+    (0, True, False),  # x / w: the numerator's gradient reads only the weight
+    (0, False, True),  # x / y of two activations: it reads y
+    (1, True, True),  # the denominator's gradient reads x and w
+    (1, False, True),
+])
+def test_div_reads_its_numerator_only_when_the_denominator_is_an_activation(index, others_are_weights, reads):
+    from device.ops.record import reads_numerator_unless_weights, reads_unless_scaled_by_weights
+
+    assert reads_numerator_unless_weights(index, others_are_weights) is reads
+    assert reads_unless_scaled_by_weights(index, others_are_weights) is (not others_are_weights)
+
+
+def test_an_unknown_dimension_counts_no_elements_in_a_cost():
+    assert Work([(None, 4)], [(None, 4)], {}, elem=2).numel((None, 4)) == 0
+    assert Work([(3, 4)], [(3, 4)], {}, elem=2).out == 12
+
+
+def test_erfc_at_zero_is_the_positive_branch():
+    from device.ops.arrays import erfc
+
+    # the fit gives erfc(0) = 1 + 3e-8 in float64; the negative branch 2 - erfc(|x|) would give 1 - 3e-8
+    x = np.array([0.0, 1e-300])
+    assert erfc(x)[0] == erfc(x)[1]
+
+
+def test_same_padding_is_none_where_the_windows_cover_the_input():
+    from device.ops.arrays import padding_pairs
+
+    assert padding_pairs("SAME", (4, 5), (1, 1), (1, 2), (1, 1)) == ((0, 0), (0, 0))
+    assert padding_pairs("same", (4, 4), (3, 3), (1, 1), (1, 1)) == ((1, 1), (1, 1))
+    assert padding_pairs("SAME", (4, 4), (2, 2), (1, 1), (1, 1)) == ((0, 1), (0, 1))  # the odd pixel at the end
+
+
+def test_pair_refuses_what_is_neither_an_int_nor_a_pair():
+    from device.ops.arrays import pair
+
+    assert pair(3) == (3, 3) and pair([2, 5]) == (2, 5)
+    with pytest.raises(ValueError) as error:
+        pair((1, 2, 3))
+    assert str(error.value) == "expected an int or a pair (height, width), got (1, 2, 3)"
+
+
+def test_reduce_rows_drops_the_axes_unless_told_to_keep_them():
+    from device.ops.arrays import reduce_rows
+
+    x = randn(2, 3, 4)
+    np.testing.assert_allclose(reduce_rows(np.sum, x, (0, 2)), x.sum(axis=(0, 2)), rtol=1e-12)
+    assert reduce_rows(np.sum, x, (0, 2), keepdims=True).shape == (1, 3, 1)
+
+
+@pytest.mark.parametrize("g_shape, shape", [((1, 3, 4), (3, 1)), ((3, 2), (3, 1)), ((2, 3, 2), (3, 1))])
+def test_unbroadcast_sums_the_gradient_over_each_broadcast_axis(g_shape, shape):
+    from device.ops.arrays import unbroadcast
+
+    g = randn(*g_shape)
+    lead = len(g_shape) - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1)
+    np.testing.assert_allclose(unbroadcast(g, shape), g.sum(axis=axes).reshape(shape), rtol=1e-12)
+
+
+def test_select_or_zero_passes_the_gradient_where_true_and_zero_elsewhere_even_nan():
+    from device.ops.arrays import select_or_zero
+
+    g = np.array([[1.5, np.nan], [-np.inf, -2.0]], np.float32)
+    condition = np.array([[True, False], [False, True]])
+    out = select_or_zero(condition, g)
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, np.array([[1.5, 0.0], [0.0, -2.0]], np.float32))
+
+
+def test_a_convolutions_windows_are_a_read_only_view_of_its_input():
+    from device.ops.arrays import windows
+
+    xp = randn(1, 4, 4, 2)
+    win = windows(xp, (3, 3), (1, 1), (1, 1))
+    assert win.shape == (1, 2, 2, 3, 3, 2) and np.shares_memory(win, xp)
+    np.testing.assert_array_equal(win[0, 1, 0, :, :, 1], xp[0, 1:4, 0:3, 1])
+    with pytest.raises(ValueError, match="read-only"):  # a kernel writing into it would change its input
+        win[0, 0, 0, 0, 0, 0] = 1.0
+
+
+@pytest.mark.parametrize("op, inputs, attrs, message", [
+    ("embedding", [np.zeros((4, 2)), np.array([0, 4])], {}, "embedding ids out of range: values in [0, 4], expected [0, 4)"),
+    ("gather", [np.zeros((3, 5)), np.array([-1, 2])], {"axis": 1},
+     "gather indices out of range: values in [-1, 2], expected [0, 5)"),
+    ("take_along_axis", [np.zeros((3, 5)), np.array([[0], [1], [7]])], {"axis": 1},
+     "gather indices out of range: values in [0, 7], expected [0, 5)"),
+])
+def test_an_id_out_of_range_is_refused_naming_the_op_and_the_range(op, inputs, attrs, message):
+    with pytest.raises(UserError) as error:
+        OPS[op].forward(inputs, attrs, KernelContext())
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("batch_dims", [1, -1])
+def test_gather_with_a_batch_dim_picks_and_scatters_per_batch_element(batch_dims):
+    # TF's GatherV2 with batch_dims=1 (BERT's masked positions): out[b, i] = x[b, ids[b, i]]; -1 counts
+    # back from the ids' rank (2), so it is 1 as well; three batch elements, so that an offset off by
+    # a batch element cannot land on a valid row by chance
+    x, ids = randn(3, 5, 2), np.array([[0, 4, 1, 1], [2, 3, 0, 4], [1, 1, 2, 0]])
+    record, attrs = OPS["gather"], {"axis": 1, "batch_dims": batch_dims}
+    expected = np.stack([x[b, ids[b]] for b in range(3)])
+    assert record.shape([x.shape, ids.shape], attrs) == [(3, 4, 2)]
+    (y,), saved = record.forward([x, ids], attrs, KernelContext())
+    np.testing.assert_array_equal(y, expected)
+    g = randn(3, 4, 2)
+    dx, dids = record.backward(saved, [g], attrs, (True, False))
+    want = np.zeros_like(x)
+    for b in range(3):
+        np.add.at(want[b], ids[b], g[b])  # row 1 of batch element 0 is picked twice: its gradients add
+    np.testing.assert_allclose(dx, want, rtol=1e-12)
+    assert dids is None
+
+
+def test_gather_of_one_index_drops_the_axis():
+    x = randn(3, 5)
+    (y,), _ = OPS["gather"].forward([x, np.array(2)], {"axis": 1, "batch_dims": 0}, KernelContext())
+    np.testing.assert_array_equal(y, x[:, 2])
+    assert OPS["gather"].shape([(3, 5), ()], {"axis": 1}) == [(3,)]
+
+
+@pytest.mark.parametrize("op, attrs, shapes", [
+    ("embedding", {}, [(10, 4), (2, 3)]),
+    ("gather", {"axis": 1}, [(2, 7, 4), (3,)]),
+    ("take_along_axis", {"axis": 1}, [(2, 7), (2, 3)]),
+])
+def test_a_lookup_moves_its_output_twice_and_its_gradient_is_an_fp32_scatter_add(op, attrs, shapes):
+    from device.ops.record import ACCUMULATOR_BYTES
+
+    record = OPS[op]
+    work = Work(shapes, record.shape(shapes, attrs), attrs, elem=2)
+    out = math.prod(work.outputs[0])
+    assert record.cost(work) == (0.0, 2.0 * out * 2)  # read the picked elements, write them: no arithmetic
+    assert record.backward_cost(work) == (float(out), out * (2 + 2 * ACCUMULATOR_BYTES))
+
+
+def _readme_with(monkeypatch, tmp_path, text):
+    from device.ops import table
+
+    path = tmp_path / "README.md"
+    path.write_text(text)
+    monkeypatch.setattr(table, "README", str(path))
+    return path
+
+
+def test_write_readme_replaces_only_the_table_between_its_markers(monkeypatch, tmp_path):
+    from device.ops import table
+
+    path = _readme_with(monkeypatch, tmp_path, f"# Device\n\nbefore\n{table.BEGIN}\nold table\n{table.END}\nafter\n")
+    assert not table.readme_table_is_current()
+    table.write_readme()
+    assert path.read_text() == f"# Device\n\nbefore\n{table.BEGIN}\n{table.markdown_table()}\n{table.END}\nafter\n"
+    assert table.readme_table_is_current()
+
+
+@pytest.mark.parametrize("markers", [("BEGIN",), ("END",), ("BEGIN", "END", "BEGIN", "END"), ("BEGIN", "END", "END")])
+def test_a_readme_without_its_op_table_markers_once_each_is_refused(monkeypatch, tmp_path, markers):
+    from device.ops import table
+
+    path = _readme_with(monkeypatch, tmp_path, "\n".join(getattr(table, m) for m in markers) + "\n")
+    with pytest.raises(ValueError) as error:
+        table.readme_table_is_current()
+    assert str(error.value) == (f"{path} must hold the op table markers once each "
+                                f"({table.BEGIN!r} ... {table.END!r})")
+    assert path.read_text() == "\n".join(getattr(table, m) for m in markers) + "\n"  # left as it was
+
+
+def test_the_op_table_names_a_dtype_list_outside_the_groups_by_its_dtypes():
+    from device.ops import table
+
+    record = OPS["exp"]
+    odd = type(record)(**{**record.__dict__, "dtypes": (("float32", "int32"),)})
+    assert table._dtypes(odd) == "float32/int32"
+    mixed = type(record)(**{**record.__dict__, "dtypes": (("float32", "int32"), ("bfloat16",))})
+    assert table._dtypes(mixed) == "float32/int32, bfloat16"
