@@ -297,6 +297,11 @@ CASES += [
          lambda x: F.pad(x, (2, 4, 1, 3), mode="reflect"), "reflect"),
     Case("pad", [randn(2, 3, 4, 5)], {"pads": [[0, 0], [0, 0], [3, 1], [2, 6]], "mode": "edge"},
          lambda x: F.pad(x, (2, 6, 3, 1), mode="replicate"), "edge"),
+    # an axis padded on one side only, and one padded alike on both sides
+    Case("pad", [randn(2, 3, 4, 5)], {"pads": [[0, 0], [0, 0], [1, 1], [2, 0]], "mode": "reflect"},
+         lambda x: F.pad(x, (2, 0, 1, 1), mode="reflect"), "reflect-one-side"),
+    Case("pad", [randn(2, 3)], {"pads": [[1, 0], [0, 2]]}, lambda x: F.pad(x, (0, 2, 1, 0)), "zeros-by-default"),
+    Case("slice", [randn(6, 4, 3)], {"begin": [1, 0], "end": [5, 3]}, lambda x: x[1:5, 0:3], "no-step"),
     # TF's MirrorPad SYMMETRIC: the edge repeated, then the mirror (torch has no such mode: cat of flips)
     Case("pad", [randn(2, 4, 3)], {"pads": [[0, 0], [2, 1], [0, 0]], "mode": "symmetric"},
          lambda x: torch.cat([x[:, :2].flip(1), x, x[:, -1:]], dim=1), "symmetric"),
@@ -964,3 +969,64 @@ def test_the_op_table_names_a_dtype_list_outside_the_groups_by_its_dtypes():
     assert table._dtypes(odd) == "float32/int32"
     mixed = type(record)(**{**record.__dict__, "dtypes": (("float32", "int32"), ("bfloat16",))})
     assert table._dtypes(mixed) == "float32/int32, bfloat16"
+
+
+# ------------------------------------------------------------------- layout ops' rules
+
+
+@pytest.mark.parametrize("in_dtype, out_dtype, flows", [
+    ("float32", "float64", True), ("float64", "float32", True), ("float32", "bfloat16", True),
+    ("int32", "float32", False),  # ids made floats: no gradient back into integers
+    ("float32", "int32", False), ("float32", "bool", False),
+])
+def test_a_gradient_flows_through_a_cast_only_between_floats(in_dtype, out_dtype, flows):
+    record, attrs = OPS["cast"], {"dtype": out_dtype}
+    x = (randn(3, 4) * 3).astype(in_dtype)
+    (y,), saved = record.forward([x], attrs, KernelContext())
+    (dx,) = record.backward(saved, [np.ones(y.shape, np.float32)], attrs, (True,))
+    if flows:
+        assert dx.dtype == x.dtype and dx.shape == x.shape
+        np.testing.assert_array_equal(dx, np.ones_like(x))
+    else:
+        assert dx is None
+
+
+@pytest.mark.parametrize("op, shapes, attrs, out", [
+    ("reshape", [(None, 3, 4)], {"shape": [-1, 4]}, (None, 4)),  # the input's size unknown: so is the -1
+    ("reshape", [(2, 3, 4)], {"shape": [None, -1]}, (None, None)),  # the rest unknown
+    ("reshape", [(2, 3, 4)], {"shape": [4, -1]}, (4, 6)),
+    ("concat", [(3, 4), (None, 4)], {"axis": 1}, (3, 8)),  # the first operand's sizes off the axis
+    ("concat", [(2, None), (2, 4)], {"axis": -1}, (2, None)),  # a size along the axis unknown
+    ("slice", [(None, 6)], {"begin": [0, 1], "end": [2, 5]}, (None, 4)),  # no step: 1
+    ("slice", [(7, 6)], {"begin": [1, 1], "end": [6, 5], "step": [2, 3]}, (3, 2)),
+    ("tile", [(None, 3)], {"multiples": [2, 2]}, (None, 6)),
+    ("tile", [(2, 3)], {"multiples": [2, 1, 3]}, (2, 2, 9)),
+    ("pad", [(None, 3)], {"pads": [[1, 1], [0, 2]]}, (None, 5)),
+    ("pad", [(4, 3)], {"pads": [[3, 3], [0, 2]], "mode": "reflect"}, (10, 5)),  # reflect: at most n - 1
+    ("pad", [(4, 3)], {"pads": [[4, 0], [0, 3]], "mode": "symmetric"}, (8, 6)),  # symmetric: at most n
+])
+def test_a_layout_ops_shape_rule_keeps_unknown_sizes_unknown(op, shapes, attrs, out):
+    (shape,) = OPS[op].shape(shapes, attrs)
+    assert shape == out
+    assert all(d is None or type(d) is int for d in shape)  # a float size breaks every kernel after
+
+
+@pytest.mark.parametrize("op, shape, attrs, message", [
+    ("tile", (2, 3), {"multiples": [2]}, "multiples [2] must be positive, one per axis of (2, 3)"),
+    ("tile", (2, 3), {"multiples": [2, 0]}, "multiples [2, 0] must be positive, one per axis of (2, 3)"),
+    ("pad", (2, 3), {"pads": [[1, 1]]}, "pads [[1, 1]] must be one non-negative [before, after] per axis of (2, 3)"),
+    ("pad", (2, 3), {"pads": [[1, 1], [0, -1]]},
+     "pads [[1, 1], [0, -1]] must be one non-negative [before, after] per axis of (2, 3)"),
+    ("pad", (2, 3), {"pads": [[1, 1], [0, 1, 2]]},
+     "pads [[1, 1], [0, 1, 2]] must be one non-negative [before, after] per axis of (2, 3)"),
+    ("pad", (2, 3), {"pads": [[0, 0], [1, 1]], "mode": "wrap"},
+     "pad mode 'wrap' is not one of constant, reflect, symmetric, edge"),
+    ("pad", (4, 3), {"pads": [[0, 0], [3, 0]], "mode": "reflect"},
+     "reflect padding [[0, 0], [3, 0]] is wider than the axes of (4, 3) allow"),
+    ("pad", (4, 3), {"pads": [[5, 0], [0, 0]], "mode": "symmetric"},
+     "symmetric padding [[5, 0], [0, 0]] is wider than the axes of (4, 3) allow"),
+])
+def test_a_layout_op_refuses_what_it_cannot_lay_out_naming_it(op, shape, attrs, message):
+    with pytest.raises(ValueError) as error:
+        OPS[op].shape([shape], attrs)
+    assert str(error.value) == message
