@@ -148,10 +148,9 @@ def _spatial(shape: Shape, layout: str) -> tuple:
     return (shape[0], shape[2], shape[3], shape[1]) if layout == "NCHW" else tuple(shape)
 
 
-def _output_shape(x: Shape, channels, kernel, attrs: dict, dilations) -> Shape:
+def _output_shape(x: Shape, channels, kernel, attrs: dict, strides, dilations) -> Shape:
     layout = attrs.get("layout", "NCHW")
     n, h, w, _ = _spatial(x, layout)
-    strides = pair(attrs.get("strides") or kernel)
     padding = attrs.get("padding", "VALID")
     if isinstance(padding, str) and padding.upper() == "SAME" and (h is None or w is None):
         out_h = out_w = None
@@ -174,7 +173,9 @@ def _conv2d_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
     if groups < 1 or out_channels % groups or (channels is not None and channels != group_channels * groups):
         raise ValueError(f"groups={groups}: the input's {channels} channels and the weight's {out_channels} outputs "
                          f"must split into {groups} groups of {group_channels} inputs each")
-    return [_output_shape(shapes[0], out_channels, (kh, kw), attrs, pair(attrs.get("dilations", 1)))]
+    # a convolution's strides default to 1 (a pool's to its kernel)
+    return [_output_shape(shapes[0], out_channels, (kh, kw), attrs, pair(attrs.get("strides", 1)),
+                          pair(attrs.get("dilations", 1)))]
 
 
 def _conv2d_macs(work: Work) -> float:
@@ -186,7 +187,8 @@ def _conv2d_macs(work: Work) -> float:
 def _pool_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
     layout = attrs.get("layout", "NCHW")
     channels = _spatial(shapes[0], layout)[3]
-    return [_output_shape(shapes[0], channels, pair(attrs["kernel"]), attrs, (1, 1))]
+    kernel = pair(attrs["kernel"])
+    return [_output_shape(shapes[0], channels, kernel, attrs, pair(attrs.get("strides") or kernel), (1, 1))]
 
 
 def _pool_cost(work: Work) -> tuple[float, float]:
@@ -266,8 +268,10 @@ def _conv_transpose2d_backward(saved, grads, attrs, needs):
 
 def _conv_transpose2d_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
     layout = attrs.get("layout", "NCHW")
-    kh, kw, out_channels, _ = _conv_transpose_weight(shapes[1], attrs)
-    n, h, w, _ = _spatial(shapes[0], layout)
+    kh, kw, out_channels, in_channels = _conv_transpose_weight(shapes[1], attrs)
+    n, h, w, channels = _spatial(shapes[0], layout)
+    if channels is not None and channels != in_channels:
+        raise ValueError(f"the input's {channels} channels are not the weight's {in_channels} inputs")
     _conv_transpose_geometry((h, w), attrs, (kh, kw))
     out_h, out_w = pair(list(attrs["output_size"]))
     return [(n, out_channels, out_h, out_w) if layout == "NCHW" else (n, out_h, out_w, out_channels)]

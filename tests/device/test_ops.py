@@ -1030,3 +1030,88 @@ def test_a_layout_op_refuses_what_it_cannot_lay_out_naming_it(op, shape, attrs, 
     with pytest.raises(ValueError) as error:
         OPS[op].shape([shape], attrs)
     assert str(error.value) == message
+
+
+# ---------------------------------------------------------------- vision ops' defaults and costs
+
+_DEFAULT_LAYOUTS = {"layout": "NCHW", "weight_layout": {"conv2d": "OIHW", "conv_transpose2d": "IOHW"}}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.op in ("conv2d", "max_pool2d", "avg_pool2d", "conv_transpose2d",
+                                                                "resize2d") and c.attrs.get("layout") == "NCHW"
+                                  and c.attrs.get("weight_layout") in (None, "OIHW", "IOHW")], ids=lambda c: c.id)
+def test_a_vision_op_without_layouts_is_torchs_nchw_and_weight_layout(case):
+    bare = Case(case.op, case.inputs, {k: v for k, v in case.attrs.items() if k not in ("layout", "weight_layout")},
+                case.reference, case.name)
+    assert OPS[case.op].shape([x.shape for x in case.inputs], bare.attrs) == \
+        OPS[case.op].shape([x.shape for x in case.inputs], case.attrs)
+    (outputs, grads, _), (want_outputs, want_grads, _) = _run(bare), _run(case)
+    for got, want in zip(outputs + (grads or []), want_outputs + (want_grads or [])):
+        np.testing.assert_array_equal(got, want)
+
+
+def _cost(op, shapes, attrs):
+    record = OPS[op]
+    return record.cost(Work(shapes, record.shape(shapes, attrs), attrs, elem=2))
+
+
+def test_a_convolutions_cost_is_two_flops_per_output_and_weight_tap_of_one_group():
+    from device.ops.record import ACCUMULATOR_BYTES
+
+    # OIHW (6, 4, 3, 2): C_in 4 (of one group), kh 3, kw 2, all different; output (2, 12, 6, 9)
+    attrs = {"groups": 3, "padding": [[1, 1], [0, 0]]}
+    flops, _ = _cost("conv2d", [(2, 12, 6, 10), (6, 4, 3, 2)], attrs)
+    macs = 2 * 6 * 6 * 9 * 4 * 3 * 2
+    assert (flops, _) == (2.0 * macs, macs * (2 + 2 * ACCUMULATOR_BYTES))
+    # transposed, IOHW (3, 5, 2, 4): per input element C_out 5 x kh 2 x kw 4
+    attrs = {"output_size": [8, 10], "strides": [2, 2], "padding": [[0, 0], [1, 1]]}
+    flops, _ = _cost("conv_transpose2d", [(2, 3, 4, 5), (3, 5, 2, 4)], attrs)
+    assert flops == 2.0 * (2 * 3 * 4 * 5) * 5 * 2 * 4
+
+
+def test_a_transposed_convolution_refuses_an_input_of_other_channels_than_its_weights():
+    attrs = {"output_size": [8, 10], "strides": [2, 2]}
+    with pytest.raises(ValueError) as error:
+        OPS["conv_transpose2d"].shape([(2, 4, 4, 5), (3, 2, 2, 2)], attrs)
+    assert str(error.value) == "the input's 4 channels are not the weight's 3 inputs"
+    assert OPS["conv_transpose2d"].shape([(2, None, 4, 5), (3, 2, 2, 2)], attrs) == [(2, 2, 8, 10)]
+
+
+@pytest.mark.parametrize("shapes, groups, message", [
+    ([(2, 6, 5, 5), (4, 3, 3, 3)], 3, "groups=3: the input's 6 channels and the weight's 4 outputs must split into "
+                                      "3 groups of 3 inputs each"),
+    ([(2, 6, 5, 5), (6, 3, 3, 3)], 3, "groups=3: the input's 6 channels and the weight's 6 outputs must split into "
+                                      "3 groups of 3 inputs each"),
+    ([(2, 6, 5, 5), (6, 3, 3, 3)], 0, "groups=0: the input's 6 channels and the weight's 6 outputs must split into "
+                                      "0 groups of 3 inputs each"),
+])
+def test_a_convolution_refuses_channels_that_do_not_split_into_its_groups(shapes, groups, message):
+    with pytest.raises(ValueError) as error:
+        OPS["conv2d"].shape(shapes, {"groups": groups})
+    assert str(error.value) == message
+
+
+def test_a_convolution_of_unknown_input_channels_takes_the_weights_and_strides_default_to_1():
+    assert OPS["conv2d"].shape([(2, None, 5, 5), (6, 3, 3, 3)], {"groups": 2}) == [(2, 6, 3, 3)]
+    x, w = randn(2, 4, 5, 5), randn(6, 2, 3, 3)
+    (y,), _ = OPS["conv2d"].forward([x, w], {"groups": 2}, KernelContext())
+    assert [y.shape] == OPS["conv2d"].shape([x.shape, w.shape], {"groups": 2})  # the kernel's strides, 1, too
+
+
+@pytest.mark.parametrize("op, attrs, per_output", [
+    ("max_pool2d", {"kernel": [3, 2]}, 6),  # one flop per window element
+    ("avg_pool2d", {"kernel": 2}, 4),
+    ("resize2d", {"size": [8, 10], "method": "bilinear"}, 8),  # 4 taps of a multiply-add
+    ("resize2d", {"size": [8, 10], "method": "nearest"}, 0),  # a copy
+])
+def test_a_pool_or_resize_costs_its_flops_per_output_element_and_one_pass(op, attrs, per_output):
+    record = OPS[op]
+    shapes = [(2, 3, 4, 5)]
+    work = Work(shapes, record.shape(shapes, attrs), attrs, elem=2)
+    assert record.cost(work) == (float(per_output * work.out), work.moved)
+
+
+def test_resize_refuses_an_unknown_method_naming_the_known():
+    with pytest.raises(ValueError) as error:
+        OPS["resize2d"].shape([(2, 3, 4, 5)], {"size": [8, 10], "method": "bicubic"})
+    assert str(error.value) == "method 'bicubic' is not one of nearest, bilinear"
