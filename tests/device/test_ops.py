@@ -277,6 +277,12 @@ CASES += [
          # TF's SAME for 6 pixels, kernel 3, stride 2: pad 0 before, 1 after, cropped from the full output
          lambda x, w: nhwc(F.conv_transpose2d(nchw(x), w.permute(3, 2, 0, 1), stride=2)[:, :, :6, :6]),
          "nhwc-same"),
+    # strides 1 by default; dilated, padded on one axis only
+    Case("conv_transpose2d", [randn(2, 3, 4, 5), randn(3, 2, 3, 2)], {"output_size": [6, 6], "layout": "NCHW"},
+         lambda x, w: F.conv_transpose2d(x, w), "stride-1"),
+    Case("conv_transpose2d", [randn(2, 3, 4, 5), randn(3, 2, 3, 2)],
+         {"output_size": [6, 6], "padding": [[1, 1], [0, 0]], "dilations": [2, 1], "layout": "NCHW"},
+         lambda x, w: F.conv_transpose2d(x, w, padding=(1, 0), dilation=(2, 1)), "dilated-padded"),
     Case("resize2d", [randn(2, 3, 3, 4)], {"size": [6, 8], "method": "nearest", "layout": "NCHW"},
          lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), "nearest"),
     Case("resize2d", [randn(2, 3, 3, 4)], {"size": [6, 12], "method": "bilinear", "layout": "NCHW"},
