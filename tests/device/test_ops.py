@@ -208,6 +208,19 @@ CASES = [
          lambda x: F.avg_pool2d(x, 3, 2, padding=1), "nchw-count-pad"),
     Case("avg_pool2d", [randn(2, 7, 7, 3)], {"kernel": 3, "strides": 2, "padding": "SAME", "layout": "NHWC"},
          lambda x: nhwc(F.avg_pool2d(nchw(x), 3, 2, padding=1, count_include_pad=False)), "nhwc-same"),
+    # height and width padded differently; a batch of 3 (the count of the input pixels per window is one map)
+    Case("max_pool2d", [randn(2, 3, 7, 6)], {"kernel": 3, "strides": 2, "padding": [[1, 1], [0, 0]], "layout": "NCHW"},
+         lambda x: F.max_pool2d(x, 3, 2, padding=(1, 0)), "padded-one-axis"),
+    Case("avg_pool2d", [randn(3, 6, 5, 2)], {"kernel": 3, "strides": 2, "padding": "SAME", "layout": "NHWC"},
+         # TF's SAME for 6 x 5 pixels: pads (0, 1) and (1, 1); the mean of the input pixels only
+         lambda x: nhwc(F.avg_pool2d(F.pad(nchw(x), (1, 1, 0, 1)), 3, 2)
+                        / F.avg_pool2d(F.pad(torch.ones_like(nchw(x)), (1, 1, 0, 1)), 3, 2)), "same-uneven"),
+    Case("avg_pool2d", [randn(2, 3, 7, 7)],
+         {"kernel": [3, 2], "strides": 2, "padding": [[1, 1], [1, 1]], "layout": "NCHW"},
+         lambda x: F.avg_pool2d(x, (3, 2), 2, padding=1), "count-pad-3x2"),
+    Case("avg_pool2d", [randn(2, 3, 7, 7)],
+         {"kernel": 3, "strides": 2, "padding": [[1, 1], [1, 1]], "layout": "NCHW", "count_include_pad": False},
+         lambda x: F.avg_pool2d(x, 3, 2, padding=1, count_include_pad=False), "count-inputs-only"),
     # language
     Case("embedding", [randn(7, 4), np.array([[1, 3, 1], [6, 0, 1]])], {}, lambda t, ids: F.embedding(ids, t)),
     # language ops: torch's padding_idx, on a table whose padding row is not zero
@@ -1121,3 +1134,28 @@ def test_resize_refuses_an_unknown_method_naming_the_known():
     with pytest.raises(ValueError) as error:
         OPS["resize2d"].shape([(2, 3, 4, 5)], {"size": [8, 10], "method": "bicubic"})
     assert str(error.value) == "method 'bicubic' is not one of nearest, bilinear"
+
+
+@pytest.mark.parametrize("op, attrs, w", [
+    ("conv2d", {}, randn(4, 3, 3, 2)), ("max_pool2d", {"kernel": [3, 2]}, None),
+    ("avg_pool2d", {"kernel": 2, "strides": 1}, None),
+])
+def test_a_window_op_without_padding_is_valid(op, attrs, w):
+    x = randn(2, 3, 7, 6)
+    inputs = [x] if w is None else [x, w]
+    padded = dict(attrs, padding="VALID")
+    (y,), _ = OPS[op].forward(inputs, attrs, KernelContext())
+    (want,), _ = OPS[op].forward(inputs, padded, KernelContext())
+    np.testing.assert_array_equal(y, want)
+    shapes = [v.shape for v in inputs]
+    assert OPS[op].shape(shapes, attrs) == OPS[op].shape(shapes, padded) == [want.shape]
+
+
+@pytest.mark.parametrize("x_shape", [(2, 3, None, 6), (2, 3, 7, None), (2, 3, None, None)])
+def test_same_padding_of_an_unknown_size_leaves_both_output_sizes_unknown(x_shape):
+    for padding in ("SAME", "same"):
+        assert OPS["max_pool2d"].shape([x_shape], {"kernel": 3, "strides": 2, "padding": padding}) == \
+            [(2, 3, None, None)]
+    # VALID and explicit padding: each size on its own
+    (shape,) = OPS["max_pool2d"].shape([x_shape], {"kernel": 3, "strides": 2, "padding": [[1, 1], [1, 1]]})
+    assert shape[2] == (None if x_shape[2] is None else 4) and shape[3] == (None if x_shape[3] is None else 3)
