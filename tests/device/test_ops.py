@@ -576,6 +576,7 @@ def test_dropout_in_training_drops_and_scales():
     ("matmul", [randn(5, 3), randn(3, 4)], {}),
     ("conv2d", [randn(2, 3, 5, 5), randn(4, 3, 3, 3)],
      {"strides": 1, "padding": [[1, 1], [1, 1]], "dilations": 1, "layout": "NCHW", "weight_layout": "OIHW"}),
+    ("conv2d", [randn(2, 6, 5, 5), randn(4, 3, 3, 3)], {"groups": 2, "padding": [[1, 1], [1, 1]]}),
     ("einsum", [randn(5, 3), randn(3, 4)], {"equation": "ij,jk->ik"}),
 ])
 def test_backward_skips_unneeded_inputs(op, inputs, attrs):
@@ -586,6 +587,9 @@ def test_backward_skips_unneeded_inputs(op, inputs, attrs):
     partial = record.backward(saved, [g], attrs, (False, True))
     assert partial[0] is None
     np.testing.assert_array_equal(partial[1], full[1])
+    partial = record.backward(saved, [g], attrs, (True, False))
+    assert partial[1] is None
+    np.testing.assert_array_equal(partial[0], full[0])
 
 
 def test_cast_rounds_the_gradient_of_a_16_bit_value():
