@@ -1086,10 +1086,10 @@ def test_a_convolutions_cost_is_two_flops_per_output_and_weight_tap_of_one_group
     flops, _ = _cost("conv2d", [(2, 12, 6, 10), (6, 4, 3, 2)], attrs)
     macs = 2 * 6 * 6 * 9 * 4 * 3 * 2
     assert (flops, _) == (2.0 * macs, macs * (2 + 2 * ACCUMULATOR_BYTES))
-    # transposed, IOHW (3, 5, 2, 4): per input element C_out 5 x kh 2 x kw 4
+    # transposed, IOHW (3, 5, 2, 3): per input element (120 of them) C_out 5 x kh 2 x kw 3
     attrs = {"output_size": [8, 10], "strides": [2, 2], "padding": [[0, 0], [1, 1]]}
-    flops, _ = _cost("conv_transpose2d", [(2, 3, 4, 5), (3, 5, 2, 4)], attrs)
-    assert flops == 2.0 * (2 * 3 * 4 * 5) * 5 * 2 * 4
+    flops, _ = _cost("conv_transpose2d", [(2, 3, 4, 5), (3, 5, 2, 3)], attrs)
+    assert flops == 2.0 * (2 * 3 * 4 * 5) * 5 * 2 * 3
 
 
 def test_a_transposed_convolution_refuses_an_input_of_other_channels_than_its_weights():
@@ -1163,3 +1163,14 @@ def test_same_padding_of_an_unknown_size_leaves_both_output_sizes_unknown(x_shap
     # VALID and explicit padding: each size on its own
     (shape,) = OPS["max_pool2d"].shape([x_shape], {"kernel": 3, "strides": 2, "padding": [[1, 1], [1, 1]]})
     assert shape[2] == (None if x_shape[2] is None else 4) and shape[3] == (None if x_shape[3] is None else 3)
+
+
+@pytest.mark.parametrize("attrs, message", [
+    ({"output_size": [8, 9], "strides": 2},
+     "output_size (8, 9) with padding 'VALID' is not the input of a convolution whose output has (4, 5) pixels"),
+    ({"output_size": [8, 11], "strides": 2, "padding": [[0, 0], [-1, 1]]}, "negative padding ((0, 0), (-1, 1))"),
+])
+def test_a_transposed_convolution_refuses_sizes_that_do_not_fit_naming_them(attrs, message):
+    with pytest.raises(ValueError) as error:
+        OPS["conv_transpose2d"].shape([(2, 3, 4, 5), (3, 2, 2, 2)], attrs)
+    assert str(error.value) == message
