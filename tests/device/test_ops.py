@@ -1169,6 +1169,8 @@ def test_same_padding_of_an_unknown_size_leaves_both_output_sizes_unknown(x_shap
     ({"output_size": [8, 9], "strides": 2},
      "output_size (8, 9) with padding 'VALID' is not the input of a convolution whose output has (4, 5) pixels"),
     ({"output_size": [8, 11], "strides": 2, "padding": [[0, 0], [-1, 1]]}, "negative padding ((0, 0), (-1, 1))"),
+    ({"output_size": [8, 12], "strides": 2, "padding": "SAME"},
+     "output_size (8, 12) with padding 'SAME' is not the input of a convolution whose output has (4, 5) pixels"),
 ])
 def test_a_transposed_convolution_refuses_sizes_that_do_not_fit_naming_them(attrs, message):
     with pytest.raises(ValueError) as error:
