@@ -207,3 +207,32 @@ def test_readable_checkpoints_skips_a_damaged_one_and_names_every_one_when_none_
     assert str(error.value) == (
         f"{model_dir}: no readable checkpoint: {problem_2}; {checkpoints.checkpoint_problem(ckpt_4)}. To start "
         f"afresh, move the model.ckpt-* files and the state file 'checkpoint' out of it; or pass --checkpoint_path")
+
+
+class _FullDisk:
+    """A Saver that writes part of step 6's files, then finds the disk full."""
+
+    def save(self, session, prefix, global_step, **kwargs):
+        with open(f"{prefix}-{global_step}.data-00000-of-00001", "wb") as f:
+            f.write(b"part")
+        raise OSError(28, "No space left on device")
+
+
+def test_a_save_that_fails_removes_its_files_and_names_the_checkpoint_kept(tmp_path):
+    import tensorflow as tf
+    model_dir = tmp_path / "model"
+    _, ckpt_4 = _saved(model_dir, [2, 4])
+    before = _snapshot(model_dir)
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        with pytest.raises(UserError) as error:
+            checkpoints.save_checkpoint(_FullDisk(), session, str(model_dir), 6, keep_max=5)
+    assert str(error.value) == (f"{model_dir / 'model.ckpt-6'}: not saved (No space left on device); the newest "
+                                f"complete checkpoint is kept: {ckpt_4}")
+    assert _snapshot(model_dir) == before
+    (tmp_path / "fresh").mkdir()
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        with pytest.raises(UserError) as error:
+            checkpoints.save_checkpoint(_FullDisk(), session, str(tmp_path / "fresh"), 1, keep_max=5)
+    assert str(error.value) == (f"{tmp_path / 'fresh' / 'model.ckpt-1'}: not saved (No space left on device); the "
+                                f"newest complete checkpoint is kept: none (none was written yet)")
+    assert os.listdir(tmp_path / "fresh") == []
