@@ -236,3 +236,12 @@ def test_a_save_that_fails_removes_its_files_and_names_the_checkpoint_kept(tmp_p
     assert str(error.value) == (f"{tmp_path / 'fresh' / 'model.ckpt-1'}: not saved (No space left on device); the "
                                 f"newest complete checkpoint is kept: none (none was written yet)")
     assert os.listdir(tmp_path / "fresh") == []
+
+
+def test_a_save_writes_the_index_and_data_files_and_the_state_file_only(tmp_path):
+    """No .meta graph (the runner rebuilds the graph from the model), and no TF state file of its own."""
+    _saved(tmp_path / "model", [3])
+    assert sorted(os.listdir(tmp_path / "model")) == ["checkpoint", "model.ckpt-3.data-00000-of-00001",
+                                                      "model.ckpt-3.index"]
+    assert (tmp_path / "model" / "checkpoint").read_text() == ('model_checkpoint_path: "model.ckpt-3"\n'
+                                                               'all_model_checkpoint_paths: "model.ckpt-3"\n')
