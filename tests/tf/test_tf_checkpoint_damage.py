@@ -6,11 +6,13 @@ nothing in model_dir touched. Never a silent restart from step 0, never a traceb
 One 4-step run (checkpoints 2 and 4) is shared; each test damages a copy of it.
 """
 
+import logging
 import os
 import shutil
 
 import pytest
 
+from common.errors import UserError
 from common.summaries import read_scalars
 from common.tf.estimator import checkpoints
 
@@ -138,3 +140,108 @@ def test_the_emulator_falls_back_too(tf_mnist, mnist_dir, model_dir, capsys):
     metrics = tf_mnist.main(_argv(mnist_dir, model_dir, "--mode", "eval", "--device", "emulator"))
     assert metrics["global_step"] == 2
     assert len(_warnings_naming(capsys.readouterr().err, INDEX_4)) == 1
+
+
+def _saved(model_dir, steps):
+    """Checkpoints of one small variable at ``steps``, as the runner writes them."""
+    import tensorflow as tf
+    with tf.Graph().as_default():
+        v = tf.compat.v1.get_variable("v", initializer=[1.0, 2.0])
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session() as session:
+            session.run(v.initializer)
+            for step in steps:
+                checkpoints.save_checkpoint(saver, session, str(model_dir), step, keep_max=5)
+    return [str(model_dir / f"model.ckpt-{step}") for step in steps]
+
+
+def test_checkpoint_step_is_the_number_after_the_last_dash():
+    assert checkpoints.checkpoint_step("/a/b-7/model.ckpt-12") == 12
+    assert checkpoints.checkpoint_step("model.ckpt-0") == 0
+    assert checkpoints.checkpoint_step("/a/model.ckpt") is None
+    assert checkpoints.checkpoint_step("/a/model.ckpt-12.index") is None
+
+
+class _Error(Exception):
+    def __init__(self, message):
+        super().__init__("str() of the error, not its message")
+        self.message = message
+
+
+def test_op_error_line_keeps_the_reason_without_tf_wrapping():
+    message = ("Graph execution error:\n\nDetected at node 'save/RestoreV2' defined at (most recent call last):\n"
+               "  File \"x.py\", line 1, in <module>\nNode: 'save/RestoreV2'\n"
+               "{{function_node __inference_f_12}} {{function_node __inner_3}} Unable to read file [Op:RestoreV2]\n"
+               "\t [[{{node save/RestoreV2}}]]\n\nOriginal stack trace for 'save/RestoreV2':\n  more")
+    assert checkpoints.op_error_line(_Error(message)) == "Unable to read file"
+    assert checkpoints.op_error_line(ValueError("no message attribute\nsecond line")) == "no message attribute"
+    assert checkpoints.op_error_line(_Error("")) == "str() of the error, not its message"
+    # nothing but wrapping before TF's stack trace: the error's type, not a line of the trace
+    assert checkpoints.op_error_line(_Error("Graph execution error:\n\nOriginal stack trace for 'x':\n  y")) == "_Error"
+    assert checkpoints.op_error_line(ValueError()) == "ValueError"
+
+
+def test_resolve_checkpoint_takes_a_prefix_any_of_its_files_or_a_folder(tmp_path):
+    ckpt_2, ckpt_4 = _saved(tmp_path / "model", [2, 4])
+    assert checkpoints.resolve_checkpoint(str(tmp_path / "model")) == ckpt_4
+    for suffix in ("", ".index", ".data-00000-of-00001", ".meta"):
+        assert checkpoints.resolve_checkpoint(ckpt_2 + suffix) == ckpt_2
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError) as error:
+        checkpoints.resolve_checkpoint(str(tmp_path / "empty"))
+    assert str(error.value) == f"--checkpoint_path {tmp_path / 'empty'}: a folder with no checkpoint in it"
+
+
+def test_readable_checkpoints_skips_a_damaged_one_and_names_every_one_when_none_reads(tmp_path, caplog):
+    model_dir = tmp_path / "model"
+    ckpt_2, ckpt_4 = _saved(model_dir, [2, 4])
+    _cut_in_half(model_dir / INDEX_2)
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        assert checkpoints.readable_checkpoints(str(model_dir)) == [ckpt_4]
+    problem_2 = checkpoints.checkpoint_problem(ckpt_2)
+    assert problem_2.startswith(f"{model_dir / INDEX_2}: corrupt or unreadable checkpoint index (")
+    assert [r.getMessage() for r in caplog.records] == [f"{problem_2}; skipped"]
+    _cut_in_half(model_dir / INDEX_4)
+    with pytest.raises(UserError) as error:
+        checkpoints.readable_checkpoints(str(model_dir))
+    assert str(error.value) == (
+        f"{model_dir}: no readable checkpoint: {problem_2}; {checkpoints.checkpoint_problem(ckpt_4)}. To start "
+        f"afresh, move the model.ckpt-* files and the state file 'checkpoint' out of it; or pass --checkpoint_path")
+
+
+class _FullDisk:
+    """A Saver that writes part of step 6's files, then finds the disk full."""
+
+    def save(self, session, prefix, global_step, **kwargs):
+        with open(f"{prefix}-{global_step}.data-00000-of-00001", "wb") as f:
+            f.write(b"part")
+        raise OSError(28, "No space left on device")
+
+
+def test_a_save_that_fails_removes_its_files_and_names_the_checkpoint_kept(tmp_path):
+    import tensorflow as tf
+    model_dir = tmp_path / "model"
+    _, ckpt_4 = _saved(model_dir, [2, 4])
+    before = _snapshot(model_dir)
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        with pytest.raises(UserError) as error:
+            checkpoints.save_checkpoint(_FullDisk(), session, str(model_dir), 6, keep_max=5)
+    assert str(error.value) == (f"{model_dir / 'model.ckpt-6'}: not saved (No space left on device); the newest "
+                                f"complete checkpoint is kept: {ckpt_4}")
+    assert _snapshot(model_dir) == before
+    (tmp_path / "fresh").mkdir()
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        with pytest.raises(UserError) as error:
+            checkpoints.save_checkpoint(_FullDisk(), session, str(tmp_path / "fresh"), 1, keep_max=5)
+    assert str(error.value) == (f"{tmp_path / 'fresh' / 'model.ckpt-1'}: not saved (No space left on device); the "
+                                f"newest complete checkpoint is kept: none (none was written yet)")
+    assert os.listdir(tmp_path / "fresh") == []
+
+
+def test_a_save_writes_the_index_and_data_files_and_the_state_file_only(tmp_path):
+    """No .meta graph (the runner rebuilds the graph from the model), and no TF state file of its own."""
+    _saved(tmp_path / "model", [3])
+    assert sorted(os.listdir(tmp_path / "model")) == ["checkpoint", "model.ckpt-3.data-00000-of-00001",
+                                                      "model.ckpt-3.index"]
+    assert (tmp_path / "model" / "checkpoint").read_text() == ('model_checkpoint_path: "model.ckpt-3"\n'
+                                                               'all_model_checkpoint_paths: "model.ckpt-3"\n')
