@@ -158,6 +158,8 @@ CASES = [
     # reductions
     Case("reduce_sum", [randn(2, 3, 4)], {"axes": [0, 2], "keepdims": False}, lambda x: x.sum((0, 2)), "axes"),
     Case("reduce_sum", [randn(2, 3, 4)], {"axes": None, "keepdims": False}, lambda x: x.sum(), "all"),
+    Case("reduce_sum", [randn(2, 3, 4)], {"axes": [1], "keepdims": True}, lambda x: x.sum(1, keepdim=True), "keepdims"),
+    Case("reduce_mean", [randn(2, 3, 4)], {"axes": [0, 2], "keepdims": False}, lambda x: x.mean((0, 2)), "drop"),
     Case("reduce_mean", [randn(2, 3, 4)], {"axes": [-1], "keepdims": True}, lambda x: x.mean(-1, keepdim=True)),
     Case("reduce_max", [randn(2, 3, 4)], {"axes": [1], "keepdims": False}, lambda x: torch.amax(x, 1)),
     Case("reduce_max", [ints(3, 4, 5).astype(float)], {"axes": [0, 1], "keepdims": True},
@@ -169,6 +171,10 @@ CASES = [
          lambda x, g, b: F.layer_norm(x, (5,), g, b, 1e-5), "last"),
     Case("layer_norm", [randn(2, 3, 4), randn(3, 4), randn(3, 4)], {"axes": [1, 2], "eps": 1e-3},
          lambda x, g, b: F.layer_norm(x, (3, 4), g, b, 1e-3), "two-axes"),
+    # over a middle axis (torch normalises trailing axes only: by hand)
+    Case("layer_norm", [randn(2, 3, 4), randn(3), randn(3)], {"axes": [1], "eps": 1e-3},
+         lambda x, g, b: (x - x.mean(1, keepdim=True)) / torch.sqrt(x.var(1, unbiased=False, keepdim=True) + 1e-3)
+         * g[:, None] + b[:, None], "middle-axis"),
     Case("batch_norm", [randn(4, 3, 2, 2), randn(3), randn(3), randn(3), positive(3)],
          {"axis": 1, "eps": 1e-5, "momentum": 0.1}, bn_reference(False, True), "nchw"),
     Case("batch_norm", [randn(4, 2, 2, 3), randn(3), randn(3), randn(3), positive(3)],
@@ -255,6 +261,7 @@ CASES = [
     Case("cumsum", [randn(2, 5)], {"axis": -1, "exclusive": True, "reverse": True},
          lambda x: torch.flip(torch.cumsum(torch.flip(x, [1]), 1), [1]) - x, "exclusive-reverse"),
     Case("cumsum", [ints(2, 2, 5)], {"axis": 1}, lambda x: torch.cumsum(x, 1), "int"),
+    Case("cumsum", [randn(2, 1, 3)], {"axis": 1, "exclusive": True}, lambda x: x * 0.0, "exclusive-one"),
     Case("gather", [randn(5, 4), np.array([[1, 4], [0, 1]])], {"axis": 0}, lambda x, i: x[i], "axis0"),
     Case("gather", [randn(2, 6, 4), np.array([[1, 5, 1], [0, 2, 3]])], {"axis": 1, "batch_dims": 1},
          lambda x, i: x[torch.arange(2)[:, None], i], "mlm-positions"),
@@ -1176,3 +1183,45 @@ def test_a_transposed_convolution_refuses_sizes_that_do_not_fit_naming_them(attr
     with pytest.raises(ValueError) as error:
         OPS["conv_transpose2d"].shape([(2, 3, 4, 5), (3, 2, 2, 2)], attrs)
     assert str(error.value) == message
+
+
+# ------------------------------------------- elementwise, activations, reductions, linalg
+
+
+def test_cumsum_keeps_an_integer_inputs_dtype():
+    (y,), _ = OPS["cumsum"].forward([np.array([[1, 2, 3]], np.int32)], {"axis": 1}, KernelContext())
+    assert y.dtype == np.int32
+    np.testing.assert_array_equal(y, [[1, 3, 6]])
+
+
+def test_dropout_keeps_where_a_float32_draw_is_at_least_the_rate():
+    x = np.ones((4, 5), np.float32)
+    draws = np.random.default_rng(3).random(x.shape, dtype=np.float32)
+    rate = float(draws[1, 2])  # that element's draw equals the rate: kept (keep probability 1 - rate exactly)
+    (y,), _ = OPS["dropout"].forward([x], {"rate": rate}, KernelContext(training=True, rng=np.random.default_rng(3)))
+    np.testing.assert_array_equal(y, (draws >= rate) * np.float32(1.0 / (1.0 - rate)))
+    assert y[1, 2] != 0
+    (y,), _ = OPS["dropout"].forward([x], {"rate": 1.0}, KernelContext(training=True, rng=np.random.default_rng(3)))
+    assert y.dtype == np.float32 and not np.any(y)
+
+
+@pytest.mark.parametrize("needs", [(False, True, False), (False, False, True), (False, True, True)])
+def test_where_computes_only_the_gradients_asked_for(needs):
+    condition, a, b, g = RNG.random((3, 4)) > 0.5, randn(3, 4), randn(1, 4), randn(3, 4)
+    record = OPS["where"]
+    _, saved = record.forward([condition, a, b], {}, KernelContext())
+    grads = record.backward(saved, [g], {}, needs)
+    assert grads[0] is None and [x is not None for x in grads[1:]] == list(needs[1:])
+    if needs[1]:
+        np.testing.assert_array_equal(grads[1], np.where(condition, g, 0.0))
+    if needs[2]:
+        np.testing.assert_allclose(grads[2], np.where(condition, 0.0, g).sum(axis=0, keepdims=True), rtol=1e-12)
+
+
+def test_matmul_costs_its_inner_size_per_output_element():
+    from device.ops.record import ACCUMULATOR_BYTES
+
+    record, shapes = OPS["matmul"], [(2, 3, 5), (5, 7)]  # K 5, N 7
+    work = Work(shapes, record.shape(shapes, {}), {}, elem=2)
+    macs = 2 * 3 * 7 * 5
+    assert record.cost(work) == (2.0 * macs, macs * (2 + 2 * ACCUMULATOR_BYTES))
