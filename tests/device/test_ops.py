@@ -1225,3 +1225,44 @@ def test_matmul_costs_its_inner_size_per_output_element():
     work = Work(shapes, record.shape(shapes, {}), {}, elem=2)
     macs = 2 * 3 * 7 * 5
     assert record.cost(work) == (2.0 * macs, macs * (2 + 2 * ACCUMULATOR_BYTES))
+
+
+def test_sigmoid_of_a_large_negative_input_is_0_without_a_floating_point_error():
+    with np.errstate(all="raise"):
+        (y,), _ = OPS["sigmoid"].forward([np.array([-1000.0, 0.0])], {}, KernelContext())
+    np.testing.assert_array_equal(y, [0.0, 0.5])
+
+
+@needs_torch
+def test_softplus_at_its_threshold_is_torchs_curve_not_yet_x():
+    x = torch.tensor([20.0, 20.5], dtype=torch.float64, requires_grad=True)
+    y_t = F.softplus(x, beta=1.0, threshold=20.0)  # linear only above the threshold
+    y_t.sum().backward()
+    record, attrs = OPS["softplus"], {"threshold": 20.0}
+    (y,), saved = record.forward([x.detach().numpy()], attrs, KernelContext())
+    (dx,) = record.backward(saved, [np.ones(2)], attrs, (True,))
+    np.testing.assert_array_equal(y, y_t.detach().numpy())
+    np.testing.assert_allclose(dx, x.grad.numpy(), rtol=1e-15)
+    assert y[0] != 20.0 and dx[0] < 1.0 - 1e-9  # sigmoid(20), not 1
+
+
+def test_maximum_and_minimum_split_a_tie_evenly():
+    a, b, g = np.array([1.0, 2.0, 3.0]), np.array([1.0, 1.0, 4.0]), np.array([2.0, 2.0, 2.0])
+    for op, want_a, want_b in (("maximum", [1.0, 2.0, 0.0], [1.0, 0.0, 2.0]),
+                               ("minimum", [1.0, 0.0, 2.0], [1.0, 2.0, 0.0])):
+        _, saved = OPS[op].forward([a, b], {}, KernelContext())
+        ga, gb = OPS[op].backward(saved, [g], {}, (True, True))
+        np.testing.assert_array_equal(ga, want_a)
+        np.testing.assert_array_equal(gb, want_b)
+
+
+def test_cross_entropy_loss_by_default_averages_over_the_last_axis():
+    logits, labels = randn(2, 3, 4), ints(4, 2, 3)
+    record = OPS["cross_entropy_loss"]
+    full = {"axis": -1, "reduction": "mean"}
+    assert record.shape([logits.shape, labels.shape], {}) == record.shape([logits.shape, labels.shape], full) == [()]
+    (y,), saved = record.forward([logits, labels], {}, KernelContext())
+    (want,), want_saved = record.forward([logits, labels], full, KernelContext())
+    np.testing.assert_array_equal(y, want)
+    np.testing.assert_array_equal(record.backward(saved, [np.array(1.0)], {}, (True, False))[0],
+                                  record.backward(want_saved, [np.array(1.0)], full, (True, False))[0])
