@@ -171,6 +171,8 @@ CASES = [
          lambda x, g, b: F.layer_norm(x, (5,), g, b, 1e-5), "last"),
     Case("layer_norm", [randn(2, 3, 4), randn(3, 4), randn(3, 4)], {"axes": [1, 2], "eps": 1e-3},
          lambda x, g, b: F.layer_norm(x, (3, 4), g, b, 1e-3), "two-axes"),
+    Case("layer_norm", [randn(3, 4), randn(3, 4), randn(3, 4)], {"axes": [0, 1], "eps": 1e-5},
+         lambda x, g, b: F.layer_norm(x, (3, 4), g, b, 1e-5), "every-axis"),
     # over a middle axis (torch normalises trailing axes only: by hand)
     Case("layer_norm", [randn(2, 3, 4), randn(3), randn(3)], {"axes": [1], "eps": 1e-3},
          lambda x, g, b: (x - x.mean(1, keepdim=True)) / torch.sqrt(x.var(1, unbiased=False, keepdim=True) + 1e-3)
@@ -1266,3 +1268,23 @@ def test_cross_entropy_loss_by_default_averages_over_the_last_axis():
     np.testing.assert_array_equal(y, want)
     np.testing.assert_array_equal(record.backward(saved, [np.array(1.0)], {}, (True, False))[0],
                                   record.backward(want_saved, [np.array(1.0)], full, (True, False))[0])
+
+
+@pytest.mark.parametrize("a, b, out", [
+    ((1, 2, 3), (4, 3, 5), (4, 2, 5)), ((4, 2, 3), (1, 3, 5), (4, 2, 5)),  # a letter of size 1 broadcasts
+    ((None, 2, 3), (1, 3, 5), (None, 2, 5)), ((1, 2, 3), (None, 3, 5), (None, 2, 5)),  # unknown wins over 1
+    ((None, 2, 3), (4, 3, 5), (4, 2, 5)), ((4, 2, 3), (None, 3, 5), (4, 2, 5)),  # a known size over unknown
+])
+def test_einsums_shape_broadcasts_a_letter_of_size_1(a, b, out):
+    assert OPS["einsum"].shape([a, b], {"equation": "bij,bjk->bik"}) == [out]
+
+
+def test_einsums_gradient_sums_a_broadcast_letter_back_to_size_1():
+    a, b = randn(1, 2, 3), randn(4, 3, 5)
+    record, attrs = OPS["einsum"], {"equation": "bij,bjk->bik"}
+    (y,), saved = record.forward([a, b], attrs, KernelContext())
+    np.testing.assert_allclose(y, np.matmul(a, b), rtol=1e-12)
+    g = randn(4, 2, 5)
+    ga, gb = record.backward(saved, [g], attrs, (True, True))
+    np.testing.assert_allclose(ga, np.matmul(g, b.transpose(0, 2, 1)).sum(axis=0, keepdims=True), rtol=1e-12)
+    np.testing.assert_allclose(gb, np.matmul(a.transpose(0, 2, 1), g), rtol=1e-12)
