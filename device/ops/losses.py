@@ -97,9 +97,9 @@ def _cross_entropy_loss_forward(inputs, attrs, ctx):
         loss = per_example
     elif reduction == "sum":
         loss = np.asarray(per_example.sum(), dtype=z.dtype)
-    else:  # the (weighted) mean over the labels not ignored (0 / 0 is NaN, as in torch)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            loss = np.asarray(per_example.sum() / divisor, dtype=z.dtype)
+    else:  # the (weighted) mean over the labels not ignored: NaN over no weight, as torch (whose
+        # likelihood term is then 0 / 0 even where label smoothing's is not 0)
+        loss = np.asarray(per_example.sum() / divisor if divisor else np.nan, dtype=z.dtype)
     return [loss], (e / total, picked_labels, keep, picked_weight, w, axis, divisor)
 
 
@@ -110,7 +110,8 @@ def _cross_entropy_loss_backward(saved, grads, attrs, needs):
     reduction = attrs.get("reduction", "mean")
     g = grads[0] if reduction == "none" else np.broadcast_to(grads[0], keep.shape)
     if reduction == "mean":
-        g = g / divisor if divisor else np.zeros_like(g)
+        # over no weight: NaN where a label is kept (its weight 0 over 0), 0 where ignored, as torch
+        g = g / divisor if divisor else np.full(np.shape(g), np.nan, dtype=probs.dtype)
     g = np.where(keep, g, 0).astype(probs.dtype, copy=False)[..., None]  # (..., 1)
     # d/dz of each example: (1 - eps) w[label] (softmax - one_hot(label)) + eps / C (sum(w) softmax - w)
     dz = (1 - eps) * picked_weight[..., None] * probs

@@ -1288,3 +1288,31 @@ def test_einsums_gradient_sums_a_broadcast_letter_back_to_size_1():
     ga, gb = record.backward(saved, [g], attrs, (True, True))
     np.testing.assert_allclose(ga, np.matmul(g, b.transpose(0, 2, 1)).sum(axis=0, keepdims=True), rtol=1e-12)
     np.testing.assert_allclose(gb, np.matmul(a.transpose(0, 2, 1), g), rtol=1e-12)
+
+
+def test_cross_entropy_loss_of_one_class_with_an_ignored_label():
+    # the ignored label is looked up as class 0, the only one: no out-of-range refusal; log p = 0
+    record, attrs = OPS["cross_entropy_loss"], {"ignore_index": -100, "reduction": "none"}
+    (y,), _ = record.forward([randn(3, 1), np.array([0, -100, 0])], attrs, KernelContext())
+    np.testing.assert_array_equal(y, [0.0, 0.0, 0.0])
+
+
+@needs_torch
+@pytest.mark.parametrize("attrs, labels", [
+    ({"ignore_index": 0}, [0, 0, 0, 0]),  # every label ignored: NaN, no gradient
+    ({"ignore_index": 0, "label_smoothing": 0.3}, [0, 0, 0, 0]),
+    ({"weight": [0.0, 0.0, 1.0]}, [0, 1, 1, 0]),  # every picked weight 0: NaN, NaN gradients
+    ({"weight": [0.0, 0.0, 1.0], "label_smoothing": 0.3}, [0, 1, 1, 0]),  # smoothing's sum is not 0: NaN still
+])
+def test_cross_entropy_loss_over_no_weight_is_nan_as_torchs(attrs, labels):
+    logits, labels = randn(4, 3), np.array(labels)
+    z = torch.tensor(logits, requires_grad=True)
+    kw = {k: torch.tensor(v, dtype=z.dtype) if k == "weight" else v for k, v in attrs.items()}
+    want = F.cross_entropy(z, torch.tensor(labels), **kw)
+    want.backward()
+    record, attrs = OPS["cross_entropy_loss"], dict(attrs, reduction="mean")
+    with np.errstate(all="raise"):  # no floating-point error on the way
+        (y,), saved = record.forward([logits, labels], attrs, KernelContext())
+        (dz, _) = record.backward(saved, [np.array(1.0)], attrs, (True, False))
+    assert np.isnan(y) and np.isnan(want.item())
+    np.testing.assert_array_equal(dz, z.grad.numpy())
