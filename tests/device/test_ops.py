@@ -183,6 +183,8 @@ CASES = [
          {"axis": -1, "eps": 1e-3, "momentum": 0.01}, bn_reference(True, True, 0.01, 1e-3), "nhwc"),
     Case("batch_norm", [randn(5, 3), randn(3), randn(3), randn(3), positive(3)],
          {"axis": 1, "eps": 1e-5, "momentum": 0.1}, bn_reference(False, False), "eval", training=False),
+    Case("batch_norm", [randn(2, 3, 4, 5), randn(3), randn(3), randn(3), positive(3)],
+         {"axis": 1, "eps": 1e-5, "momentum": 0.1}, bn_reference(False, False), "eval-nchw", training=False),
     # vision
     Case("conv2d", [randn(2, 3, 7, 6), randn(4, 3, 3, 2)],
          {"strides": [2, 1], "padding": [[1, 0], [2, 1]], "dilations": [1, 2], "layout": "NCHW",
@@ -1316,3 +1318,14 @@ def test_cross_entropy_loss_over_no_weight_is_nan_as_torchs(attrs, labels):
         (dz, _) = record.backward(saved, [np.array(1.0)], attrs, (True, False))
     assert np.isnan(y) and np.isnan(want.item())
     np.testing.assert_array_equal(dz, z.grad.numpy())
+
+
+def test_sparse_softmax_cross_entropy_shifts_each_row_by_its_own_maximum():
+    logits = np.array([[1000.0, 999.0], [-1000.0, -999.0], [0.0, 1.0]])  # far apart: one shift for all overflows
+    with np.errstate(all="raise"):
+        (y,), _ = OPS["sparse_softmax_cross_entropy"].forward([logits, np.array([0, 1, 1])], {}, KernelContext())
+    want = np.log1p(np.exp(-1.0))  # each row: -log softmax of the larger of two logits 1 apart
+    np.testing.assert_allclose(y, [want, want, want], rtol=1e-12)
+    with pytest.raises(UserError) as error:
+        OPS["sparse_softmax_cross_entropy"].forward([logits, np.array([0, 2, 1])], {}, KernelContext())
+    assert str(error.value) == "labels out of range: values in [0, 2], expected [0, 2)"
