@@ -1329,3 +1329,10 @@ def test_sparse_softmax_cross_entropy_shifts_each_row_by_its_own_maximum():
     with pytest.raises(UserError) as error:
         OPS["sparse_softmax_cross_entropy"].forward([logits, np.array([0, 2, 1])], {}, KernelContext())
     assert str(error.value) == "labels out of range: values in [0, 2], expected [0, 2)"
+
+
+def test_einsums_implicit_output_takes_each_letter_seen_once_sorted_as_numpy():
+    a, b = randn(2, 3), randn(4, 5)
+    (y,), _ = OPS["einsum"].forward([a, b], {"equation": "Xi,jk"}, KernelContext())
+    np.testing.assert_array_equal(y, np.einsum("Xi,jk", a, b))
+    assert OPS["einsum"].shape([a.shape, b.shape], {"equation": "Xi,jk"}) == [(2, 3, 4, 5)]
