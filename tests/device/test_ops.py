@@ -1281,12 +1281,13 @@ def test_einsums_shape_broadcasts_a_letter_of_size_1(a, b, out):
     assert OPS["einsum"].shape([a, b], {"equation": "bij,bjk->bik"}) == [out]
 
 
-def test_einsums_gradient_sums_a_broadcast_letter_back_to_size_1():
-    a, b = randn(1, 2, 3), randn(4, 3, 5)
+@pytest.mark.parametrize("batch", [4, 2])
+def test_einsums_gradient_sums_a_broadcast_letter_back_to_size_1(batch):
+    a, b = randn(1, 2, 3), randn(batch, 3, 5)
     record, attrs = OPS["einsum"], {"equation": "bij,bjk->bik"}
     (y,), saved = record.forward([a, b], attrs, KernelContext())
     np.testing.assert_allclose(y, np.matmul(a, b), rtol=1e-12)
-    g = randn(4, 2, 5)
+    g = randn(batch, 2, 5)
     ga, gb = record.backward(saved, [g], attrs, (True, True))
     np.testing.assert_allclose(ga, np.matmul(g, b.transpose(0, 2, 1)).sum(axis=0, keepdims=True), rtol=1e-12)
     np.testing.assert_allclose(gb, np.matmul(a.transpose(0, 2, 1), g), rtol=1e-12)
@@ -1336,3 +1337,14 @@ def test_einsums_implicit_output_takes_each_letter_seen_once_sorted_as_numpy():
     (y,), _ = OPS["einsum"].forward([a, b], {"equation": "Xi,jk"}, KernelContext())
     np.testing.assert_array_equal(y, np.einsum("Xi,jk", a, b))
     assert OPS["einsum"].shape([a.shape, b.shape], {"equation": "Xi,jk"}) == [(2, 3, 4, 5)]
+
+
+@pytest.mark.parametrize("attrs", [{}, {"weight": [0.5, 2.0, 1.5]}])
+def test_cross_entropy_loss_holds_its_class_weights_in_the_logits_dtype(attrs):
+    # float64 weights would promote label smoothing's sum over the classes (and its gradient) to float64
+    logits = randn(4, 3).astype(np.float32)
+    attrs = dict(attrs, label_smoothing=0.1)
+    (y,), saved = OPS["cross_entropy_loss"].forward([logits, ints(3, 4)], attrs, KernelContext())
+    w = saved[4]
+    assert y.dtype == np.float32 and w.dtype == np.float32
+    np.testing.assert_array_equal(w, np.float32(attrs.get("weight", [1.0, 1.0, 1.0])))
