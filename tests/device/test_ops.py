@@ -1348,3 +1348,9 @@ def test_cross_entropy_loss_holds_its_class_weights_in_the_logits_dtype(attrs):
     w = saved[4]
     assert y.dtype == np.float32 and w.dtype == np.float32
     np.testing.assert_array_equal(w, np.float32(attrs.get("weight", [1.0, 1.0, 1.0])))
+
+
+def test_cross_entropy_loss_over_no_weight_is_a_nan_of_the_logits_dtype():
+    logits = randn(2, 3).astype(np.float32)
+    (y,), _ = OPS["cross_entropy_loss"].forward([logits, np.array([0, 0])], {"ignore_index": 0}, KernelContext())
+    assert np.isnan(y) and y.dtype == np.float32
