@@ -145,12 +145,10 @@ class TrainOrder:
 
     def __iter__(self) -> Iterator[Any]:
         while True:
-            produced = 0
             for batch in epoch_batches(self.loader, self.seed, self.epoch, self.batch, self.world):
                 self.batch += 1
-                produced += 1
                 yield batch
-            if produced == 0 and self.batch == 0:
+            if self.batch == 0:  # none consumed before this pass, none yielded by it
                 raise UserError("train data: an epoch yielded no batches (is the dataset smaller than "
                                 "batch_size with drop_last?)")
             self.epoch += 1

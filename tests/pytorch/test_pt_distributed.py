@@ -147,6 +147,10 @@ def test_train_order_runs_epoch_after_epoch_and_resumes_where_it_stopped():
     assert [next(resumed)[0].tolist() for _ in range(5)] == [next(stream)[0].tolist() for _ in range(5)]
     assert order.state() == {"epoch": 2, "batch": 1, "global_batch": 8}
     assert TrainOrder(_loader(4), 0, world=distributed.World(1, 3)).global_batch == 12
+    second = iter(TrainOrder(_loader(4), 3, world=distributed.World(1, 2)))  # process 1 of 2 takes its slices
+    assert [next(second)[0].tolist() for _ in range(7)] == (
+        _batches(epoch_batches(_loader(4), 3, 0, world=distributed.World(1, 2))) +
+        _batches(epoch_batches(_loader(4), 3, 1, world=distributed.World(1, 2)))[:1])
     unbatched = DataLoader(TensorDataset(torch.arange(3)), batch_size=None)
     assert TrainOrder(unbatched, 0).global_batch == 1
 
@@ -215,6 +219,8 @@ def test_the_collective_timeout_is_600_s_or_the_environments(monkeypatch):
     assert distributed.timeout_s() == 600.0
     monkeypatch.setenv(distributed.TIMEOUT_ENV, "2.5")
     assert distributed.timeout_s() == 2.5
+    monkeypatch.setenv(distributed.TIMEOUT_ENV, "0.5")
+    assert distributed.timeout_s() == 0.5
     for value in ("0", "-3", "ten", "nan"):
         monkeypatch.setenv(distributed.TIMEOUT_ENV, value)
         with pytest.raises(UserError) as error:
@@ -251,6 +257,70 @@ def test_a_process_group_of_one_joins_sums_and_leaves(tmp_path, monkeypatch):
     distributed.finish()  # nothing to leave: no error
 
 
+def test_init_on_gpus_takes_the_local_ranks_gpu_and_nccl_and_the_cpu_gloo(monkeypatch):
+    """init()'s choices, with torch.cuda and the process group stood in for (no GPU here): the GPU
+    LOCAL_RANK names, NCCL, the timeout from the environment; a LOCAL_RANK past the GPUs is refused."""
+    import datetime
+
+    import torch.distributed as dist
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: calls.append(("set_device", index)))
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: calls.append((backend, kw)))
+    monkeypatch.setenv(distributed.TIMEOUT_ENV, "30")
+    assert distributed.init(distributed.World(3, 4, 1), "gpu") == torch.device("cuda", 1)
+    assert calls == [("set_device", 1), ("nccl", {"timeout": datetime.timedelta(seconds=30)})]
+    calls.clear()
+    assert distributed.init(distributed.World(3, 4, 1), "cpu") == torch.device("cpu")
+    assert calls == [("gloo", {"timeout": datetime.timedelta(seconds=30)})]
+    calls.clear()
+    with pytest.raises(UserError) as error:
+        distributed.init(distributed.World(2, 4, 2), "gpu")
+    assert str(error.value) == ("LOCAL_RANK 2: this machine has 2 GPU(s); start at most that many processes per "
+                                "node (--nproc_per_node)")
+    assert calls == []
+
+
+def test_the_wrapper_of_a_gpu_model_names_its_gpu_and_state_dict_arguments_reach_the_module(tmp_path, monkeypatch):
+    import warnings
+
+    import torch.distributed as dist
+
+    monkeypatch.setattr(distributed, "ZooDDP", lambda module, device_ids: (module, device_ids))
+    module = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    assert distributed.wrap(module, torch.device("cuda", 1)) == (module, [1])
+    assert distributed.wrap(module, torch.device("cpu")) == (module, None)
+    monkeypatch.undo()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        wrapped = distributed.wrap(module, torch.device("cpu"))
+        assert all(isinstance(v, torch.nn.Parameter) for v in wrapped.state_dict(keep_vars=True).values())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's note that positional arguments are deprecated
+            assert list(wrapped.state_dict(None, "net.")) == ["net.0.weight", "net.0.bias"]
+        result = wrapped.load_state_dict({"0.weight": torch.full((2, 3), 2.0)}, strict=False)
+        assert result.missing_keys == ["0.bias"] and module[0].weight.sum().item() == 12
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_sums_over_gpu_processes_go_through_the_gpu_in_float64(tmp_path, monkeypatch):
+    """With NCCL the all-reduce takes a CUDA tensor (stood in for here); the sums are float64 from any dtype."""
+    import torch.distributed as dist
+
+    moved, reduced = [], []
+    monkeypatch.setattr(dist, "get_backend", lambda: "nccl")
+    monkeypatch.setattr(dist, "all_reduce", lambda t: reduced.append(t.dtype))
+    monkeypatch.setattr(torch.Tensor, "cuda", lambda t: (moved.append(t.dtype), t)[1])
+    two = distributed.World(0, 2)
+    assert distributed.mean_across(0.1, two) == 0.05
+    sums = distributed.sum_across([np.array([0.1], np.float32), np.int32(3)], two)
+    assert [s.dtype for s in sums] == [np.float64, np.float64] and sums[0].tolist() == [np.float32(0.1).item()]
+    assert moved == reduced == [torch.float64, torch.float64]
+
+
 def test_the_device_refuses_a_process_of_several():
     distributed.refuse_on_device(distributed.SINGLE, "--device emulator")
     with pytest.raises(UserError) as error:
@@ -265,6 +335,7 @@ def test_the_device_refuses_a_process_of_several():
     (RuntimeError("Gloo connectFullMesh failed"), True), (RuntimeError("NCCL error: unhandled system error"), True),
     (RuntimeError("Timed out waiting 600000ms for send operation"), True), (RuntimeError("op timed out"), True),
     (RuntimeError("the gloo backend"), True), (RuntimeError("  Gloo " + "y" * 200 + "\n second line"), True),
+    (torch.distributed.DistBackendError("peer reset"), True), (torch.distributed.DistBackendError(" \n"), True),
     (RuntimeError("mat1 and mat2 shapes cannot be multiplied"), False)])
 def test_a_failed_collective_is_one_line_and_the_group_is_left(monkeypatch, error, stops):
     """run.py's _data_parallel: a collective whose peer is gone or timed out names this process and how to
@@ -279,18 +350,21 @@ def test_a_failed_collective_is_one_line_and_the_group_is_left(monkeypatch, erro
 
     class FailingRunner:
         def __init__(self, *args):
-            calls.append(("runner", args[-2].__name__, args[-1]))
+            calls.append(("runner", *args[2:5], args[-2].__name__, args[-1]))
+            assert args[0] is namespace and args[1] is params
 
         def execute(self):
             raise error
 
     monkeypatch.setattr(run_module, "Runner", FailingRunner)
     world = distributed.World(1, 2)
+    namespace, params = Namespace(device="cpu"), {"runconfig": {"model_dir": "/m"}}
     with pytest.raises(UserError if stops else RuntimeError) as raised:
-        run_module._data_parallel(Namespace(device="cpu"), {"runconfig": {"model_dir": "/m"}}, None, None, None, world)
-    assert calls == [("init", world, "cpu"), ("runner", "FrameworkSteps", world), ("finish",)]
+        run_module._data_parallel(namespace, params, "model_fn", "train_fn", "eval_fn", world)
+    assert calls == [("init", world, "cpu"), ("runner", "model_fn", "train_fn", "eval_fn", "FrameworkSteps", world),
+                     ("finish",)]
     if stops:
-        first = str(error).strip().splitlines()[0][:160]
+        first = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
         assert str(raised.value) == (f"process 1 of 2: a collective failed ({first}): another process of the run "
                                      f"stopped or cannot be reached; the same command resumes from the newest "
                                      f"checkpoint in /m")

@@ -1,5 +1,6 @@
 """The Estimator runner against small mock models: the contract, bad input, NaN, checkpoint safety."""
 
+import logging
 import os
 
 import keras
@@ -12,6 +13,7 @@ from common.summaries import read_scalars
 from common.tf.estimator import CerebrasEstimator, CSEstimatorSpec, EstimatorSpec, ModeKeys, RunConfig
 from common.tf.estimator import checkpoints
 from common.tf.estimator.cs_estimator import GraphSession
+from common.tf.estimator.session import is_weight_or_slot
 from common.tf.optim import build_train_op
 from common.tf.run import run
 
@@ -343,3 +345,160 @@ def test_checkpoint_steps_0_saves_only_at_the_end_and_keep_0_keeps_every_one(tmp
 def test_device_gpu_without_a_gpu(tmp_path, capsys):
     assert_one_line_error(run_mock(tmp_path, "--device", "gpu"), capsys, "--device gpu", "no GPU")
     assert not (tmp_path / "model").exists()
+
+
+# --- the runner's pieces on their own: a restore's messages, what a compile leaves uninitialised,
+# RunConfig's checks, train_and_evaluate, the summary switches
+
+
+def session_of(model, tmp_path):
+    """A GraphSession of ``model`` training the mock input, SGD as default_params has it."""
+    from common.params import load_params
+
+    estimator = CerebrasEstimator(model, config=RunConfig(model_dir=str(tmp_path)), params=load_params(None, default_params()))
+    return GraphSession(estimator.build(input_fn, ModeKeys.TRAIN), estimator.config)
+
+
+def saved_mock_checkpoint(tmp_path):
+    """A checkpoint of model_fn's initial graph: dense/kernel, dense/bias and global_step."""
+    run = session_of(model_fn, tmp_path / "first")
+    with run.built.graph.as_default():
+        path = tf.compat.v1.train.Saver().save(run.session, str(tmp_path / "first" / "model.ckpt"), global_step=0)
+    run.close()
+    return path
+
+
+def with_extra_layer(bias: bool):
+    def model(features, labels, mode, params):
+        h = keras.layers.Dense(FEATURES, use_bias=bias, name="extra")(features)  # not in the checkpoint
+        logits = keras.layers.Dense(CLASSES, name="dense")(h)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        return EstimatorSpec(mode, loss=loss, train_op=build_train_op(loss, params))
+    return model
+
+
+@pytest.mark.parametrize("bias,message", [
+    (False, "{path}: holds no 'extra/kernel'; a checkpoint of another model?"),
+    (True, "{path}: holds no 'extra/kernel' (nor 1 more model variables); a checkpoint of another model?")])
+def test_a_restore_names_the_first_model_variable_the_checkpoint_lacks_and_counts_the_others(tmp_path, bias, message):
+    path = saved_mock_checkpoint(tmp_path)
+    run = session_of(with_extra_layer(bias), tmp_path / "second")
+    with pytest.raises(UserError) as refused:
+        run.restore(path)
+    run.close()
+    assert str(refused.value) == message.format(path=path)
+
+
+def test_a_restore_initialises_afresh_the_variables_outside_the_model_the_checkpoint_lacks(tmp_path, caplog):
+    """An optimizer's state or a counter of the user's is not a model variable: a checkpoint
+    without it restores the weights, and one log line names what starts afresh."""
+    path = saved_mock_checkpoint(tmp_path)
+
+    def with_counter(features, labels, mode, params):
+        tf.compat.v1.get_variable("counter", initializer=7, trainable=False)
+        return model_fn(features, labels, mode, params)
+
+    run = session_of(with_counter, tmp_path / "second")
+    with run.built.graph.as_default():
+        kernel = next(v for v in tf.compat.v1.global_variables() if v.op.name == "dense/kernel")
+        run.session.run(kernel.assign(tf.zeros_like(kernel)))
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        run.restore(path)
+    restored = run.session.run(kernel)
+    run.close()
+    assert [r.getMessage() for r in caplog.records] == [f"not in {path}, initialised afresh: counter", f"restored {path}"]
+    reader = tf.train.load_checkpoint(path)
+    np.testing.assert_array_equal(restored, reader.get_tensor("dense/kernel"))
+
+
+def test_a_weight_or_slot_is_a_trainable_variable_or_one_named_under_it(tmp_path):
+    graph = tf.Graph()
+    with graph.as_default():
+        names = {"w": True, "w/Adam": False, "w/Adam_1": False, "wide": False, "global_step": False, "b": True,
+                 "x/w": False}
+        variables = {n: tf.compat.v1.get_variable(n, shape=(), trainable=t) for n, t in names.items()}
+    assert {n for n, v in variables.items() if is_weight_or_slot(v, graph)} == {"w", "w/Adam", "w/Adam_1", "b"}
+
+
+def test_run_config_refuses_a_device_it_has_not_and_a_strategy_on_the_emulator():
+    with pytest.raises(UserError) as refused:
+        RunConfig(device="tpu")
+    assert str(refused.value) == "RunConfig.device must be one of cpu, gpu, emulator, got 'tpu'"
+    with pytest.raises(UserError) as refused:
+        RunConfig(device="emulator", train_distribute=object())
+    assert str(refused.value) == ("RunConfig.train_distribute with --device emulator: the emulated device is one "
+                                  "system per run; train on it without a strategy")
+    assert RunConfig(device="emulator").train_distribute is None
+    assert RunConfig(save_summary_steps=1, save_checkpoints_steps=0, keep_checkpoint_max=0).keep_checkpoint_max == 0
+    with pytest.raises(UserError) as refused:
+        RunConfig(keep_checkpoint_max=-1)
+    assert str(refused.value) == ("runconfig.keep_checkpoint_max (RunConfig.keep_checkpoint_max) must be at least 0, "
+                                  "got -1")
+
+
+def test_run_config_from_params_takes_every_field_from_its_key(tmp_path):
+    from common.params import load_params
+
+    params = load_params(None, {**default_params(), "runconfig": {
+        "model_dir": str(tmp_path), "seed": 5, "log_steps": 3, "checkpoint_steps": 7, "keep_checkpoint_max": 2},
+        "device": {"profile": "wse3", "execution_mode": "weight_streaming", "micro_batch_size": 4}})
+    config = RunConfig.from_params(params, device="emulator")
+    assert (config.model_dir, config.tf_random_seed, config.save_summary_steps, config.save_checkpoints_steps,
+            config.keep_checkpoint_max, config.device, config.device_profile, config.execution_mode,
+            config.micro_batch_size, config.train_distribute) == (
+        str(tmp_path), 5, 3, 7, 2, "emulator", "wse3", "weight_streaming", 4, None)
+
+
+def test_cs_run_config_names_the_vendor_system_fields_it_ignores(caplog):
+    from common.tf.estimator.run_config import CSRunConfig
+
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        config = CSRunConfig(cs_ip="10.0.0.1:9000", stack_params={"ir_mode": "mlir"}, save_summary_steps=2)
+        CSRunConfig()
+    assert (config.cs_ip, config.save_summary_steps) == ("10.0.0.1:9000", 2)
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", "CSRunConfig.cs_ip 10.0.0.1:9000 is ignored: it addresses the vendor's system; the run is on cpu"),
+        ("WARNING", "CSRunConfig.stack_params is ignored: it configures the vendor's system software")]
+    with pytest.raises(UserError, match="RunConfig.device must be one of"):
+        CSRunConfig(device="tpu")
+
+
+def test_train_and_evaluate_hands_the_specs_to_the_estimator_and_names_what_it_ignores(caplog):
+    from common.tf.estimator.training import EvalSpec, TrainSpec, train_and_evaluate
+
+    class Recorder:
+        def train_and_evaluate(self, *args, **kwargs):
+            self.call = (args, kwargs)
+            return {"loss": 1.5}
+
+    train, evaluate = (lambda params, mode: None), (lambda params, mode: None)
+    estimator = Recorder()
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        metrics = train_and_evaluate(estimator, TrainSpec(train, max_steps=9), EvalSpec(evaluate, steps=3))
+    assert metrics == {"loss": 1.5} and caplog.records == []
+    assert estimator.call == ((train, evaluate), {"max_steps": 9, "eval_steps": 3})
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        train_and_evaluate(estimator, TrainSpec(train), EvalSpec(evaluate, start_delay_secs=10, throttle_secs=60))
+        train_and_evaluate(estimator, TrainSpec(train, hooks=(object(),)), EvalSpec(evaluate))
+        train_and_evaluate(estimator, TrainSpec(train), EvalSpec(evaluate, hooks=(object(),)))
+        train_and_evaluate(estimator, TrainSpec(train), EvalSpec(evaluate, exporters=[object()]))
+    assert estimator.call == ((train, evaluate), {"max_steps": None, "eval_steps": None})
+    hooks = ("WARNING", "TrainSpec/EvalSpec hooks and exporters are not run here")
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", "EvalSpec.start_delay_secs is ignored: each checkpoint is evaluated as it is saved"),
+        ("INFO", "EvalSpec.throttle_secs is ignored: each checkpoint is evaluated as it is saved"), hooks, hooks, hooks]
+
+
+def test_the_summary_switches_nest_and_the_outer_one_returns_after_an_error():
+    from common.tf.estimator.utils import cs_disable_summaries, cs_enable_summaries, summaries_enabled
+
+    assert summaries_enabled()
+    with cs_disable_summaries():
+        assert not summaries_enabled()
+        with cs_enable_summaries():
+            assert summaries_enabled()
+        assert not summaries_enabled()
+        with pytest.raises(ValueError), cs_enable_summaries():
+            raise ValueError
+        assert not summaries_enabled()
+    assert summaries_enabled()
