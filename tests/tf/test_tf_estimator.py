@@ -391,24 +391,28 @@ def test_a_restore_names_the_first_model_variable_the_checkpoint_lacks_and_count
 
 def test_a_restore_initialises_afresh_the_variables_outside_the_model_the_checkpoint_lacks(tmp_path, caplog):
     """An optimizer's state or a counter of the user's is not a model variable: a checkpoint
-    without it restores the weights, and one log line names what starts afresh."""
+    without it restores the weights, and one log line names what starts afresh. The same session
+    restores a checkpoint that holds them all before, and one that lacks them after."""
     path = saved_mock_checkpoint(tmp_path)
 
-    def with_counter(features, labels, mode, params):
+    def with_counters(features, labels, mode, params):
         tf.compat.v1.get_variable("counter", initializer=7, trainable=False)
+        tf.compat.v1.get_variable("offset", initializer=2.5, trainable=False)
         return model_fn(features, labels, mode, params)
 
-    run = session_of(with_counter, tmp_path / "second")
+    run = session_of(with_counters, tmp_path / "second")
     with run.built.graph.as_default():
+        whole = tf.compat.v1.train.Saver().save(run.session, str(tmp_path / "second" / "model.ckpt"), global_step=1)
+        run.restore(whole)
         kernel = next(v for v in tf.compat.v1.global_variables() if v.op.name == "dense/kernel")
         run.session.run(kernel.assign(tf.zeros_like(kernel)))
     with caplog.at_level(logging.INFO, logger="zoo"):
         run.restore(path)
     restored = run.session.run(kernel)
     run.close()
-    assert [r.getMessage() for r in caplog.records] == [f"not in {path}, initialised afresh: counter", f"restored {path}"]
-    reader = tf.train.load_checkpoint(path)
-    np.testing.assert_array_equal(restored, reader.get_tensor("dense/kernel"))
+    assert [r.getMessage() for r in caplog.records] == [f"not in {path}, initialised afresh: counter, offset",
+                                                        f"restored {path}"]
+    np.testing.assert_array_equal(restored, tf.train.load_checkpoint(path).get_tensor("dense/kernel"))
 
 
 def test_a_weight_or_slot_is_a_trainable_variable_or_one_named_under_it(tmp_path):
