@@ -2,6 +2,7 @@
 
 import logging
 import os
+import re
 
 import keras
 import numpy as np
@@ -351,12 +352,12 @@ def test_device_gpu_without_a_gpu(tmp_path, capsys):
 # RunConfig's checks, train_and_evaluate, the summary switches
 
 
-def session_of(model, tmp_path):
+def session_of(model, tmp_path, train_input=input_fn):
     """A GraphSession of ``model`` training the mock input, SGD as default_params has it."""
     from common.params import load_params
 
     estimator = CerebrasEstimator(model, config=RunConfig(model_dir=str(tmp_path)), params=load_params(None, default_params()))
-    return GraphSession(estimator.build(input_fn, ModeKeys.TRAIN), estimator.config)
+    return GraphSession(estimator.build(train_input, ModeKeys.TRAIN), estimator.config)
 
 
 def saved_mock_checkpoint(tmp_path):
@@ -413,6 +414,70 @@ def test_a_restore_initialises_afresh_the_variables_outside_the_model_the_checkp
     assert [r.getMessage() for r in caplog.records] == [f"not in {path}, initialised afresh: counter, offset",
                                                         f"restored {path}"]
     np.testing.assert_array_equal(restored, tf.train.load_checkpoint(path).get_tensor("dense/kernel"))
+
+
+def test_a_restore_of_a_model_without_weights_from_a_checkpoint_without_its_variables(tmp_path, caplog):
+    """Nothing of the model in the checkpoint and nothing trainable lost: no restore at all, every
+    variable initialised afresh and named."""
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.Session() as session:
+        other = tf.compat.v1.get_variable("other", initializer=1.0)
+        session.run(other.initializer)
+        path = tf.compat.v1.train.Saver([other]).save(session, str(tmp_path / "other.ckpt"))
+
+    def counting(features, labels, mode, params):
+        loss = tf.reduce_mean(features)
+        return EstimatorSpec(mode, loss=loss, train_op=tf.group(tf.compat.v1.assign_add(tf.compat.v1.train.get_global_step(), 1)))
+
+    run = session_of(counting, tmp_path / "model")
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        run.restore(path)
+    step = run.step()
+    run.close()
+    assert step == 0
+    assert [r.getMessage() for r in caplog.records] == [f"not in {path}, initialised afresh: global_step",
+                                                        f"restored {path}"]
+
+
+def test_a_restore_of_damaged_tensors_is_one_error_naming_the_checkpoint_and_tfs_reason(tmp_path):
+    path = saved_mock_checkpoint(tmp_path)
+    data = tmp_path / "first" / "model.ckpt-0.data-00000-of-00001"
+    damaged = bytearray(data.read_bytes())
+    damaged[:8] = bytes(b ^ 0xFF for b in damaged[:8])
+    data.write_bytes(bytes(damaged))
+    run = session_of(model_fn, tmp_path / "second")
+    with pytest.raises(UserError) as refused:
+        run.restore(path)
+    run.close()
+    at = re.escape(path)
+    assert re.fullmatch(rf"{at}: corrupt or unreadable checkpoint \(TensorBundle at {at} shard 0 \(\d+ bytes\): "
+                        rf"Checksum does not match: stored \d+ vs\. calculated on the restored bytes \d+\)",
+                        str(refused.value)), refused.value
+
+
+def test_an_input_position_of_another_pipeline_restarts_the_data_with_a_warning(tmp_path, caplog):
+    run = session_of(model_fn, tmp_path / "first")
+    run.session.run(run.built.train_op)
+    with run.built.graph.as_default():
+        path = run.built.saver.save(run.session, str(tmp_path / "first" / "model.ckpt"), global_step=1)
+    run.close()
+
+    def unshuffled(params, mode):
+        x = np.arange(EXAMPLES * FEATURES, dtype=np.float32).reshape(EXAMPLES, FEATURES)
+        y = (np.arange(EXAMPLES) % CLASSES).astype(np.int64)
+        return tf.data.Dataset.from_tensor_slices((x, y)).map(lambda a, b: (a * 2, b)).repeat().batch(4, drop_remainder=True)
+
+    run = session_of(model_fn, tmp_path / "second", train_input=unshuffled)
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        run.restore(path)
+    first = run.session.run(run.built.features)
+    step = run.step()
+    run.close()
+    assert step == 1
+    np.testing.assert_array_equal(first, 2 * np.arange(4 * FEATURES, dtype=np.float32).reshape(4, FEATURES))
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", f"{path}: the input position there is for another input pipeline; the data starts from its "
+                    "beginning"), ("INFO", f"restored {path}")]
 
 
 def test_a_weight_or_slot_is_a_trainable_variable_or_one_named_under_it(tmp_path):
