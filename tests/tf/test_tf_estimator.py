@@ -505,8 +505,9 @@ def test_run_config_refuses_a_device_it_has_not_and_a_strategy_on_the_emulator()
                                   "got -1")
 
 
-def test_run_config_from_params_takes_every_field_from_its_key(tmp_path):
+def test_run_config_from_params_takes_every_field_from_its_key(tmp_path, monkeypatch):
     from common.params import load_params
+    from common.tf.estimator import distribute
 
     params = load_params(None, {**default_params(), "runconfig": {
         "model_dir": str(tmp_path), "seed": 5, "log_steps": 3, "checkpoint_steps": 7, "keep_checkpoint_max": 2},
@@ -516,6 +517,9 @@ def test_run_config_from_params_takes_every_field_from_its_key(tmp_path):
             config.keep_checkpoint_max, config.device, config.device_profile, config.execution_mode,
             config.micro_batch_size, config.train_distribute) == (
         str(tmp_path), 5, 3, 7, 2, "emulator", "wse3", "weight_streaming", 4, None)
+    strategy, asked = object(), []
+    monkeypatch.setattr(distribute, "strategy_from_params", lambda runconfig, device: asked.append(device) or strategy)
+    assert RunConfig.from_params(params).train_distribute is strategy and asked == ["cpu"]
 
 
 def test_cs_run_config_names_the_vendor_system_fields_it_ignores(caplog):
