@@ -2,6 +2,7 @@
 DDP, equivalence with one process, resume with another number of processes, failures."""
 
 import hashlib
+import logging
 import os
 import signal
 import subprocess
@@ -607,3 +608,63 @@ def test_the_eval_order_sets_a_samplers_epoch_to_0_and_leaves_the_global_rng_alo
     assert sampler.epoch == 0
     sampler.set_epoch(0)
     assert order == [list(b) for b in zip(*[iter(list(sampler))] * 3)]
+
+
+# --- run.py's data-parallel branch in this process (torchrun's environment set, the group stood in for)
+
+def _run_in_process(tmp_path, *argv):
+    from common.folder import import_beside
+    from common.pytorch.run import run
+
+    model, data, utils = import_beside(str(MNIST / "run.py"), "model", "data", "utils")
+    return run(model.model_fn, data.get_train_dataloader, data.get_eval_dataloader, utils.default_params,
+               argv=["--params", str(TINY), "--model_dir", str(tmp_path / "m"), *argv])
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["--validate_only"], "--validate_only / --compile_only"), (["--compile_only"], "--validate_only / --compile_only"),
+    (["--device", "emulator"], "--device emulator")])
+def test_a_data_parallel_launch_of_the_device_is_one_line_naming_the_flag_and_the_process(
+        tmp_path, monkeypatch, capsys, argv, what):
+    for name, value in (("WORLD_SIZE", "3"), ("RANK", "2"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as exited:
+        _run_in_process(tmp_path, "--mode", "train", *argv)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: {what} runs in one process: the emulated device is one system per run, but this is process 2 of "
+        f"3 (WORLD_SIZE); launch it without torchrun")
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("rank, level", [("0", logging.INFO), ("1", logging.WARNING)])
+def test_a_data_parallel_launch_runs_its_mode_in_the_group_and_only_rank_0_logs_the_run(
+        tmp_path, monkeypatch, rank, level):
+    from common.pytorch import run as run_module
+
+    for name, value in (("WORLD_SIZE", "2"), ("RANK", rank), ("LOCAL_RANK", rank)):
+        monkeypatch.setenv(name, value)
+    zoo = logging.getLogger("zoo")
+    monkeypatch.setattr(zoo, "level", zoo.level)  # restored after the test
+    calls = []
+    monkeypatch.setattr(run_module, "_data_parallel",
+                        lambda args, params, *rest: calls.append((args.mode, rest[:-1], rest[-1])) or "done")
+    assert _run_in_process(tmp_path, "--mode", "eval") == "done"
+    assert [(mode, len(fns), world) for mode, fns, world in calls] == [("eval", 3, distributed.World(int(rank), 2,
+                                                                                                      int(rank)))]
+    assert zoo.getEffectiveLevel() == level
+
+
+def test_the_usage_line_names_the_folders_run_py_and_verbose_logs_debug(tmp_path, capsys, monkeypatch):
+    with pytest.raises(SystemExit) as exited:
+        _run_in_process(tmp_path, "--help")
+    assert exited.value.code == 0 and capsys.readouterr().out.startswith("usage: mnist/run.py ")
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "level", root.level)
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    with pytest.raises(SystemExit):
+        _run_in_process(tmp_path, "--mode", "train", "--verbose", "model.nope=1")
+    assert root.level == logging.DEBUG
+    with pytest.raises(SystemExit):
+        _run_in_process(tmp_path, "--mode", "train", "model.nope=1")
+    assert root.level == logging.INFO
