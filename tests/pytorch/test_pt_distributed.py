@@ -645,14 +645,14 @@ def test_a_data_parallel_launch_runs_its_mode_in_the_group_and_only_rank_0_logs_
     for name, value in (("WORLD_SIZE", "2"), ("RANK", rank), ("LOCAL_RANK", rank)):
         monkeypatch.setenv(name, value)
     zoo = logging.getLogger("zoo")
-    monkeypatch.setattr(zoo, "level", zoo.level)  # restored after the test
+    monkeypatch.setattr(zoo, "level", logging.NOTSET)  # restored after the test
     calls = []
     monkeypatch.setattr(run_module, "_data_parallel",
                         lambda args, params, *rest: calls.append((args.mode, rest[:-1], rest[-1])) or "done")
     assert _run_in_process(tmp_path, "--mode", "eval") == "done"
     assert [(mode, len(fns), world) for mode, fns, world in calls] == [("eval", 3, distributed.World(int(rank), 2,
                                                                                                       int(rank)))]
-    assert zoo.getEffectiveLevel() == level
+    assert (zoo.level, logging.getLogger().level) == (level if rank == "1" else logging.NOTSET, logging.INFO)
 
 
 def test_the_usage_line_names_the_folders_run_py_and_verbose_logs_debug(tmp_path, capsys, monkeypatch):
