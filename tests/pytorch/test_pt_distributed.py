@@ -612,13 +612,18 @@ def test_the_eval_order_sets_a_samplers_epoch_to_0_and_leaves_the_global_rng_alo
 
 # --- run.py's data-parallel branch in this process (torchrun's environment set, the group stood in for)
 
-def _run_in_process(tmp_path, *argv):
+def _mnist_fns():
     from common.folder import import_beside
-    from common.pytorch.run import run
 
     model, data, utils = import_beside(str(MNIST / "run.py"), "model", "data", "utils")
-    return run(model.model_fn, data.get_train_dataloader, data.get_eval_dataloader, utils.default_params,
-               argv=["--params", str(TINY), "--model_dir", str(tmp_path / "m"), *argv])
+    return model.model_fn, data.get_train_dataloader, data.get_eval_dataloader, utils.default_params
+
+
+def _run_in_process(tmp_path, *argv, model_dir=True):
+    from common.pytorch.run import run
+
+    where = ["--model_dir", str(tmp_path / "m")] if model_dir else []
+    return run(*_mnist_fns(), argv=["--params", str(TINY), *where, *argv])
 
 
 @pytest.mark.parametrize("argv, what", [
@@ -650,8 +655,7 @@ def test_a_data_parallel_launch_runs_its_mode_in_the_group_and_only_rank_0_logs_
     monkeypatch.setattr(run_module, "_data_parallel",
                         lambda args, params, *rest: calls.append((args.mode, rest[:-1], rest[-1])) or "done")
     assert _run_in_process(tmp_path, "--mode", "eval") == "done"
-    assert [(mode, len(fns), world) for mode, fns, world in calls] == [("eval", 3, distributed.World(int(rank), 2,
-                                                                                                      int(rank)))]
+    assert calls == [("eval", _mnist_fns()[:3], distributed.World(int(rank), 2, int(rank)))]
     assert (zoo.level, logging.getLogger().level) == (level if rank == "1" else logging.NOTSET, logging.INFO)
 
 
@@ -668,3 +672,35 @@ def test_the_usage_line_names_the_folders_run_py_and_verbose_logs_debug(tmp_path
     with pytest.raises(SystemExit):
         _run_in_process(tmp_path, "--mode", "train", "model.nope=1")
     assert root.level == logging.INFO
+
+
+def test_one_process_runs_its_mode_in_model_dir_of_the_framework_folder_and_config(tmp_path, monkeypatch):
+    """Without runconfig.model_dir: model_dir/pytorch_<folder>_<config> (common/cli.py's default_model_dir)."""
+    from common.pytorch import run as run_module
+
+    calls = []
+
+    class Recorder:
+        def __init__(self, args, params, *rest):
+            calls.append((args.mode, params["runconfig"]["model_dir"], rest[:3], rest[3]))
+
+        def execute(self):
+            return "done"
+
+    monkeypatch.setattr(run_module, "Runner", Recorder)
+    monkeypatch.chdir(tmp_path)
+    assert _run_in_process(tmp_path, "--mode", "eval", model_dir=False) == "done"
+    assert calls == [("eval", os.path.join("model_dir", "pytorch_mnist_tiny"), _mnist_fns()[:3],
+                      run_module.step_backend("cpu"))]
+
+
+@pytest.mark.parametrize("key", ["train_distribute=mirrored", "num_devices=2"])
+def test_the_tf_strategy_keys_are_one_line_in_process(tmp_path, capsys, key):
+    with pytest.raises(SystemExit) as exited:
+        _run_in_process(tmp_path, "--mode", "train", f"runconfig.{key}")
+    assert exited.value.code == 2
+    name = key.split("=")[0]
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: runconfig.{name} is the TF runner's (tf.distribute strategies); a PyTorch run trains data parallel "
+        f"when launched by torchrun --nproc_per_node N (README)")
+    assert not (tmp_path / "m").exists()

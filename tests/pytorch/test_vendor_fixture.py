@@ -9,6 +9,7 @@ compile, train on the emulator; a key of its YAML that no code reads is warned a
 """
 
 import os
+import shutil
 
 import pytest
 import yaml
@@ -90,5 +91,22 @@ def test_a_key_no_code_reads_is_warned_with_its_line(vendor_pt, digits, tmp_path
     warnings = [logged.split(" WARNING ", 1)[1] for logged in capsys.readouterr().err.splitlines()
                 if "never read" in logged]
     # the model reads its keys through params["model"].copy(), as the vendor's models do
+    assert warnings == [f"{params}:{line}: 'model.conv_chanels' is never read by the model or data code "
+                        f"(did you mean 'model.conv_channels'?)"]
+
+
+def test_an_eval_warns_of_a_key_no_code_reads_as_well(vendor_pt, digits, trained, tmp_path, capsys):
+    """run.py reports the unread keys once the mode is done: an eval, which has no first training step."""
+    model_dir = tmp_path / "model"
+    shutil.copytree(trained[0], model_dir)
+    text = open(os.path.join(VENDOR_PT, "configs", "params.yaml")).read()
+    params = tmp_path / "params.yaml"
+    params.write_text(text.replace("  conv_channels: 8\n", "  conv_channels: 8\n  conv_chanels: 16\n"))
+    line = params.read_text().splitlines().index("  conv_chanels: 16") + 1
+    capsys.readouterr()
+    vendor_pt.main(["--mode", "eval", "--params", str(params), "--model_dir", str(model_dir),
+                    "runconfig.eval_steps=1", *digits])
+    warnings = [logged.split(" WARNING ", 1)[1] for logged in capsys.readouterr().err.splitlines()
+                if "never read" in logged]
     assert warnings == [f"{params}:{line}: 'model.conv_chanels' is never read by the model or data code "
                         f"(did you mean 'model.conv_channels'?)"]
