@@ -704,3 +704,26 @@ def test_the_tf_strategy_keys_are_one_line_in_process(tmp_path, capsys, key):
         f"error: runconfig.{name} is the TF runner's (tf.distribute strategies); a PyTorch run trains data parallel "
         f"when launched by torchrun --nproc_per_node N (README)")
     assert not (tmp_path / "m").exists()
+
+
+def test_a_folders_own_flags_land_in_runconfig_of_the_vendor_form_only_when_given():
+    import argparse
+
+    from common.params import TrackedDict, load_params
+    from common.pytorch.run import _add_extra_args
+
+    parser = argparse.ArgumentParser()  # with its -h, as a folder may write it
+    parser.add_argument("--run_name")
+    parser.add_argument("--tag")
+    vendor = TrackedDict({"runconfig": {"max_steps": 3}})
+    _add_extra_args(vendor, parser.parse_args([]), [parser])
+    assert vendor == {"runconfig": {"max_steps": 3}}
+    _add_extra_args(vendor, parser.parse_args(["--run_name", "a"]), [parser])
+    assert vendor == {"runconfig": {"max_steps": 3, "run_name": "a"}}
+    zoo = load_params(str(TINY), _mnist_fns()[3]())
+    _add_extra_args(zoo, parser.parse_args([]), [parser])  # nothing given: the zoo's frozen params are fine
+    with pytest.raises(UserError) as error:
+        _add_extra_args(zoo, parser.parse_args(["--tag", "t"]), [parser])
+    assert str(error.value) == ("extra_args_parser_fn: a folder's own flags go into params['runconfig'], which only "
+                                "the vendor's form (set_defaults(params)) leaves writable; make them params keys "
+                                "instead")

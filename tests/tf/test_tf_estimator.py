@@ -480,6 +480,25 @@ def test_an_input_position_of_another_pipeline_restarts_the_data_with_a_warning(
                     "beginning"), ("INFO", f"restored {path}")]
 
 
+def test_a_session_without_weights_initialises_all_but_the_weights_and_their_slots(tmp_path):
+    """A compile reads shapes only: no memory for the weights or Adam's slots; the global step and
+    Adam's beta powers are initialised."""
+    from common.params import load_params
+
+    params = load_params(None, {**default_params(), "optimizer": {"optimizer_type": "adam", "learning_rate": 0.1}})
+    estimator = CerebrasEstimator(model_fn, config=RunConfig(model_dir=str(tmp_path)), params=params)
+    run = GraphSession(estimator.build(input_fn, ModeKeys.TRAIN), estimator.config, weights=False)
+    with run.built.graph.as_default():
+        names = {v.op.name for v in tf.compat.v1.global_variables()}
+        missing = {name.decode() for name in run.session.run(tf.compat.v1.report_uninitialized_variables())}
+    step = run.step()
+    run.close()
+    weights = {"dense/kernel", "dense/bias"}
+    slots = {name for name in names if any(name.startswith(w + "/") for w in weights)}
+    assert slots and missing == weights | slots and step == 0
+    assert names - missing == {"global_step", "beta1_power", "beta2_power"}
+
+
 def test_a_weight_or_slot_is_a_trainable_variable_or_one_named_under_it(tmp_path):
     graph = tf.Graph()
     with graph.as_default():
