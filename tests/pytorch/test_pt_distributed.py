@@ -42,6 +42,50 @@ def test_processes_slice_the_global_batches_of_one_process():
     assert skipped == ranks[1][2:]
 
 
+def test_the_replay_keeps_every_setting_of_the_users_loader(monkeypatch):
+    """The epoch's batches come from a DataLoader over the drawn order, with the loader's own settings."""
+    import warnings
+
+    seen = {}
+
+    class Recorder:
+        def __init__(self, dataset, **kwargs):
+            seen.update(kwargs, dataset=dataset)
+
+        def __iter__(self):
+            return iter(())
+
+    def init(worker):
+        return None
+
+    def collate(batch):
+        return batch
+
+    dataset = TensorDataset(torch.arange(8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pin_memory without an accelerator
+        loader = DataLoader(dataset, batch_size=4, shuffle=True, num_workers=2, pin_memory=True, timeout=5.0,
+                            worker_init_fn=init, multiprocessing_context="spawn", prefetch_factor=3, in_order=False,
+                            collate_fn=collate)
+    monkeypatch.setattr(data_order, "DataLoader", Recorder)
+    list(epoch_batches(loader, 1, 0))
+    order, generator = seen.pop("batch_sampler"), seen.pop("generator")
+    assert sorted(sum(order, [])) == list(range(8)) and isinstance(generator, torch.Generator)
+    assert seen == {"dataset": dataset, "num_workers": 2, "collate_fn": collate, "pin_memory": True, "timeout": 5.0,
+                    "worker_init_fn": init, "multiprocessing_context": loader.multiprocessing_context,
+                    "prefetch_factor": 3, "pin_memory_device": loader.pin_memory_device, "in_order": False}
+    assert loader.multiprocessing_context is not None
+
+
+def test_a_sampler_without_a_generator_is_left_without_one():
+    loader = DataLoader(TensorDataset(torch.arange(8)), batch_size=4, shuffle=False)
+    assert _batches(epoch_batches(loader, 1, 0)) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert not hasattr(loader.sampler, "generator")
+    shuffled = DataLoader(TensorDataset(torch.arange(8)), batch_size=4, shuffle=True)
+    list(epoch_batches(shuffled, 1, 0))
+    assert shuffled.sampler.generator is None  # its own, put back
+
+
 def test_resuming_with_another_number_of_processes_continues_at_the_same_example(caplog):
     order = TrainOrder(_loader(4), seed=0, state={"epoch": 2, "batch": 3, "global_batch": 8},
                        world=distributed.World(0, 1))
@@ -317,7 +361,7 @@ def test_the_sums_over_gpu_processes_go_through_the_gpu_in_float64(tmp_path, mon
     monkeypatch.setattr(torch.Tensor, "cuda", lambda t: (moved.append(t.dtype), t)[1])
     two = distributed.World(0, 2)
     assert distributed.mean_across(0.1, two) == 0.05
-    sums = distributed.sum_across([np.array([0.1], np.float32), np.int32(3)], two)
+    sums = distributed.sum_across([np.array([0.1], np.float32), np.float32(3)], two)  # float32 alone stays float32
     assert [s.dtype for s in sums] == [np.float64, np.float64] and sums[0].tolist() == [np.float32(0.1).item()]
     assert moved == reduced == [torch.float64, torch.float64]
 
