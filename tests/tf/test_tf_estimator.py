@@ -500,6 +500,22 @@ def test_a_session_without_weights_initialises_all_but_the_weights_and_their_slo
     assert names - missing == {"global_step", "beta1_power", "beta2_power"}
 
 
+def test_a_training_graph_with_local_variables_has_them_initialised(tmp_path):
+    """A running mean of the loss (tf.compat.v1.metrics, local variables) in a training model_fn."""
+    def with_running_mean(features, labels, mode, params):
+        logits = keras.layers.Dense(CLASSES, name="dense")(features)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        mean, update = tf.compat.v1.metrics.mean(loss)
+        tf.compat.v1.add_to_collection("running_mean", mean)
+        return EstimatorSpec(mode, loss=loss, train_op=tf.group(build_train_op(loss, params), update))
+
+    run = session_of(with_running_mean, tmp_path)
+    losses = [run.session.run([run.built.train_op, run.built.spec.loss])[1] for _ in range(2)]
+    mean = run.session.run(run.built.graph.get_collection("running_mean")[0])
+    run.close()
+    assert mean == pytest.approx(np.mean(losses), rel=1e-6)
+
+
 def test_a_weight_or_slot_is_a_trainable_variable_or_one_named_under_it(tmp_path):
     graph = tf.Graph()
     with graph.as_default():
@@ -585,13 +601,13 @@ def test_train_and_evaluate_hands_the_specs_to_the_estimator_and_names_what_it_i
 def test_the_summary_switches_nest_and_the_outer_one_returns_after_an_error():
     from common.tf.estimator.utils import cs_disable_summaries, cs_enable_summaries, summaries_enabled
 
-    assert summaries_enabled()
+    assert summaries_enabled() is True
     with cs_disable_summaries():
-        assert not summaries_enabled()
+        assert summaries_enabled() is False
         with cs_enable_summaries():
-            assert summaries_enabled()
-        assert not summaries_enabled()
+            assert summaries_enabled() is True
+        assert summaries_enabled() is False
         with pytest.raises(ValueError), cs_enable_summaries():
             raise ValueError
-        assert not summaries_enabled()
-    assert summaries_enabled()
+        assert summaries_enabled() is False
+    assert summaries_enabled() is True

@@ -192,7 +192,10 @@ def _run_state_updates(graph: tf.Graph, train_op: Any) -> Any:
     variable, so the masks follow one deterministic stream that a checkpoint (which holds
     the seed variable) resumes, and the running statistics update as in eager Keras.
     """
-    initializers = {c.initializer for v in tf.compat.v1.global_variables() for c in components(v)}
+    # the initialisers of every variable (a local one too: a running tf.compat.v1.metrics value in a
+    # training model_fn) are not state updates: run with the step, they would reset it every step
+    variables = tf.compat.v1.global_variables() + tf.compat.v1.local_variables()
+    initializers = {c.initializer for v in variables for c in components(v)}
     trainable = {c.handle.op for v in tf.compat.v1.trainable_variables() for c in components(v)}
     needed = _ancestors([train_op])
     advances = []
