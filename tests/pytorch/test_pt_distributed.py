@@ -229,6 +229,20 @@ def test_world_from_torchruns_environment(monkeypatch):
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert distributed.world_from_env() == distributed.World(3, 4, 1)
+    for unset in ("", None):  # LOCAL_RANK unset or empty: 0
+        if unset is None:
+            monkeypatch.delenv("LOCAL_RANK")
+        else:
+            monkeypatch.setenv("LOCAL_RANK", unset)
+        assert distributed.world_from_env() == distributed.World(3, 4, 0)
+    monkeypatch.setenv("WORLD_SIZE", "")
+    assert distributed.world_from_env() == distributed.SINGLE
+    for size in ("0", "-2"):
+        monkeypatch.setenv("WORLD_SIZE", size)
+        with pytest.raises(UserError) as error:
+            distributed.world_from_env()
+        assert str(error.value) == f"environment variable WORLD_SIZE={size}: must be at least 1"
+    monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("RANK", "4")
     with pytest.raises(UserError, match="RANK='4'.*in 0..3: launch it with torchrun"):
         distributed.world_from_env()
@@ -697,9 +711,10 @@ def test_a_data_parallel_launch_runs_its_mode_in_the_group_and_only_rank_0_logs_
     monkeypatch.setattr(zoo, "level", logging.NOTSET)  # restored after the test
     calls = []
     monkeypatch.setattr(run_module, "_data_parallel",
-                        lambda args, params, *rest: calls.append((args.mode, rest[:-1], rest[-1])) or "done")
+                        lambda args, params, *rest: calls.append((args.mode, params["runconfig"]["max_steps"],
+                                                                  rest[:-1], rest[-1])) or "done")
     assert _run_in_process(tmp_path, "--mode", "eval") == "done"
-    assert calls == [("eval", _mnist_fns()[:3], distributed.World(int(rank), 2, int(rank)))]
+    assert calls == [("eval", 4, _mnist_fns()[:3], distributed.World(int(rank), 2, int(rank)))]  # params_tiny's
     assert (zoo.level, logging.getLogger().level) == (level if rank == "1" else logging.NOTSET, logging.INFO)
 
 
