@@ -516,6 +516,47 @@ def test_a_training_graph_with_local_variables_has_them_initialised(tmp_path):
     assert mean == pytest.approx(np.mean(losses), rel=1e-6)
 
 
+def test_a_session_runs_where_and_as_the_strategy_and_run_config_say(tmp_path, monkeypatch):
+    """GraphSession hands the graph's strategy and RunConfig.session_config to session_options
+    (common/tf/estimator/distribute.py), and opens the session on the target and config it returns."""
+    from common.params import load_params
+    from common.tf.estimator import distribute
+
+    asked, opened = [], []
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1)
+    chosen = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=1)
+    strategy = object()
+    monkeypatch.setattr(distribute, "session_options", lambda *args: asked.append(args) or ("grpc://w0:2222", chosen))
+    real_session = tf.compat.v1.Session
+
+    def local_session(target, graph, config):
+        opened.append((target, graph, config))
+        return real_session(graph=graph)
+
+    monkeypatch.setattr(tf.compat.v1, "Session", local_session)
+    estimator = CerebrasEstimator(model_fn, config=RunConfig(model_dir=str(tmp_path), session_config=config),
+                                  params=load_params(None, default_params()))
+    built = estimator.build(input_fn, ModeKeys.TRAIN)
+    built.strategy = strategy
+    GraphSession(built, estimator.config).close()
+    assert asked == [(strategy, config)] and opened == [("grpc://w0:2222", built.graph, chosen)]
+
+
+def test_a_training_graph_with_a_lookup_table_has_it_initialised(tmp_path):
+    def remapped(features, labels, mode, params):
+        table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+            tf.constant([0, 1, 2], tf.int64), tf.constant([2, 0, 1], tf.int64)), default_value=-1)
+        mapped = table.lookup(labels)
+        tf.compat.v1.add_to_collection("mapped", mapped)
+        return model_fn(features, mapped, mode, params)
+
+    run = session_of(remapped, tmp_path)
+    labels, mapped, _ = run.session.run([run.built.labels, run.built.graph.get_collection("mapped")[0],
+                                         run.built.train_op])
+    run.close()
+    np.testing.assert_array_equal(mapped, (labels + 2) % 3)
+
+
 def test_a_weight_or_slot_is_a_trainable_variable_or_one_named_under_it(tmp_path):
     graph = tf.Graph()
     with graph.as_default():
