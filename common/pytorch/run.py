@@ -104,7 +104,8 @@ def _is_collective_failure(e: BaseException) -> bool:
 
 def _add_extra_args(params, args: argparse.Namespace, parsers: list[argparse.ArgumentParser]) -> None:
     # (argparse's -h prints and exits: it never leaves a "help" in args)
-    given = {a.dest: getattr(args, a.dest) for p in parsers for a in p._actions if getattr(args, a.dest, None) is not None}
+    given = {a.dest: getattr(args, a.dest) for p in parsers for a in p._actions
+             if getattr(args, a.dest, None) is not None}
     if not given:
         return
     if not isinstance(params, TrackedDict):

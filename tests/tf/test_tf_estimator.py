@@ -352,6 +352,11 @@ def test_device_gpu_without_a_gpu(tmp_path, capsys):
 # RunConfig's checks, train_and_evaluate, the summary switches
 
 
+def zoo_log(caplog) -> list[tuple[str, str]]:
+    """The zoo's own records (level, message): TensorFlow's logger propagates to the root as well."""
+    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "zoo"]
+
+
 def session_of(model, tmp_path, train_input=input_fn):
     """A GraphSession of ``model`` training the mock input, SGD as default_params has it."""
     from common.params import load_params
@@ -412,8 +417,8 @@ def test_a_restore_initialises_afresh_the_variables_outside_the_model_the_checkp
         run.restore(path)
     restored = run.session.run(kernel)
     run.close()
-    assert [r.getMessage() for r in caplog.records if r.name == "zoo"] == [f"not in {path}, initialised afresh: counter, offset",
-                                                        f"restored {path}"]
+    assert zoo_log(caplog) == [("INFO", f"not in {path}, initialised afresh: counter, offset"),
+                               ("INFO", f"restored {path}")]
     np.testing.assert_array_equal(restored, tf.train.load_checkpoint(path).get_tensor("dense/kernel"))
 
 
@@ -436,8 +441,8 @@ def test_a_restore_of_a_model_without_weights_from_a_checkpoint_without_its_vari
     step = run.step()
     run.close()
     assert step == 0
-    assert [r.getMessage() for r in caplog.records if r.name == "zoo"] == [f"not in {path}, initialised afresh: global_step",
-                                                        f"restored {path}"]
+    assert zoo_log(caplog) == [("INFO", f"not in {path}, initialised afresh: global_step"),
+                               ("INFO", f"restored {path}")]
 
 
 def test_a_restore_of_damaged_tensors_is_one_error_naming_the_checkpoint_and_tfs_reason(tmp_path):
@@ -476,7 +481,7 @@ def test_an_input_position_of_another_pipeline_restarts_the_data_with_a_warning(
     run.close()
     assert step == 1
     np.testing.assert_array_equal(first, 2 * np.arange(4 * FEATURES, dtype=np.float32).reshape(4, FEATURES))
-    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "zoo"] == [
+    assert zoo_log(caplog) == [
         ("WARNING", f"{path}: the input position there is for another input pipeline; the data starts from its "
                     "beginning"), ("INFO", f"restored {path}")]
 
@@ -606,7 +611,7 @@ def test_cs_run_config_names_the_vendor_system_fields_it_ignores(caplog):
         config = CSRunConfig(cs_ip="10.0.0.1:9000", stack_params={"ir_mode": "mlir"}, save_summary_steps=2)
         CSRunConfig()
     assert (config.cs_ip, config.save_summary_steps) == ("10.0.0.1:9000", 2)
-    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "zoo"] == [
+    assert zoo_log(caplog) == [
         ("WARNING", "CSRunConfig.cs_ip 10.0.0.1:9000 is ignored: it addresses the vendor's system; the run is on cpu"),
         ("WARNING", "CSRunConfig.stack_params is ignored: it configures the vendor's system software")]
     with pytest.raises(UserError, match="RunConfig.device must be one of"):
@@ -625,7 +630,7 @@ def test_train_and_evaluate_hands_the_specs_to_the_estimator_and_names_what_it_i
     estimator = Recorder()
     with caplog.at_level(logging.INFO, logger="zoo"):
         metrics = train_and_evaluate(estimator, TrainSpec(train, max_steps=9), EvalSpec(evaluate, steps=3))
-    assert metrics == {"loss": 1.5} and not [r for r in caplog.records if r.name == "zoo"]
+    assert metrics == {"loss": 1.5} and zoo_log(caplog) == []
     assert estimator.call == ((train, evaluate), {"max_steps": 9, "eval_steps": 3})
     with caplog.at_level(logging.INFO, logger="zoo"):
         train_and_evaluate(estimator, TrainSpec(train), EvalSpec(evaluate, start_delay_secs=10, throttle_secs=60))
@@ -634,7 +639,7 @@ def test_train_and_evaluate_hands_the_specs_to_the_estimator_and_names_what_it_i
         train_and_evaluate(estimator, TrainSpec(train), EvalSpec(evaluate, exporters=[object()]))
     assert estimator.call == ((train, evaluate), {"max_steps": None, "eval_steps": None})
     hooks = ("WARNING", "TrainSpec/EvalSpec hooks and exporters are not run here")
-    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "zoo"] == [
+    assert zoo_log(caplog) == [
         ("INFO", "EvalSpec.start_delay_secs is ignored: each checkpoint is evaluated as it is saved"),
         ("INFO", "EvalSpec.throttle_secs is ignored: each checkpoint is evaluated as it is saved"), hooks, hooks, hooks]
 
