@@ -199,7 +199,8 @@ def test_readable_checkpoints_skips_a_damaged_one_and_names_every_one_when_none_
     with caplog.at_level(logging.WARNING, logger="zoo"):
         assert checkpoints.readable_checkpoints(str(model_dir)) == [ckpt_4]
     problem_2 = checkpoints.checkpoint_problem(ckpt_2)
-    assert problem_2.startswith(f"{model_dir / INDEX_2}: corrupt or unreadable checkpoint index (")
+    assert problem_2 == (f"{model_dir / INDEX_2}: corrupt or unreadable checkpoint index "
+                         f"(not an sstable (bad magic number))")  # TF's reason
     assert [r.getMessage() for r in caplog.records] == [f"{problem_2}; skipped"]
     _cut_in_half(model_dir / INDEX_4)
     with pytest.raises(UserError) as error:
@@ -245,3 +246,49 @@ def test_a_save_writes_the_index_and_data_files_and_the_state_file_only(tmp_path
                                                       "model.ckpt-3.index"]
     assert (tmp_path / "model" / "checkpoint").read_text() == ('model_checkpoint_path: "model.ckpt-3"\n'
                                                                'all_model_checkpoint_paths: "model.ckpt-3"\n')
+
+
+class _Failing:
+    """A Saver whose save raises ``error`` before writing anything."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def save(self, session, prefix, global_step, **kwargs):
+        raise self.error
+
+
+def test_a_failed_save_names_tfs_reason_or_the_os_errors_whole_and_the_newest_of_several_kept(tmp_path):
+    import tensorflow as tf
+    model_dir = tmp_path / "model"
+    *_, ckpt_6 = _saved(model_dir, [2, 4, 6])
+    before = _snapshot(model_dir)
+    wrapped = ("Graph execution error:\n\nDetected at node 'save/SaveV2':\n"
+               "{{function_node __inner_1}} model.ckpt-8_temp/part-00000: Disk quota exceeded [Op:SaveV2]\n"
+               "\t [[{{node save/SaveV2}}]]")
+    for error, reason in ((tf.errors.ResourceExhaustedError(None, None, wrapped),
+                           "model.ckpt-8_temp/part-00000: Disk quota exceeded"),
+                          (OSError("the volume went away"), "the volume went away"),  # no strerror: its text
+                          (OSError(30, "Read-only file system"), "Read-only file system")):
+        with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+            with pytest.raises(UserError) as error_info:
+                checkpoints.save_checkpoint(_Failing(error), session, str(model_dir), 8, keep_max=5)
+        assert str(error_info.value) == (f"{model_dir / 'model.ckpt-8'}: not saved ({reason}); the newest complete "
+                                         f"checkpoint is kept: {ckpt_6}")
+        assert _snapshot(model_dir) == before
+
+
+def test_a_failed_save_of_a_step_the_state_file_names_leaves_its_files(tmp_path):
+    """A run resumed before its newest checkpoint saves that step again: failing, it must not remove the
+    files of the checkpoint that the state file still names."""
+    import tensorflow as tf
+    model_dir = tmp_path / "model"
+    _, ckpt_4 = _saved(model_dir, [2, 4])
+    before = _snapshot(model_dir)
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        with pytest.raises(UserError) as error_info:
+            checkpoints.save_checkpoint(_Failing(OSError(28, "No space left on device")), session, str(model_dir), 4,
+                                        keep_max=5)
+    assert str(error_info.value) == (f"{ckpt_4}: not saved (No space left on device); the newest complete checkpoint "
+                                     f"is kept: {ckpt_4}")
+    assert _snapshot(model_dir) == before and checkpoints.checkpoint_problem(ckpt_4) is None
