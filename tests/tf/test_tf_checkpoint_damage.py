@@ -292,3 +292,62 @@ def test_a_failed_save_of_a_step_the_state_file_names_leaves_its_files(tmp_path)
     assert str(error_info.value) == (f"{ckpt_4}: not saved (No space left on device); the newest complete checkpoint "
                                      f"is kept: {ckpt_4}")
     assert _snapshot(model_dir) == before and checkpoints.checkpoint_problem(ckpt_4) is None
+
+
+def test_newest_readable_falls_back_with_a_warning_each_and_names_every_one_when_none_reads(tmp_path, caplog):
+    model_dir = tmp_path / "model"
+    ckpt_2, ckpt_4, ckpt_6 = _saved(model_dir, [2, 4, 6])
+    _cut_in_half(model_dir / "model.ckpt-6.index")
+    os.remove(model_dir / DATA_4)
+    problem_6, problem_4 = checkpoints.checkpoint_problem(ckpt_6), checkpoints.checkpoint_problem(ckpt_4)
+    # no single .data file left: the problem names the pattern of the checkpoint's data files, and TF's reason
+    assert problem_4 == (f"{ckpt_4}.data-*: corrupt or unreadable checkpoint data (tensor 'v': "
+                         f"{model_dir / DATA_4}; No such file or directory)")
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        assert checkpoints.newest_readable(str(model_dir)) == ckpt_2
+    assert [r.getMessage() for r in caplog.records] == [f"{problem_6}; falling back to {ckpt_2}",
+                                                        f"{problem_4}; falling back to {ckpt_2}"]
+    _cut_in_half(model_dir / INDEX_2)
+    with pytest.raises(UserError) as error:
+        checkpoints.newest_readable(str(model_dir))
+    assert str(error.value) == (
+        f"{model_dir}: no readable checkpoint: {problem_6}; {problem_4}; {checkpoints.checkpoint_problem(ckpt_2)}. "
+        f"To start afresh, move the model.ckpt-* files and the state file 'checkpoint' out of it; or pass "
+        f"--checkpoint_path")
+
+
+@pytest.mark.parametrize("text", ["", 'all_model_checkpoint_paths: "model.ckpt-2"\n'], ids=["empty", "no latest"])
+def test_a_state_file_naming_no_latest_checkpoint_is_unreadable(tmp_path, text):
+    """TF raises (not logs) for a state file that parses but names no model_checkpoint_path."""
+    model_dir = tmp_path / "model"
+    _saved(model_dir, [2])
+    (model_dir / "checkpoint").write_text(text)
+    with pytest.raises(UserError) as error:
+        checkpoints.list_checkpoints(str(model_dir))
+    assert str(error.value) == (f"{model_dir / 'checkpoint'}: unreadable checkpoint state file; delete it to start "
+                                f"afresh, or pass --checkpoint_path")
+
+
+def test_read_checkpoint_gives_the_shapes_or_one_error_with_tfs_reason(tmp_path):
+    ckpt_2, ckpt_4 = _saved(tmp_path / "model", [2, 4])
+    assert checkpoints.read_checkpoint(ckpt_2) == {"v": [2]}
+    _cut_in_half(tmp_path / "model" / INDEX_4)
+    with pytest.raises(UserError) as error:
+        checkpoints.read_checkpoint(ckpt_4)
+    assert str(error.value) == f"{ckpt_4}: corrupt or unreadable checkpoint (not an sstable (bad magic number))"
+
+
+def test_the_state_files_latest_counts_and_an_absolute_name_elsewhere_is_kept(tmp_path):
+    """The latest checkpoint is listed last even when all_model_checkpoint_paths leaves it out; a name
+    whose files exist where it points (an absolute path into another folder) is taken as it is."""
+    model_dir = tmp_path / "model"
+    ckpt_2, ckpt_4 = _saved(model_dir, [2, 4])
+    (model_dir / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-4"\n'
+                                          'all_model_checkpoint_paths: "model.ckpt-2"\n')
+    assert checkpoints.list_checkpoints(str(model_dir)) == [ckpt_2, ckpt_4]
+    assert checkpoints.latest_checkpoint(str(model_dir)) == ckpt_4
+    (other,) = _saved(tmp_path / "other", [6])
+    (model_dir / "checkpoint").write_text(f'model_checkpoint_path: "{other}"\n'
+                                          f'all_model_checkpoint_paths: "model.ckpt-2"\n'
+                                          f'all_model_checkpoint_paths: "{other}"\n')
+    assert checkpoints.list_checkpoints(str(model_dir)) == [ckpt_2, other]
