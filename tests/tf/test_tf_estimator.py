@@ -657,3 +657,81 @@ def test_the_summary_switches_nest_and_the_outer_one_returns_after_an_error():
             raise ValueError
         assert summaries_enabled() is False
     assert summaries_enabled() is True
+
+
+# --- graph.py's checks of what input_fn and model_fn hand back, on their own
+
+
+def test_the_batch_size_and_the_warning_of_shapes_not_static_name_every_shape(caplog):
+    from common.tf.estimator.graph import _batch_size, where
+
+    def batches(params, mode):
+        return None
+
+    static = (tf.TensorSpec([4, 6]), tf.TensorSpec([4]))
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        assert _batch_size(static, batches) == (4, True)
+        assert _batch_size(({"x": tf.TensorSpec([None, 6])}, tf.TensorSpec([4])), batches) == (None, False)
+        assert _batch_size((tf.TensorSpec(None), tf.TensorSpec([8, None])), batches) == (None, False)
+        assert _batch_size(tf.TensorSpec([]), batches) == (None, True)  # a scalar: no batch dimension
+    advice = ("this runs on the CPU, but the device needs static shapes: batch with drop_remainder=True "
+              "(train_input.drop_last: true)")
+    assert zoo_log(caplog) == [
+        ("WARNING", f"{where(batches)}: the dataset's shapes are not static ((None, 6), (4,)); {advice}"),
+        ("WARNING", f"{where(batches)}: the dataset's shapes are not static (unknown rank, (8, None)); {advice}")]
+
+
+def test_host_call_is_checked_whole_and_its_fn_takes_a_list_or_a_dict_of_tensors():
+    from common.tf.estimator.graph import _metric_ops, where
+
+    def metric_model(features, labels, mode, params):
+        return None
+
+    def accuracy(labels, logits):
+        return {"accuracy": tf.compat.v1.metrics.accuracy(labels, tf.argmax(logits, -1))}
+
+    def listed(labels, logits):
+        return [accuracy(labels, logits)["accuracy"]]
+
+    with tf.Graph().as_default():
+        loss, labels, logits = tf.constant(0.5), tf.constant([1, 0]), tf.constant([[0.0, 1.0], [0.0, 1.0]])
+        for host_call in ((accuracy, [labels, logits]), (accuracy, {"logits": logits, "labels": labels})):
+            metrics = _metric_ops(CSEstimatorSpec(ModeKeys.EVAL, loss=loss, host_call=host_call), metric_model)
+            assert sorted(metrics) == ["accuracy", "loss"]
+        for bad in (("accuracy", [labels, logits]), (accuracy, [labels, logits], None), (accuracy,), accuracy):
+            with pytest.raises(UserError) as error:
+                _metric_ops(CSEstimatorSpec(ModeKeys.EVAL, loss=loss, host_call=bad), metric_model)
+            assert str(error.value) == f"{where(metric_model)}: host_call must be (fn, [tensors]), got {bad!r}"
+        with pytest.raises(UserError) as error:
+            _metric_ops(CSEstimatorSpec(ModeKeys.EVAL, loss=loss, host_call=(listed, [labels, logits])), metric_model)
+        assert str(error.value) == (f"host_call fn {where(listed)} returned list; expected a dict of "
+                                    f"{{name: tf.compat.v1.metrics.*(...)}} (value, update_op) pairs")
+
+
+def test_eval_metric_ops_are_checked_whole_and_the_mean_loss_added_unless_given():
+    from common.tf.estimator.graph import _metric_ops, where
+
+    def metric_model(features, labels, mode, params):
+        return None
+
+    with tf.Graph().as_default() as graph:
+        loss, labels = tf.constant(0.5), tf.constant([1, 0])
+        accuracy = tf.compat.v1.metrics.accuracy(labels, labels)
+        metrics = _metric_ops(EstimatorSpec(ModeKeys.EVAL, loss=loss, eval_metric_ops={"accuracy": accuracy}),
+                              metric_model)
+        assert list(metrics) == ["accuracy", "loss"] and metrics["accuracy"] == accuracy
+        assert [v.name for v in graph.get_collection(tf.compat.v1.GraphKeys.LOCAL_VARIABLES)][-2:] == [
+            "mean_loss/total:0", "mean_loss/count:0"]  # the mean of the loss, named so in TensorBoard's graph
+        own = tf.compat.v1.metrics.mean(loss * 2)
+        metrics = _metric_ops(EstimatorSpec(ModeKeys.EVAL, loss=loss, eval_metric_ops={"loss": own}), metric_model)
+        assert list(metrics) == ["loss"] and metrics["loss"] == own  # the model's own loss metric is kept
+        assert _metric_ops(EstimatorSpec(ModeKeys.EVAL, loss=loss), metric_model).keys() == {"loss"}
+        with pytest.raises(UserError) as error:
+            _metric_ops(EstimatorSpec(ModeKeys.EVAL, loss=loss, eval_metric_ops=[accuracy]), metric_model)
+        assert str(error.value) == (f"{where(metric_model)}: eval_metric_ops returned list; expected a dict of "
+                                    f"{{name: tf.compat.v1.metrics.*(...)}} (value, update_op) pairs")
+        for bad in ((*accuracy, accuracy[0]), accuracy[0]):
+            with pytest.raises(UserError) as error:
+                _metric_ops(EstimatorSpec(ModeKeys.EVAL, loss=loss, eval_metric_ops={"acc": bad}), metric_model)
+            assert str(error.value) == (f"{where(metric_model)}: eval_metric_ops: metric 'acc' is not a (value, "
+                                        f"update_op) pair such as tf.compat.v1.metrics.accuracy returns")
