@@ -336,7 +336,8 @@ def test_checkpoint_steps_0_saves_only_at_the_end_and_keep_0_keeps_every_one(tmp
                                   config=RunConfig(save_checkpoints_steps=1, keep_checkpoint_max=0))
     estimator.train(input_fn, max_steps=7)
     assert len(checkpoints.list_checkpoints(str(tmp_path / "all"))) == 7
-    with pytest.raises(UserError, match=r"runconfig.log_steps \(RunConfig.save_summary_steps\) must be at least 1, got 0"):
+    with pytest.raises(UserError,
+                       match=r"runconfig.log_steps \(RunConfig.save_summary_steps\) must be at least 1, got 0"):
         RunConfig(save_summary_steps=0)
     with pytest.raises(UserError, match=r"runconfig.checkpoint_steps .* must be at least 0, got -1"):
         RunConfig(save_checkpoints_steps=-1)
@@ -361,7 +362,8 @@ def session_of(model, tmp_path, train_input=input_fn):
     """A GraphSession of ``model`` training the mock input, SGD as default_params has it."""
     from common.params import load_params
 
-    estimator = CerebrasEstimator(model, config=RunConfig(model_dir=str(tmp_path)), params=load_params(None, default_params()))
+    estimator = CerebrasEstimator(model, config=RunConfig(model_dir=str(tmp_path)),
+                                  params=load_params(None, default_params()))
     return GraphSession(estimator.build(train_input, ModeKeys.TRAIN), estimator.config)
 
 
@@ -433,7 +435,8 @@ def test_a_restore_of_a_model_without_weights_from_a_checkpoint_without_its_vari
 
     def counting(features, labels, mode, params):
         loss = tf.reduce_mean(features)
-        return EstimatorSpec(mode, loss=loss, train_op=tf.group(tf.compat.v1.assign_add(tf.compat.v1.train.get_global_step(), 1)))
+        step = tf.compat.v1.assign_add(tf.compat.v1.train.get_global_step(), 1)
+        return EstimatorSpec(mode, loss=loss, train_op=tf.group(step))
 
     run = session_of(counting, tmp_path / "model")
     with caplog.at_level(logging.INFO, logger="zoo"):
@@ -471,7 +474,8 @@ def test_an_input_position_of_another_pipeline_restarts_the_data_with_a_warning(
     def unshuffled(params, mode):
         x = np.arange(EXAMPLES * FEATURES, dtype=np.float32).reshape(EXAMPLES, FEATURES)
         y = (np.arange(EXAMPLES) % CLASSES).astype(np.int64)
-        return tf.data.Dataset.from_tensor_slices((x, y)).map(lambda a, b: (a * 2, b)).repeat().batch(4, drop_remainder=True)
+        doubled = tf.data.Dataset.from_tensor_slices((x, y)).map(lambda a, b: (a * 2, b))
+        return doubled.repeat().batch(4, drop_remainder=True)
 
     run = session_of(model_fn, tmp_path / "second", train_input=unshuffled)
     with caplog.at_level(logging.INFO, logger="zoo"):
