@@ -739,3 +739,273 @@ def test_eval_metric_ops_are_checked_whole_and_the_mean_loss_added_unless_given(
                 _metric_ops(EstimatorSpec(ModeKeys.EVAL, loss=loss, eval_metric_ops={"acc": bad}), metric_model)
             assert str(error.value) == (f"{where(metric_model)}: eval_metric_ops: metric 'acc' is not a (value, "
                                         f"update_op) pair such as tf.compat.v1.metrics.accuracy returns")
+
+
+def test_the_run_precision_is_the_params_or_the_models_own_policy_and_never_two():
+    from types import SimpleNamespace
+
+    from common.tf.estimator.graph import run_precision
+
+    fp32, own_bf16 = SimpleNamespace(model_precision=None), SimpleNamespace(model_precision="bfloat16")
+    mixed = {"mixed_precision": {"enabled": True, "dtype": "float16"}}
+    assert run_precision({}, fp32) == "float32" and run_precision({}, own_bf16) == "bfloat16"
+    assert run_precision(mixed, fp32) == "float16"
+    assert run_precision({"mixed_precision": {"enabled": False, "dtype": "float16"}}, fp32) == "float32"
+    assert run_precision({"mixed_precision": {"enabled": True, "dtype": "bfloat16"}}, own_bf16) == "bfloat16"
+    with pytest.raises(UserError) as error:
+        run_precision(mixed, own_bf16)
+    assert str(error.value) == ("model_fn sets a Keras bfloat16 policy, params ask for mixed_precision.dtype float16: "
+                                "give one precision (set mixed_precision.dtype: bfloat16, or remove the model_fn's "
+                                "set_global_policy)")
+
+
+def test_where_names_a_function_by_its_file_and_line_and_anything_else_by_its_name():
+    import functools
+
+    from common.tf.estimator.graph import where
+
+    def wrapped(params):
+        return params
+
+    @functools.wraps(wrapped)
+    def decorated(*args):
+        return wrapped(*args)
+
+    class Fn:
+        def __call__(self, params):
+            return params
+
+    line = wrapped.__code__.co_firstlineno
+    expected = f"test_where_names_a_function_by_its_file_and_line_and_anything_else_by_its_name.<locals>.wrapped " \
+               f"({__file__}:{line})"
+    assert where(wrapped) == expected and where(decorated) == expected  # through functools.wraps
+    assert where(Fn()) == "Fn" and where(len) == "len" and where(functools.partial(wrapped, 1)) == "partial"
+
+
+def test_input_fn_gets_the_mode_when_it_takes_one():
+    from common.tf.estimator.graph import call_input_fn
+
+    calls = []
+
+    def params_only(params):
+        calls.append(("params_only", params))
+
+    def params_mode(params, mode):
+        calls.append(("params_mode", params, mode))
+
+    def other_names(p, m=None):
+        calls.append(("other_names", p, m))
+
+    def mode_by_name(params, mode=None, *, batch=1):
+        calls.append(("mode_by_name", params, mode))
+
+    def keyword_mode(params, *, mode):
+        calls.append(("keyword_mode", params, mode))
+
+    def varargs(*args):
+        calls.append(("varargs", *args))
+
+    def params_kwargs(params, **kwargs):
+        calls.append(("params_kwargs", params, kwargs))
+
+    for fn in (params_only, params_mode, other_names, mode_by_name, keyword_mode, varargs, params_kwargs):
+        call_input_fn(fn, {"p": 1}, "train")
+    assert calls == [("params_only", {"p": 1}), ("params_mode", {"p": 1}, "train"),
+                     ("other_names", {"p": 1}, "train"), ("mode_by_name", {"p": 1}, "train"),
+                     ("keyword_mode", {"p": 1}, "train"), ("varargs", {"p": 1}, "train"),
+                     ("params_kwargs", {"p": 1}, {})]
+    assert call_input_fn(max, 3, 5) == 5  # no signature to read (a builtin): both
+
+
+def test_a_dataset_of_pairs_is_needed_but_in_predict_mode():
+    from common.tf.estimator.graph import _dataset_element, where
+
+    def batches(params, mode):
+        return None
+
+    pairs = tf.data.Dataset.from_tensor_slices((np.zeros((4, 2), np.float32), np.zeros(4, np.int64)))
+    alone = tf.data.Dataset.from_tensor_slices(np.zeros((4, 2), np.float32))
+    triples = tf.data.Dataset.from_tensor_slices((np.zeros(4), np.zeros(4), np.zeros(4)))
+    assert _dataset_element(pairs, batches, ModeKeys.TRAIN) == pairs.element_spec
+    assert _dataset_element(alone, batches, ModeKeys.PREDICT) == alone.element_spec
+    for dataset, mode, kind in ((alone, ModeKeys.TRAIN, "TensorSpec"), (triples, ModeKeys.EVAL, "tuple")):
+        with pytest.raises(UserError) as error:
+            _dataset_element(dataset, batches, mode)
+        assert str(error.value) == (f"{where(batches)}: the dataset yields {kind} elements; in {mode} mode it must "
+                                    f"yield (features, labels) pairs")
+    with pytest.raises(UserError) as error:
+        _dataset_element([1, 2], batches, ModeKeys.PREDICT)
+    assert str(error.value) == (f"{where(batches)} returned list; an input_fn returns a tf.data.Dataset of "
+                                f"(features, labels) batches")
+
+
+def test_a_spec_is_checked_against_its_mode_whole():
+    from common.tf.estimator.graph import _check_spec, where
+
+    def checked(features, labels, mode, params):
+        return None
+
+    fn = where(checked)
+    with tf.Graph().as_default() as other:
+        foreign = tf.constant(1.0)
+    with tf.Graph().as_default() as graph:
+        loss, op = tf.constant(0.5), tf.no_op()
+        vector, whole = tf.constant([0.5, 1.0]), tf.constant(3)
+        good = {ModeKeys.TRAIN: EstimatorSpec(ModeKeys.TRAIN, loss=loss, train_op=op),
+                ModeKeys.EVAL: EstimatorSpec(ModeKeys.EVAL, loss=loss),
+                ModeKeys.PREDICT: EstimatorSpec(ModeKeys.PREDICT, predictions=vector)}
+        for mode, spec in good.items():
+            assert _check_spec(spec, mode, checked, graph) is spec
+        assert _check_spec(EstimatorSpec(ModeKeys.TRAIN, loss=loss, train_op=loss), ModeKeys.TRAIN, checked,
+                           graph) is not None  # a tensor as train_op
+        bad = [
+            ({"loss": loss}, ModeKeys.TRAIN, f"{fn} returned dict; a model_fn returns an EstimatorSpec or "
+                                             f"CSEstimatorSpec (from common.tf.estimator)"),
+            (good[ModeKeys.EVAL], ModeKeys.TRAIN, f"{fn} returned a spec for mode 'eval' when called in mode 'train'"),
+            (CSEstimatorSpec(ModeKeys.EVAL, loss=loss, eval_metric_ops={}, host_call=(len, [])), ModeKeys.EVAL,
+             f"{fn}: the spec has both host_call and eval_metric_ops; give eval metrics through host_call only "
+             f"(the device computes them on the host)"),
+            (EstimatorSpec(ModeKeys.EVAL), ModeKeys.EVAL, f"{fn}: the eval spec has no loss"),
+            (EstimatorSpec(ModeKeys.TRAIN, train_op=op), ModeKeys.TRAIN, f"{fn}: the train spec has no loss"),
+            (EstimatorSpec(ModeKeys.EVAL, loss=0.5), ModeKeys.EVAL,
+             f"{fn}: loss must be a tensor of the graph model_fn builds, got float"),
+            (EstimatorSpec(ModeKeys.EVAL, loss=foreign), ModeKeys.EVAL,
+             f"{fn}: loss must be a tensor of the graph model_fn builds, got {type(foreign).__name__}"),
+            (EstimatorSpec(ModeKeys.EVAL, loss=vector), ModeKeys.EVAL,
+             f"{fn}: loss must be a float scalar, got float32 of shape (2,)"),
+            (EstimatorSpec(ModeKeys.TRAIN, loss=whole, train_op=op), ModeKeys.TRAIN,
+             f"{fn}: loss must be a float scalar, got int32 of shape ()"),
+            (EstimatorSpec(ModeKeys.TRAIN, loss=loss), ModeKeys.TRAIN,
+             f"{fn}: the TRAIN spec has no train_op (e.g. common.tf.optim.build_train_op(loss, params) or "
+             f"optimizer.minimize(loss, global_step))"),
+            (EstimatorSpec(ModeKeys.TRAIN, loss=loss, train_op="minimize"), ModeKeys.TRAIN,
+             f"{fn}: train_op must be an op of the graph model_fn builds, got str"),
+            (EstimatorSpec(ModeKeys.TRAIN, loss=loss, train_op=foreign.op), ModeKeys.TRAIN,
+             f"{fn}: train_op must be an op of the graph model_fn builds, got Operation"),
+            (EstimatorSpec(ModeKeys.PREDICT, loss=loss), ModeKeys.PREDICT,
+             f"{fn}: the PREDICT spec has no predictions"),
+        ]
+        for spec, mode, message in bad:
+            with pytest.raises(UserError) as error:
+                _check_spec(spec, mode, checked, graph)
+            assert str(error.value) == message
+    assert other is not graph
+
+
+def test_ancestors_follow_data_and_control_inputs_and_single_takes_the_last():
+    from common.tf.estimator.graph import _ancestors, _single
+
+    with tf.Graph().as_default() as graph:
+        a, b = tf.constant(1.0, name="a"), tf.constant(2.0, name="b")
+        gate = tf.no_op(name="gate")
+        with tf.control_dependencies([gate]):
+            c = tf.add(a, b, name="c")
+        d = tf.identity(c, name="d")
+        tf.constant(3.0, name="unrelated")
+        assert {op.name for op in _ancestors([d])} == {"a", "b", "gate", "c", "d"}
+        assert {op.name for op in _ancestors([c.op, a])} == {"a", "b", "gate", "c"}
+        assert _single(graph, "nothing") is None
+        graph.add_to_collection("rates", a)
+        graph.add_to_collection("rates", b)
+        assert _single(graph, "rates") is b
+
+
+def test_components_are_a_distributed_variables_replicas_or_the_variable_itself():
+    from common.tf.estimator.graph import components
+
+    with tf.Graph().as_default():
+        plain = tf.compat.v1.get_variable("plain", initializer=1.0)
+        assert components(plain) == (plain,)
+        with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+            mirrored = tf.Variable(1.0, name="mirrored")
+        assert isinstance(mirrored, tf.distribute.DistributedValues)
+        assert components(mirrored) == tuple(mirrored._values) and len(components(mirrored)) == 1
+        assert components(mirrored)[0] is not mirrored
+
+
+def test_orphan_state_updates_run_with_the_step_after_its_reads_and_nothing_else_joins():
+    """A non-trainable variable assigned by an op nothing depends on (as Keras 3 layers do) is advanced
+    with each step, after the step read it; trainable variables' assigns, initialisers (global and local)
+    and what the step runs already are left as they are."""
+    from common.tf.estimator.graph import _run_state_updates
+
+    with tf.Graph().as_default() as graph:
+        weight = tf.Variable(1.0, name="weight")
+        state = tf.Variable(0.0, trainable=False, name="state")
+        running = tf.Variable(0.0, trainable=False, name="running",
+                              collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
+        train_op = weight.assign_add(state.read_value(), read_value=False)
+        advance = state.assign(state.read_value() + 1.0, read_value=False)
+        weight.assign(5.0, read_value=False)  # an orphan assign of a trainable variable: not a state update
+        step = _run_state_updates(graph, train_op)
+        assert step.name == "train_step" and set(step.control_inputs) == {train_op, advance}
+        reads = [c for c in state.handle.consumers() if c.type == "ReadVariableOp"]
+        assert set(advance.control_inputs) & set(reads)
+        with tf.compat.v1.Session() as session:
+            session.run([weight.initializer, state.initializer, running.initializer])
+            for _ in range(3):
+                session.run(step)
+            assert session.run([weight, state]) == [1.0 + 0.0 + 1.0 + 2.0, 3.0]  # each step read the old state
+    with tf.Graph().as_default() as graph:
+        weight = tf.Variable(1.0, name="weight")
+        train_op = weight.assign_add(1.0, read_value=False)
+        assert _run_state_updates(graph, train_op) is train_op  # no state update: the train op as it was
+
+
+def test_a_built_graph_of_each_mode_holds_what_the_runner_fetches():
+    from common.params import load_params
+    from common.tf.estimator.graph import build_graph
+
+    params = load_params(None, default_params())
+
+    def summarised(features, labels, mode, params):
+        spec = model_fn(features, labels, mode, params)
+        if mode == ModeKeys.TRAIN:
+            tf.compat.v1.summary.scalar("loss_summary", spec.loss)
+        return spec
+
+    train = build_graph(summarised, input_fn, ModeKeys.TRAIN, params, seed=3)
+    assert train.mode == ModeKeys.TRAIN and train.spec.mode == ModeKeys.TRAIN and train.batch_size == 4
+    assert train.static_shapes and train.dynamic_batch_size is None and train.model_precision is None
+    assert train.features.shape.as_list() == [4, FEATURES] and train.labels.shape.as_list() == [4]
+    assert train.train_op is train.spec.train_op  # no Keras state update in this model
+    assert train.learning_rate is not None and train.learning_rate.graph is train.graph and train.loss_scale is None
+    assert train.summary is not None and train.metrics == {} and train.predictions == {}
+    assert [v.name for v in train.variables] == [v.name for v in train.graph.get_collection("variables")]
+    assert "global_step:0" in [v.name for v in train.variables] and train.global_step in train.variables
+    # the saver: every variable and the input position, every checkpoint kept (checkpoints.py prunes), relative
+    assert train.saver._var_list == train.variables + [train.iterator_saveable] and train.iterator_saveable
+    assert train.saver._max_to_keep is None and train.saver._save_relative_paths is True
+    again = build_graph(summarised, input_fn, ModeKeys.TRAIN, params, seed=3)
+    other = build_graph(summarised, input_fn, ModeKeys.TRAIN, params, seed=4)
+
+    def initial(built):
+        with tf.compat.v1.Session(graph=built.graph) as session:
+            session.run([v.initializer for v in built.variables])
+            return {v.name: session.run(v) for v in built.variables}
+
+    first, second, third = initial(train), initial(again), initial(other)
+    assert first.keys() == second.keys() == third.keys()  # the same names at every build
+    assert all(np.array_equal(first[k], second[k]) for k in first)  # and the same initial values for a seed
+    assert not np.array_equal(first["dense/kernel:0"], third["dense/kernel:0"])
+
+    evaluate = build_graph(model_fn, input_fn, ModeKeys.EVAL, params, seed=3)
+    assert sorted(evaluate.metrics) == ["accuracy", "loss"] and evaluate.metrics_update is not None
+    assert evaluate.train_op is None and evaluate.iterator_saveable is None and evaluate.summary is None
+    assert evaluate.saver._var_list == evaluate.variables  # no input position outside training
+
+    def predict_input(params, mode):
+        return input_fn(params, ModeKeys.EVAL).unbatch().batch(3)  # (None, 6) batches, labels too
+
+    def bare(features, labels, mode, params):
+        assert labels is None  # the dataset's labels are not handed to a PREDICT model_fn
+        return EstimatorSpec(mode, predictions=tf.argmax(keras.layers.Dense(CLASSES)(features), -1))
+
+    predict = build_graph(bare, predict_input, ModeKeys.PREDICT, params, seed=3)
+    assert predict.labels is None and list(predict.predictions) == ["predictions"]
+    assert predict.batch_size is None and not predict.static_shapes and predict.dynamic_batch_size is not None
+    with tf.compat.v1.Session(graph=predict.graph) as session:
+        session.run(predict.iterator.initializer)
+        assert session.run([predict.dynamic_batch_size, predict.cardinality]) == [3, 6]
+    dicts = build_graph(model_fn, input_fn, ModeKeys.PREDICT, params, seed=3)
+    assert list(dicts.predictions) == ["classes"] and dicts.predictions["classes"] is dicts.spec.predictions["classes"]

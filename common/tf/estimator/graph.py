@@ -72,10 +72,12 @@ def call_input_fn(input_fn: Callable, params: Mapping, mode: str):
         signature = inspect.signature(input_fn)
     except (TypeError, ValueError):
         return input_fn(params, mode)
+    named = signature.parameters.get("mode")
+    if named is not None and named.kind == named.KEYWORD_ONLY:  # input_fn(params, *, mode=...)
+        return input_fn(params, mode=mode)
     positional = [p for p in signature.parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
-    takes_mode = "mode" in signature.parameters or len(positional) >= 2 or any(
-        p.kind == p.VAR_POSITIONAL for p in positional)
+    takes_mode = named is not None or len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in positional)
     return input_fn(params, mode) if takes_mode else input_fn(params)
 
 
