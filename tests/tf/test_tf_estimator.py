@@ -904,6 +904,8 @@ def test_ancestors_follow_data_and_control_inputs_and_single_takes_the_last():
         tf.constant(3.0, name="unrelated")
         assert {op.name for op in _ancestors([d])} == {"a", "b", "gate", "c", "d"}
         assert {op.name for op in _ancestors([c.op, a])} == {"a", "b", "gate", "c"}
+        twice = tf.add(b, tf.add(a, a, name="doubled"), name="twice")  # a reached twice, b still to visit
+        assert {op.name for op in _ancestors([twice])} == {"a", "b", "doubled", "twice"}
         assert _single(graph, "nothing") is None
         graph.add_to_collection("rates", a)
         graph.add_to_collection("rates", b)
@@ -934,9 +936,9 @@ def test_orphan_state_updates_run_with_the_step_after_its_reads_and_nothing_else
         state = tf.Variable(0.0, trainable=False, name="state")
         running = tf.Variable(0.0, trainable=False, name="running",
                               collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
+        weight.assign(5.0, read_value=False)  # an orphan assign of a trainable variable: not a state update
         train_op = weight.assign_add(state.read_value(), read_value=False)
         advance = state.assign(state.read_value() + 1.0, read_value=False)
-        weight.assign(5.0, read_value=False)  # an orphan assign of a trainable variable: not a state update
         step = _run_state_updates(graph, train_op)
         assert step.name == "train_step" and set(step.control_inputs) == {train_op, advance}
         reads = [c for c in state.handle.consumers() if c.type == "ReadVariableOp"]
