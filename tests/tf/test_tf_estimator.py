@@ -678,6 +678,7 @@ def test_the_batch_size_and_the_warning_of_shapes_not_static_name_every_shape(ca
         assert _batch_size(({"x": tf.TensorSpec([None, 6])}, tf.TensorSpec([4])), batches) == (None, False)
         assert _batch_size((tf.TensorSpec(None), tf.TensorSpec([8, None])), batches) == (None, False)
         assert _batch_size(tf.TensorSpec([]), batches) == (None, True)  # a scalar: no batch dimension
+        assert _batch_size(tf.RaggedTensorSpec([4, None]), batches)[0] is None  # no dense tensor to read it from
     advice = ("this runs on the CPU, but the device needs static shapes: batch with drop_remainder=True "
               "(train_input.drop_last: true)")
     assert zoo_log(caplog) == [
