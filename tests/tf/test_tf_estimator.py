@@ -1012,3 +1012,26 @@ def test_a_built_graph_of_each_mode_holds_what_the_runner_fetches():
         assert session.run([predict.dynamic_batch_size, predict.cardinality]) == [3, 6]
     dicts = build_graph(model_fn, input_fn, ModeKeys.PREDICT, params, seed=3)
     assert list(dicts.predictions) == ["classes"] and dicts.predictions["classes"] is dicts.spec.predictions["classes"]
+
+
+def test_a_built_graph_takes_the_mixed_policy_unless_told_not_and_features_alone_in_predict():
+    from common.params import load_params
+    from common.tf.estimator.graph import build_graph
+
+    params = load_params(None, {**default_params(), "mixed_precision": {"enabled": True, "dtype": "bfloat16"}})
+
+    def logits_of(features, labels, mode, params):
+        logits = keras.layers.Dense(CLASSES, name="dense")(features["a"] + features["b"])
+        tf.compat.v1.add_to_collection("logits", logits)
+        return EstimatorSpec(mode, predictions=logits)
+
+    def two_features(params, mode):  # a dict of two features, no labels
+        x = np.zeros((8, FEATURES), np.float32)
+        return tf.data.Dataset.from_tensor_slices({"a": x, "b": x}).batch(4, drop_remainder=True)
+
+    mixed = build_graph(logits_of, two_features, ModeKeys.PREDICT, params, seed=1)
+    assert sorted(mixed.features) == ["a", "b"] and mixed.labels is None
+    assert mixed.graph.get_collection("logits")[0].dtype == tf.bfloat16  # the CPU run: Keras' mixed policy
+    fp32 = build_graph(logits_of, two_features, ModeKeys.PREDICT, params, seed=1, mixed_policy=False)
+    assert fp32.graph.get_collection("logits")[0].dtype == tf.float32  # the device's graph: fp32 layers
+    assert keras.config.dtype_policy().name == "float32"  # the policy put back
