@@ -1035,3 +1035,10 @@ def test_a_built_graph_takes_the_mixed_policy_unless_told_not_and_features_alone
     fp32 = build_graph(logits_of, two_features, ModeKeys.PREDICT, params, seed=1, mixed_policy=False)
     assert fp32.graph.get_collection("logits")[0].dtype == tf.float32  # the device's graph: fp32 layers
     assert keras.config.dtype_policy().name == "float32"  # the policy put back
+
+    def own_policy(features, labels, mode, params):
+        keras.config.set_dtype_policy("mixed_bfloat16")  # as the vendor's models set it themselves
+        return logits_of(features, labels, mode, params)
+
+    assert build_graph(own_policy, two_features, ModeKeys.PREDICT, {}, seed=1).model_precision == "bfloat16"
+    assert fp32.model_precision is None and keras.config.dtype_policy().name == "float32"
