@@ -974,6 +974,9 @@ def test_a_built_graph_of_each_mode_holds_what_the_runner_fetches():
     assert train.train_op is train.spec.train_op  # no Keras state update in this model
     assert train.learning_rate is not None and train.learning_rate.graph is train.graph and train.loss_scale is None
     assert train.summary is not None and train.metrics == {} and train.predictions == {}
+    from common.tf.estimator.utils import cs_disable_summaries
+    with cs_disable_summaries():
+        assert build_graph(summarised, input_fn, ModeKeys.TRAIN, params, seed=3).summary is None
     assert [v.name for v in train.variables] == [v.name for v in train.graph.get_collection("variables")]
     assert "global_step:0" in [v.name for v in train.variables] and train.global_step in train.variables
     # the saver: every variable and the input position, every checkpoint kept (checkpoints.py prunes), relative
