@@ -1045,3 +1045,17 @@ def test_a_built_graph_takes_the_mixed_policy_unless_told_not_and_features_alone
 
     assert build_graph(own_policy, two_features, ModeKeys.PREDICT, {}, seed=1).model_precision == "bfloat16"
     assert fp32.model_precision is None and keras.config.dtype_policy().name == "float32"
+
+
+def test_a_built_eval_graph_names_the_model_fn_whose_metrics_are_wrong():
+    from common.params import load_params
+    from common.tf.estimator.graph import build_graph, where
+
+    def listed_metrics(features, labels, mode, params):
+        loss = tf.reduce_mean(keras.layers.Dense(1)(features))
+        return EstimatorSpec(mode, loss=loss, eval_metric_ops=[tf.compat.v1.metrics.mean(loss)])
+
+    with pytest.raises(UserError) as error:
+        build_graph(listed_metrics, input_fn, ModeKeys.EVAL, load_params(None, default_params()), seed=1)
+    assert str(error.value) == (f"{where(listed_metrics)}: eval_metric_ops returned list; expected a dict of "
+                                f"{{name: tf.compat.v1.metrics.*(...)}} (value, update_op) pairs")
