@@ -490,6 +490,31 @@ def test_an_input_position_of_another_pipeline_restarts_the_data_with_a_warning(
                     "beginning"), ("INFO", f"restored {path}")]
 
 
+def test_an_input_with_external_state_still_saves_its_position_and_resumes_from_it(tmp_path, caplog):
+    """A map through tf.py_function is state TF cannot save: the checkpoint keeps the position all the same."""
+
+    def doubled_in_python(params, mode):
+        x = np.arange(EXAMPLES * FEATURES, dtype=np.float32).reshape(EXAMPLES, FEATURES)
+        y = (np.arange(EXAMPLES) % CLASSES).astype(np.int64)
+        doubled = tf.data.Dataset.from_tensor_slices((x, y)).map(
+            lambda a, b: (tf.ensure_shape(tf.py_function(lambda t: t * 2, [a], tf.float32), [FEATURES]), b))
+        return doubled.repeat().batch(4, drop_remainder=True)
+
+    run = session_of(model_fn, tmp_path / "first", train_input=doubled_in_python)
+    run.session.run(run.built.train_op)
+    with run.built.graph.as_default():
+        path = run.built.saver.save(run.session, str(tmp_path / "first" / "model.ckpt"), global_step=1)
+    run.close()
+    run = session_of(model_fn, tmp_path / "second", train_input=doubled_in_python)
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        run.restore(path)
+    second_batch = run.session.run(run.built.features)
+    run.close()
+    rows = np.arange(4 * FEATURES, 8 * FEATURES, dtype=np.float32).reshape(4, FEATURES)
+    np.testing.assert_array_equal(second_batch, 2 * rows)
+    assert zoo_log(caplog) == [("INFO", f"restored {path}")]
+
+
 def test_a_session_without_weights_initialises_all_but_the_weights_and_their_slots(tmp_path):
     """A compile reads shapes only: no memory for the weights or Adam's slots; the global step and
     Adam's beta powers are initialised."""

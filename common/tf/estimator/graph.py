@@ -313,7 +313,8 @@ def build_graph(model_fn: Callable, input_fn: Callable, mode: str, params: Mappi
         built.variables = tf.compat.v1.global_variables()
         if mode == ModeKeys.TRAIN:
             # the input position travels with the checkpoint, so a resumed run reads the batches
-            # an uninterrupted run would have read (an external-state dataset warns and restarts)
+            # an uninterrupted run would have read ("warn": an input with state TF cannot save, a
+            # tf.py_function map say, is saved all the same, its position with it, where "fail" refuses)
             built.iterator_saveable = tf.data.experimental.make_saveable_from_iterator(
                 iterator, external_state_policy="warn")
         built.saver = tf.compat.v1.train.Saver(
