@@ -1,0 +1,247 @@
+"""CerebrasEstimator.train_loop with a scripted step: when it logs, saves, warns and stops.
+
+The step backend is replaced by a script (the loss, batch and logged values of each step, or
+what it raises), so each test pins the loop's own decisions exactly: which steps log and
+save, the listeners and before_save calls, the TensorBoard scalars, the lines of a stop."""
+
+import logging
+import math
+import os
+import re
+import signal
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from common.errors import NonFiniteGradient, NonFiniteLossError, UserError
+from common.interrupt import Interrupted
+from common.params import load_params
+from common.summaries import read_scalars
+from common.tf.estimator import CerebrasEstimator, ModeKeys, RunConfig
+from common.tf.estimator.session import GraphSession
+from tests.tf.test_tf_estimator import default_params, input_fn, model_fn, zoo_log
+
+NON_FINITE_ADVICE = "(lower the learning rate, or clip gradients with optimizer.max_gradient_norm)"
+
+
+class ScriptedStep:
+    """A train step whose results come from ``script``: {step: a callable run at that step, or an
+    exception to raise}; every other step returns the loss step/4 + 0.25, batch 4, and, when asked
+    to log, an lr, a loss scale and a model_fn summary."""
+
+    on = " (scripted)"
+
+    def __init__(self, run, script=None):
+        self.run, self.script = run, script or {}
+        self.calls, self.before_saves = [], []
+
+    def __call__(self, step, log_now):
+        self.calls.append((step, log_now))
+        action = self.script.get(step)
+        if isinstance(action, BaseException):
+            raise action
+        if action is not None:
+            returned = action()
+            if returned is not None:
+                return returned
+        logged = {}
+        if log_now:
+            summary = tf.compat.v1.Summary(value=[
+                tf.compat.v1.Summary.Value(tag="mine", simple_value=10.0 + step),
+                tf.compat.v1.Summary.Value(tag="a_histogram", histo=tf.compat.v1.HistogramProto(num=1))])
+            logged = {"lr": np.float32(0.5 / (step + 1)), "loss_scale": np.float32(2.0 ** step),
+                      "summary": summary.SerializeToString()}
+        return step / 4 + 0.25, 4, logged
+
+    def before_save(self, step):
+        self.before_saves.append(step)
+
+
+class Loop:
+    """An estimator, its training session, a scripted step and the listener calls."""
+
+    def __init__(self, tmp_path, script=None, warm_start_from=None, **config):
+        config = {"save_checkpoints_steps": 2, "save_summary_steps": 2, "keep_checkpoint_max": 0, **config}
+        self.model_dir = str(tmp_path / "model")
+        self.estimator = CerebrasEstimator(model_fn, config=RunConfig(model_dir=self.model_dir, **config),
+                                           params=load_params(None, default_params()),
+                                           warm_start_from=warm_start_from)
+        self.run = GraphSession(self.estimator.build(input_fn, ModeKeys.TRAIN), self.estimator.config)
+        self.step = ScriptedStep(self.run, script)
+        self.listened = []
+
+    def __call__(self, first, last):
+        try:
+            self.estimator.train_loop(self.run, first, last, (lambda path, step: self.listened.append((path, step)),),
+                                      self.step)
+        finally:
+            self.run.close()
+
+    def ckpt(self, step):
+        return f"{self.model_dir}/model.ckpt-{step}"
+
+    def saved(self):
+        return sorted(int(name.split("-")[1].split(".")[0]) for name in
+                      os.listdir(self.model_dir) if name.endswith(".index"))
+
+
+def train_line(step, loss, percent):
+    return re.compile(rf"\| Train Device=cpu Step={step} Loss={loss:.5f} Rate=\d+\.\d\d samples/sec "
+                      rf"\({percent}%, \d:\d\d:\d\d left\)$")
+
+
+def assert_log(records, expected):
+    """``records`` (level, message) match ``expected``: strings exactly, compiled patterns in full."""
+    assert len(records) == len(expected), records
+    for (level, message), (want_level, want) in zip(records, expected):
+        assert level == want_level, (level, message)
+        if isinstance(want, str):
+            assert message == want
+        else:
+            assert want.match(message), (message, want.pattern)
+
+
+def test_the_loop_logs_every_save_summary_steps_and_at_the_end_and_saves_every_checkpoint_steps(tmp_path, caplog):
+    loop = Loop(tmp_path, keep_checkpoint_max=2)
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        loop(1, 6)
+    assert loop.step.calls == [(1, True), (2, False), (3, True), (4, False), (5, True)]
+    assert loop.step.before_saves == [2, 4, 6]
+    assert loop.listened == [(loop.ckpt(2), 2), (loop.ckpt(4), 4), (loop.ckpt(6), 6)]
+    assert loop.saved() == [4, 6]  # keep_checkpoint_max 2
+    assert_log(zoo_log(caplog), [
+        ("INFO", train_line(2, 0.5, 20)), ("INFO", f"saved {loop.ckpt(2)}"),
+        ("INFO", train_line(4, 1.0, 60)), ("INFO", f"saved {loop.ckpt(4)}"),
+        ("INFO", train_line(6, 1.5, 100)), ("INFO", f"saved {loop.ckpt(6)}")])
+    scalars = read_scalars(f"{loop.model_dir}/train")
+    assert sorted(scalars) == ["global_step/sec", "loss", "loss_scale", "lr", "mine", "samples_per_sec"]
+    assert scalars["loss"] == [(2, 0.5), (4, 1.0), (6, 1.5)]
+    assert scalars["lr"] == [(2, 0.25), (4, 0.125), (6, pytest.approx(0.5 / 6))]
+    assert scalars["loss_scale"] == [(2, 2.0), (4, 8.0), (6, 32.0)]
+    assert scalars["mine"] == [(2, 11.0), (4, 13.0), (6, 15.0)]
+    for (step, rate), (same_step, per_step) in zip(scalars["samples_per_sec"], scalars["global_step/sec"]):
+        assert step == same_step and rate > 0 and per_step == pytest.approx(rate / 4, rel=1e-6)
+
+
+def test_checkpoint_steps_0_saves_at_the_end_only_and_a_run_already_at_its_last_step_saves_nothing(tmp_path, caplog):
+    loop = Loop(tmp_path, save_checkpoints_steps=0, save_summary_steps=5)
+    loop(0, 3)
+    assert loop.step.calls == [(0, False), (1, False), (2, True)]
+    assert loop.listened == [(loop.ckpt(3), 3)] and loop.saved() == [3]
+    again = Loop(tmp_path / "again")
+    again(3, 3)
+    assert again.step.calls == [] and again.listened == [] and again.step.before_saves == []
+
+
+def test_a_dataset_that_ends_warns_and_the_steps_done_are_saved(tmp_path, caplog):
+    loop = Loop(tmp_path, {3: tf.errors.OutOfRangeError(None, None, "End of sequence")})
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        loop(0, 6)
+    assert loop.step.calls == [(0, False), (1, True), (2, False), (3, True)]
+    assert loop.listened == [(loop.ckpt(2), 2), (loop.ckpt(3), 3)] and loop.saved() == [2, 3]
+    assert zoo_log(caplog)[-2:] == [
+        ("WARNING", "the training dataset ended at step 3, before step 6: repeat it in TRAIN mode (the device needs "
+                    "a repeating dataset)"), ("INFO", f"saved {loop.ckpt(3)}")]
+
+
+def test_a_damaged_record_stops_with_one_line_naming_the_step_and_the_checkpoint_kept(tmp_path):
+    loop = Loop(tmp_path, {2: tf.errors.DataLossError(None, None, "corrupted record at 120")})
+    with pytest.raises(UserError) as error:
+        loop(0, 6)
+    assert str(error.value) == (
+        f"the training data holds a damaged record at step 3 (corrupted record at 120): one of its input files is "
+        f"corrupt or was cut short; write it again; the newest checkpoint is kept: {loop.ckpt(2)}")
+    assert loop.saved() == [2]
+
+
+def test_a_non_finite_gradient_stops_before_the_step_counts_and_names_the_last_good_checkpoint(tmp_path):
+    loop = Loop(tmp_path, {3: NonFiniteGradient("dense/kernel", math.inf)})
+    with pytest.raises(NonFiniteLossError) as error:
+        loop(0, 6)
+    assert str(error.value) == (f"the gradient of dense/kernel is inf at step 4; stopping. The last good checkpoint "
+                                f"is kept: {loop.ckpt(2)} {NON_FINITE_ADVICE}")
+    assert loop.saved() == [2] and loop.step.before_saves == [2]
+
+
+@pytest.mark.parametrize("at", [0, 3])
+def test_a_non_finite_loss_stops_before_it_is_logged_or_saved(tmp_path, caplog, at):
+    loop = Loop(tmp_path, {at: lambda: (math.nan, 4, {})})
+    with caplog.at_level(logging.INFO, logger="zoo"), pytest.raises(NonFiniteLossError) as error:
+        loop(0, 6)
+    kept = loop.ckpt(2) if at else "none (no checkpoint was written yet)"
+    assert str(error.value) == (f"the loss is nan at step {at + 1}; stopping. The last good checkpoint is kept: "
+                                f"{kept} {NON_FINITE_ADVICE}")
+    assert loop.saved() == ([2] if at else [])
+    assert not any(f"Step={at + 1} " in message for _, message in zoo_log(caplog))
+    assert read_scalars(f"{loop.model_dir}/train").get("loss", []) == ([(2, 0.5)] if at else [])
+
+
+def test_a_variable_that_overflows_is_never_saved(tmp_path):
+    loop = Loop(tmp_path)
+
+    def overflow():
+        kernel = next(v for v in loop.run.built.variables if v.op.name == "dense/kernel")
+        value = np.ones(kernel.shape.as_list(), np.float32)
+        value[1, 2] = -np.inf
+        with loop.run.built.graph.as_default():
+            kernel.load(value, loop.run.session)
+
+    loop.step.script = {2: overflow}
+    with pytest.raises(NonFiniteLossError) as error:
+        loop(0, 6)
+    assert str(error.value) == (f"the variable dense/kernel is -inf (not saved) at step 4; stopping. The last good "
+                                f"checkpoint is kept: {loop.ckpt(2)} {NON_FINITE_ADVICE}")
+    assert loop.saved() == [2] and loop.step.before_saves == [2, 4] and loop.listened == [(loop.ckpt(2), 2)]
+
+
+def sigint():
+    signal.raise_signal(signal.SIGINT)
+
+
+def test_a_signal_finishes_the_step_saves_it_without_the_listeners_and_says_where_to_resume(tmp_path):
+    loop = Loop(tmp_path, {2: sigint})
+    with pytest.raises(Interrupted) as stopped:
+        loop(0, 6)
+    assert stopped.value.signum == signal.SIGINT
+    assert str(stopped.value) == f"interrupted by SIGINT at step 3 of 6; saved {loop.ckpt(3)}: the same command " \
+                                 f"resumes from there"
+    assert loop.step.calls[-1] == (2, False) and loop.saved() == [2, 3] and loop.listened == [(loop.ckpt(2), 2)]
+
+
+def test_a_signal_at_a_checkpoint_step_saves_once_and_at_the_last_step_ends_the_run(tmp_path):
+    loop = Loop(tmp_path, {3: sigint})
+    with pytest.raises(Interrupted) as stopped:
+        loop(0, 6)
+    assert str(stopped.value) == f"interrupted by SIGINT at step 4 of 6; saved {loop.ckpt(4)}: the same command " \
+                                 f"resumes from there"
+    assert loop.saved() == [2, 4] and loop.step.before_saves == [2, 4]
+    last = Loop(tmp_path / "last", {5: sigint})
+    last(0, 6)  # the stop came with the last step: the run ends as it would have
+    assert last.saved() == [2, 4, 6] and last.listened[-1] == (last.ckpt(6), 6)
+
+
+def test_a_second_signal_stops_mid_step_and_names_the_newest_checkpoint(tmp_path):
+    loop = Loop(tmp_path, {3: lambda: (sigint(), sigint())})
+    with pytest.raises(Interrupted) as stopped:
+        loop(0, 6)
+    assert stopped.value.signum == signal.SIGINT
+    assert str(stopped.value) == (f"interrupted by SIGINT at step 3 of 6; the newest checkpoint is {loop.ckpt(2)} "
+                                  f"(step 2): the same command resumes from it")
+    assert loop.saved() == [2]
+
+
+def test_a_stop_of_a_run_started_from_checkpoint_path_says_a_rerun_would_start_there_again(tmp_path):
+    first = Loop(tmp_path / "first")
+    first(0, 2)
+    loop = Loop(tmp_path, {2: lambda: (sigint(), sigint())}, warm_start_from=first.ckpt(2))
+    with pytest.raises(Interrupted) as stopped:
+        loop(2, 6)
+    assert str(stopped.value) == (f"interrupted by SIGINT at step 2 of 6, before this run's first checkpoint; the same "
+                                  f"command starts again from {first.ckpt(2)} (step 2)")
+    resumed = Loop(tmp_path / "resumed", {2: sigint}, warm_start_from=first.ckpt(2))
+    with pytest.raises(Interrupted) as stopped:
+        resumed(2, 6)
+    assert str(stopped.value) == (
+        f"interrupted by SIGINT at step 3 of 6; saved {resumed.ckpt(3)}: to resume from it, run the same command "
+        f"without --checkpoint_path (with it, the run starts from {first.ckpt(2)} again)")
