@@ -81,12 +81,12 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                     "a_killed_process_stops_the_others_with_one_line_and_the_run_resumes",
                     "two_processes_evaluate_halves_and_report_the_metrics_of_one",
                     "the_device_refuses_a_data_parallel_launch", "the_tf_strategy_keys_are_refused_in_one_line")]),
-    # the TF runner's own tests (112 tests, of tests/tf's 1,700+ and hours): not the model
+    # the TF runner's own tests (119 tests, of tests/tf's 1,700+ and hours): not the model
     # families' end-to-end runs, nor the test that trains in a subprocess (it maps to no function)
     "estimator": (["common/tf/estimator/*.py"],
                   [f"tests/tf/test_{name}.py" for name in (
-                      "tf_estimator", "tf_train_loop", "tf_checkpoint_damage", "tf_checkpoint_paths", "tf_loss_scale",
-                      "tf_mnist", "tf_step_backends")]
+                      "tf_estimator", "tf_train_loop", "tf_eval_predict", "tf_checkpoint_damage", "tf_checkpoint_paths",
+                      "tf_loss_scale", "tf_mnist", "tf_step_backends")]
                   + ["--deselect=tests/tf/test_tf_mnist.py::test_tiny_config_runs_without_torch"]),
 }
 

@@ -18,8 +18,11 @@ from common.errors import NonFiniteGradient, NonFiniteLossError, UserError
 from common.interrupt import Interrupted
 from common.params import load_params
 from common.summaries import read_scalars
-from common.tf.estimator import CerebrasEstimator, ModeKeys, RunConfig
+from common.tf.estimator import CerebrasEstimator, EstimatorSpec, ModeKeys, RunConfig
+from common.tf.estimator.cs_estimator import CpuTrainStep
+from common.tf.estimator.graph import where
 from common.tf.estimator.session import GraphSession
+from common.tf.optim import build_train_op
 from tests.tf.test_tf_estimator import default_params, input_fn, model_fn, zoo_log
 
 NON_FINITE_ADVICE = "(lower the learning rate, or clip gradients with optimizer.max_gradient_norm)"
@@ -245,3 +248,80 @@ def test_a_stop_of_a_run_started_from_checkpoint_path_says_a_rerun_would_start_t
     assert str(stopped.value) == (
         f"interrupted by SIGINT at step 3 of 6; saved {resumed.ckpt(3)}: to resume from it, run the same command "
         f"without --checkpoint_path (with it, the run starts from {first.ckpt(2)} again)")
+
+
+# --- CpuTrainStep: one step in the TF session --------------------------------------------------
+
+def one_weight(loss_of):
+    """A model_fn of one weight ``w`` (0 at the start) whose loss is ``loss_of(w, features)``."""
+
+    def model(features, labels, mode, params):
+        w = tf.compat.v1.get_variable("w", shape=(), initializer=tf.compat.v1.zeros_initializer())
+        loss = loss_of(w, features)
+        return EstimatorSpec(mode, loss=loss, train_op=build_train_op(loss, params))
+    return model
+
+
+def cpu_step(tmp_path, model, train_input=input_fn):
+    estimator = CerebrasEstimator(model, config=RunConfig(model_dir=str(tmp_path)),
+                                  params=load_params(None, default_params()))
+    run = GraphSession(estimator.build(train_input, ModeKeys.TRAIN), estimator.config)
+    return run, CpuTrainStep(run, model)
+
+
+def test_a_cpu_step_fetches_the_logged_values_only_when_asked_and_the_batch_from_the_graph(tmp_path):
+    run, step = cpu_step(tmp_path, model_fn)
+    loss, batch, logged = step(0, False)
+    assert type(loss) is float and math.isfinite(loss) and batch == 4 and logged == {} and run.step() == 1
+    loss, batch, logged = step(1, True)
+    assert type(loss) is float and batch == 4 and sorted(logged) == ["lr", "step"] and run.step() == 2
+    assert logged["lr"] == np.float32(0.1) and logged["step"][1] == loss
+    run.close()
+
+    def uneven(params, mode):  # 6 examples in batches of 4: the second batch has 2
+        return input_fn(params, mode).unbatch().take(6).batch(4)
+
+    run, step = cpu_step(tmp_path / "uneven", model_fn, uneven)
+    assert step.batch_size is None
+    assert [step(0, False)[1], step(1, True)[1]] == [4, 2]
+    run.close()
+
+
+def test_a_cpu_step_reports_a_non_finite_loss_and_names_a_non_finite_gradient(tmp_path):
+    run, step = cpu_step(tmp_path / "loss", one_weight(lambda w, x: w + tf.reduce_mean(x) * np.inf))
+    loss, batch, logged = step(0, True)
+    assert math.isinf(loss) and batch == 0 and logged == {} and run.step() == 0  # the step did not happen
+    run.close()
+    run, step = cpu_step(tmp_path / "gradient", one_weight(lambda w, x: tf.sqrt(w) + tf.reduce_mean(x) * 0))
+    with pytest.raises(NonFiniteGradient) as error:
+        step(0, False)
+    assert (error.value.name, error.value.value) == ("w", math.inf) and run.step() == 0
+    run.close()
+    run, step = cpu_step(tmp_path / "nan", one_weight(lambda w, x: tf.sqrt(w - 1) + tf.reduce_mean(x) * 0))
+    loss, batch, logged = step(0, False)
+    assert math.isnan(loss) and batch == 0 and logged == {} and run.step() == 0
+    run.close()
+
+
+def test_a_cpu_step_leaves_a_check_of_the_models_own_to_tensorflow(tmp_path):
+    own = one_weight(lambda w, x: tf.debugging.check_numerics(w + tf.reduce_mean(x) * np.nan, "my own check"))
+    run, step = cpu_step(tmp_path, own)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="my own check"):
+        step(0, False)
+    run.close()
+
+
+def test_a_train_op_that_leaves_the_global_step_is_refused_at_the_first_step_only(tmp_path):
+    def stuck(features, labels, mode, params):
+        w = tf.compat.v1.get_variable("w", shape=(), initializer=tf.compat.v1.zeros_initializer())
+        loss = tf.reduce_mean(features) * w + w * w
+        return EstimatorSpec(mode, loss=loss, train_op=tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss))
+
+    run, step = cpu_step(tmp_path, stuck)
+    with pytest.raises(UserError) as error:
+        step(0, False)
+    assert str(error.value) == (
+        f"{where(stuck)}: train_op does not increment the global step; pass "
+        f"global_step=tf.compat.v1.train.get_or_create_global_step() to minimize (common.tf.optim.build_train_op does)")
+    assert step(5, False)[1] == 4  # checked once: the loop stops at the first
+    run.close()

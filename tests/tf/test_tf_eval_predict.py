@@ -1,0 +1,176 @@
+"""CerebrasEstimator's evaluate, evaluate_all, train_and_evaluate, predict and train, against
+numpy: the metrics and predictions of a checkpoint are computed again from its weights."""
+
+import logging
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from common.errors import UserError
+from common.params import load_params
+from common.summaries import read_scalars
+from common.tf.estimator import CerebrasEstimator, RunConfig
+from common.tf.estimator.graph import where
+from tests.tf.test_tf_estimator import CLASSES, EXAMPLES, FEATURES, default_params, input_fn, model_fn, zoo_log
+
+
+def estimator(model_dir, model=model_fn, **config):
+    config = {"save_checkpoints_steps": 2, "save_summary_steps": 2, "keep_checkpoint_max": 0, **config}
+    return CerebrasEstimator(model, config=RunConfig(model_dir=str(model_dir), **config),
+                             params=load_params(None, default_params()))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A model_dir holding the checkpoints of steps 2 and 4 of model_fn."""
+    model_dir = tmp_path_factory.mktemp("trained")
+    estimator(model_dir).train(input_fn, max_steps=4)
+    return model_dir
+
+
+def examples():
+    """input_fn's examples, in its EVAL order."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(EXAMPLES, FEATURES)).astype(np.float32)
+    return x, np.arange(EXAMPLES) % CLASSES
+
+
+def logits_of(checkpoint, x):
+    reader = tf.train.load_checkpoint(checkpoint)
+    return x.astype(np.float64) @ reader.get_tensor("dense/kernel") + reader.get_tensor("dense/bias")
+
+
+def metrics_of(checkpoint, n=EXAMPLES):
+    """accuracy and the mean cross entropy of the first ``n`` examples (batches of 4, all full),
+    the dataset repeated where ``n`` is more than it holds."""
+    x, y = examples()
+    rows = np.arange(n) % EXAMPLES
+    logits = logits_of(checkpoint, x[rows])
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    return {"accuracy": float(np.mean(logits.argmax(-1) == y[rows])),
+            "loss": float(-log_p[np.arange(n), y[rows]].mean())}
+
+
+def assert_metrics(got, want, step):
+    assert sorted(got) == ["accuracy", "global_step", "loss"] and got["global_step"] == step
+    assert got["accuracy"] == pytest.approx(want["accuracy"], rel=1e-6)
+    assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
+
+
+def test_evaluate_gives_the_checkpoints_metrics_logs_them_and_writes_them_for_tensorboard(trained, tmp_path, caplog):
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    ready = []
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        got = estimator(model_dir).evaluate(input_fn, checkpoint_path=str(trained / "model.ckpt-4"),
+                                            on_ready=lambda: ready.append(sorted(os.listdir(model_dir))))
+    want = metrics_of(str(trained / "model.ckpt-4"))
+    assert_metrics(got, want, 4)
+    assert ready == [[]]  # before anything is written
+    assert zoo_log(caplog)[-1] == (
+        "INFO", f"| Eval Device=cpu Step=4 accuracy={got['accuracy']:.5f} loss={got['loss']:.5f}")
+    scalars = read_scalars(str(model_dir / "eval"))
+    assert scalars["accuracy"] == [(4, pytest.approx(got["accuracy"]))] and scalars["loss"] == [
+        (4, pytest.approx(got["loss"]))]
+    two = estimator(model_dir).evaluate(input_fn, steps=2, checkpoint_path=str(trained), name="half")
+    assert_metrics(two, metrics_of(str(trained / "model.ckpt-4"), n=8), 4)
+    assert read_scalars(str(model_dir / "eval_half"))["loss"] == [(4, pytest.approx(two["loss"]))]
+
+
+def test_evaluate_all_evaluates_every_checkpoint_oldest_first_each_afresh(trained, tmp_path):
+    ready = []
+    results = estimator(trained).evaluate_all(input_fn, on_ready=lambda: ready.append(1))
+    assert len(results) == 2 and ready == [1]
+    for got, step in zip(results, (2, 4)):
+        assert_metrics(got, metrics_of(str(trained / f"model.ckpt-{step}")), step)
+    assert [step for step, _ in read_scalars(str(trained / "eval"))["loss"]][-2:] == [2, 4]
+    three = estimator(trained).evaluate_all(input_fn, steps=3)
+    assert [r["loss"] for r in three] == pytest.approx(
+        [metrics_of(str(trained / f"model.ckpt-{step}"), n=12)["loss"] for step in (2, 4)], rel=1e-5)
+
+
+def test_nothing_to_evaluate_or_predict_with_is_one_line_and_writes_nothing(tmp_path):
+    model_dir = tmp_path / "empty"
+    est = estimator(model_dir)
+    for call, what, hint in ((lambda: est.evaluate(input_fn), "evaluate", ": train first, or pass --checkpoint_path"),
+                             (lambda: est.evaluate_all(input_fn), "evaluate", ": train first"),
+                             (lambda: list(est.predict(input_fn)), "predict with",
+                              ": train first, or pass --checkpoint_path")):
+        with pytest.raises(UserError) as error:
+            call()
+        assert str(error.value) == f"model_dir {model_dir} has no checkpoint to {what}{hint}"
+    assert not model_dir.exists()
+
+
+def test_an_eval_dataset_without_a_batch_or_without_an_end(trained, tmp_path):
+    def empty(params, mode):
+        return input_fn(params, mode).take(0)
+
+    with pytest.raises(UserError) as error:
+        estimator(trained).evaluate(empty)
+    assert str(error.value) == ("the eval dataset yielded no batch (fewer examples than eval_input.batch_size with "
+                                "drop_last: true?)")
+
+    def forever(params, mode):
+        return input_fn(params, mode).repeat()
+
+    with pytest.raises(UserError) as error:
+        estimator(tmp_path).evaluate(forever, checkpoint_path=str(trained))
+    assert str(error.value) == ("the eval dataset repeats forever: do not repeat it in EVAL mode, or set "
+                                "runconfig.eval_steps (--eval_steps)")
+    assert not (tmp_path / "eval").exists()
+    assert_metrics(estimator(tmp_path).evaluate(forever, steps=5, checkpoint_path=str(trained)),
+                   metrics_of(str(trained / "model.ckpt-4"), n=20), 4)  # the first 4 examples count twice
+
+
+def test_predict_yields_each_example_or_each_batch_of_the_checkpoints_predictions(trained):
+    x, _ = examples()
+    want = logits_of(str(trained / "model.ckpt-4"), x).argmax(-1)
+    single = list(estimator(trained).predict(input_fn))
+    assert [sorted(p) for p in single] == [["classes"]] * EXAMPLES
+    assert [int(p["classes"]) for p in single] == want.tolist()
+    batches = list(estimator(trained).predict(input_fn, checkpoint_path=str(trained / "model.ckpt-2"),
+                                              yield_single_examples=False))
+    want_2 = logits_of(str(trained / "model.ckpt-2"), x).argmax(-1)
+    assert [b["classes"].tolist() for b in batches] == [want_2[i:i + 4].tolist() for i in range(0, EXAMPLES, 4)]
+
+
+def test_train_takes_steps_or_max_steps_and_says_where_it_starts(trained, tmp_path, caplog):
+    model_dir = tmp_path / "model"
+    est = estimator(model_dir)
+    for steps, max_steps in ((None, None), (2, 4)):
+        with pytest.raises(UserError) as error:
+            est.train(input_fn, steps=steps, max_steps=max_steps)
+        assert str(error.value) == "train: give exactly one of steps and max_steps"
+    assert not model_dir.exists()
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        est.train(input_fn, steps=3)
+        assert zoo_log(caplog)[0] == ("INFO", f"training {where(model_fn)} (float32 compute) from step 0 to 3")
+        caplog.clear()
+        est.train(input_fn, steps=3)  # on from the checkpoint of step 3
+        assert zoo_log(caplog)[:2] == [
+            ("INFO", f"restored {model_dir}/model.ckpt-3"),
+            ("INFO", f"training {where(model_fn)} (float32 compute) from step 3 to 6 (from {model_dir}/model.ckpt-3)")]
+        caplog.clear()
+        ready = []
+        est.train(input_fn, max_steps=6, on_ready=lambda: ready.append(1))
+    assert ready == [1]
+    assert zoo_log(caplog) == [
+        ("INFO", f"restored {model_dir}/model.ckpt-6"),
+        ("INFO", "| Train Device=cpu: the global step 6 has reached max_steps 6; nothing to train")]
+    assert sorted(n for n in os.listdir(model_dir) if n.endswith(".index")) == [
+        f"model.ckpt-{s}.index" for s in (2, 3, 4, 6)]
+
+
+def test_train_and_evaluate_evaluates_each_checkpoint_and_where_nothing_is_trained_the_latest(trained, tmp_path):
+    model_dir = tmp_path / "model"
+    last = estimator(model_dir).train_and_evaluate(input_fn, input_fn, max_steps=4, eval_steps=2)
+    assert_metrics(last, metrics_of(str(model_dir / "model.ckpt-4"), n=8), 4)
+    assert read_scalars(str(model_dir / "eval"))["loss"] == [
+        (step, pytest.approx(metrics_of(str(model_dir / f"model.ckpt-{step}"), n=8)["loss"], rel=1e-5))
+        for step in (2, 4)]
+    again = estimator(model_dir).train_and_evaluate(input_fn, input_fn, max_steps=4)
+    assert_metrics(again, metrics_of(str(model_dir / "model.ckpt-4")), 4)
+    assert estimator(tmp_path / "fresh").train_and_evaluate(input_fn, input_fn, max_steps=0) is None
