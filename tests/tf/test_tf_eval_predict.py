@@ -174,3 +174,70 @@ def test_train_and_evaluate_evaluates_each_checkpoint_and_where_nothing_is_train
     again = estimator(model_dir).train_and_evaluate(input_fn, input_fn, max_steps=4)
     assert_metrics(again, metrics_of(str(model_dir / "model.ckpt-4")), 4)
     assert estimator(tmp_path / "fresh").train_and_evaluate(input_fn, input_fn, max_steps=0) is None
+
+
+def test_a_damaged_eval_record_is_one_line_naming_the_batch(trained, tmp_path):
+    path = tmp_path / "eval.tfrecord"
+    x, y = examples()
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for features, label in zip(x, y):
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                "x": tf.train.Feature(float_list=tf.train.FloatList(value=features)),
+                "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))})).SerializeToString())
+    data = bytearray(path.read_bytes())
+    record = len(data) // EXAMPLES  # every record has the same length
+    data[6 * record + 12 + 5] ^= 0x10  # a bit of the 7th record's payload: its CRC no longer matches
+    path.write_bytes(bytes(data))
+    spec = {"x": tf.io.FixedLenFeature([FEATURES], tf.float32), "y": tf.io.FixedLenFeature([], tf.int64)}
+
+    def records(params, mode):
+        parsed = tf.data.TFRecordDataset(str(path)).map(lambda r: tf.io.parse_single_example(r, spec))
+        return parsed.map(lambda e: (e["x"], e["y"])).batch(4, drop_remainder=True)
+
+    with pytest.raises(UserError) as error:
+        estimator(trained).evaluate(records)
+    assert str(error.value) == (f"the eval data holds a damaged record in eval batch 2 (corrupted record at "
+                                f"{6 * record + 12}): one of its input files is corrupt or was cut short; write it again")
+
+
+def test_the_estimator_takes_its_model_dir_params_and_backend_as_given(tmp_path, monkeypatch):
+    from common.tf.estimator import cs_estimator
+    from common.tf.estimator.cs_estimator import SessionSteps
+
+    est = CerebrasEstimator(model_fn, model_dir="given", config=RunConfig(model_dir="configured"),
+                            warm_start_from="a/checkpoint")
+    assert (est.model_dir, est.warm_start_from, est.config.model_dir) == ("given", "a/checkpoint", "configured")
+    assert CerebrasEstimator(model_fn, config=RunConfig(model_dir="configured")).model_dir == "configured"
+    assert CerebrasEstimator(model_fn).config == RunConfig() and CerebrasEstimator(model_fn).model_dir == "model_dir"
+    vendor = {"model": {"dropout": 0.5}, "optimizer": {"learning_rate": 0.3}}  # a vendor run.py's own yaml.safe_load
+    assert CerebrasEstimator(model_fn, params=vendor).params is vendor
+    assert vendor["model"] == {"dropout": 0.5} and vendor["optimizer"]["learning_rate"] == 0.3
+    assert vendor["optimizer"]["optimizer_type"] and "enabled" in vendor["mixed_precision"] and "device" in vendor
+    loaded = load_params(None, default_params())
+    before = dict(loaded)
+    assert CerebrasEstimator(model_fn, params=loaded).params is loaded and dict(loaded) == before
+    assert sorted(CerebrasEstimator(model_fn).params) == ["device", "mixed_precision", "optimizer"]  # from {}
+    backend = CerebrasEstimator(model_fn, params=vendor).step_backend()
+    assert type(backend) is SessionSteps and backend.model_fn is model_fn and backend.params is vendor
+
+    calls = []
+    monkeypatch.setattr(cs_estimator, "build_graph", lambda *args: calls.append(args) or "built")
+    est = CerebrasEstimator(model_fn, config=RunConfig(tf_random_seed=7), params=vendor)
+    assert est.build(input_fn, "eval") == "built" and est.build(input_fn, "train", mixed_policy=False) == "built"
+    assert calls == [(model_fn, input_fn, "eval", vendor, 7, True), (model_fn, input_fn, "train", vendor, 7, False)]
+    from common.tf import device_run
+    monkeypatch.setattr(device_run, "compile", lambda *args: calls.append(args) or "compiled")
+    assert est.compile(input_fn) == "compiled" and est.compile(input_fn, True, "eval") == "compiled"
+    assert calls[2:] == [(est, input_fn, False, "train"), (est, input_fn, True, "eval")]
+
+
+def test_a_session_opened_without_weights_leaves_them_and_their_slots_uninitialised(tmp_path):
+    run = estimator(tmp_path).open_session(input_fn, "train", weights=False)
+    with run.built.graph.as_default():
+        missing = run.session.run(tf.compat.v1.report_uninitialized_variables())
+    assert sorted(name.decode() for name in missing) == ["dense/bias", "dense/kernel"]
+    run.close()
+    run = estimator(tmp_path).open_session(input_fn, "train")
+    with run.built.graph.as_default():
+        assert run.session.run(tf.compat.v1.report_uninitialized_variables()).size == 0
+    run.close()
