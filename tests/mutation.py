@@ -81,12 +81,12 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                     "a_killed_process_stops_the_others_with_one_line_and_the_run_resumes",
                     "two_processes_evaluate_halves_and_report_the_metrics_of_one",
                     "the_device_refuses_a_data_parallel_launch", "the_tf_strategy_keys_are_refused_in_one_line")]),
-    # the TF runner's own tests (123 tests, of tests/tf's 1,700+ and hours): not the model
+    # the TF runner's own tests (152 tests, of tests/tf's 1,700+ and hours): not the model
     # families' end-to-end runs, nor the test that trains in a subprocess (it maps to no function)
     "estimator": (["common/tf/estimator/*.py"],
                   [f"tests/tf/test_{name}.py" for name in (
-                      "tf_estimator", "tf_train_loop", "tf_eval_predict", "tf_checkpoint_damage", "tf_checkpoint_paths",
-                      "tf_loss_scale", "tf_mnist", "tf_step_backends")]
+                      "tf_estimator", "tf_train_loop", "tf_eval_predict", "tf_distribute_graph", "tf_checkpoint_damage",
+                      "tf_checkpoint_paths", "tf_loss_scale", "tf_mnist", "tf_step_backends")]
                   + ["--deselect=tests/tf/test_tf_mnist.py::test_tiny_config_runs_without_torch"]),
 }
 
@@ -341,7 +341,10 @@ def run_group(group: str, rerun: bool, jobs: int | None = None, only: list[str] 
     pyproject.write_text(base + _config(modules, tests), encoding="utf-8")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="0",
                # the tests of one mutant run on one core: mutmut runs one mutant per core
-               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               # tests/tf/test_tf_distribute_graph.py sets up two logical CPUs on import, in the process
+               # of the tests (elsewhere it runs in a process of its own)
+               ZOO_TEST_LOGICAL_CPUS="2")
     env.pop("PYTHONPATH", None)  # the mutated copy must be what the tests import
     print(f"== {group}: mutating {' '.join(modules)}; tests {' '.join(tests)}", flush=True)
     children = ["--max-children", str(jobs)] if jobs else []

@@ -185,3 +185,14 @@ def test_two_worker_processes_train_as_one_device_with_twice_the_batch(tiny_args
     for name in a:
         np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
     assert sorted(p.name for p in (tmp_path / "workers").glob("params_*.yaml")) == ["params_train.yaml"]
+
+
+def test_the_strategy_pieces_pass_on_two_logical_cpus_in_a_process_of_their_own():
+    """tests/tf/test_tf_distribute_graph.py sets up its two logical CPUs before TensorFlow starts."""
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", "ZOO_TEST_LOGICAL_CPUS": "2"}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             os.path.join(ROOT, "tests", "tf", "test_tf_distribute_graph.py")],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:]
+    summary = result.stdout.strip().splitlines()[-1]
+    assert " passed" in summary and "skipped" not in summary and "failed" not in summary, summary

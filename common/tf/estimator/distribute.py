@@ -60,6 +60,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 from typing import Any, Callable, Mapping
 
 import keras
@@ -167,6 +168,9 @@ def mirrored_strategy(device: str, count: int | None) -> tf.distribute.Strategy:
     logical CPUs (``--device cpu``), which are set up here: before TensorFlow's runtime starts."""
     if device == "gpu":
         gpus = tf.config.list_physical_devices("GPU")
+        if not gpus:  # MirroredStrategy([]) would mirror over the CPUs instead
+            raise UserError("runconfig.train_distribute=mirrored with --device gpu: TensorFlow sees no GPU on this "
+                            "machine; use --device cpu")
         count = len(gpus) if count is None else count
         if count > len(gpus):
             raise UserError(f"runconfig.num_devices={count}: TensorFlow sees {len(gpus)} GPU(s) on this machine")
@@ -284,7 +288,7 @@ def build_train_graph(model_fn: Callable, input_fn: Callable, params: Mapping, s
         built.loss_scale = g._single(graph, g.LOSS_SCALE_COLLECTION)
         if g.summaries_enabled():  # the first replica's summaries (of its slice); replica k's are under replica_k/
             summaries = [s for s in graph.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)
-                         if not s.op.name.startswith("replica_")]
+                         if not re.match(r"replica_\d+/", s.op.name)]
             built.summary = tf.compat.v1.summary.merge(summaries) if summaries else None
         built.variables = unique_variables(tf.compat.v1.global_variables())
         built.iterator_saveable = tf.data.experimental.make_saveable_from_iterator(iterator,
