@@ -178,11 +178,28 @@ def test_the_strategy_of_the_params_and_its_refusals(strategy, monkeypatch):
         assert str(error.value) == message
     one = distribute.mirrored_strategy("cpu", 1)  # fewer than the process has: the first ones
     assert one.extended.worker_devices == ("/job:localhost/replica:0/task:0/device:CPU:0",)
+
+
+def test_the_gpus_mirrored_over_are_the_first_num_devices_or_all(monkeypatch):
     listed = tf.config.list_physical_devices
-    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind: ["gpu:0"] if kind == "GPU" else listed(kind))
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind: ["g0", "g1"] if kind == "GPU" else listed(kind))
+    monkeypatch.setattr(tf.compat.v1.distribute, "MirroredStrategy", lambda devices: devices)
+    assert distribute.mirrored_strategy("gpu", None) == ["/gpu:0", "/gpu:1"]
+    assert distribute.mirrored_strategy("gpu", 1) == ["/gpu:0"]
+    assert distribute.mirrored_strategy("gpu", 2) == ["/gpu:0", "/gpu:1"]
     with pytest.raises(UserError) as error:
-        distribute.mirrored_strategy("gpu", 2)
-    assert str(error.value) == "runconfig.num_devices=2: TensorFlow sees 1 GPU(s) on this machine"
+        distribute.mirrored_strategy("gpu", 3)
+    assert str(error.value) == "runconfig.num_devices=3: TensorFlow sees 2 GPU(s) on this machine"
+
+
+def test_once_tensorflow_has_started_up_to_the_logical_cpus_it_has_will_do(strategy):
+    assert float(tf.constant(1.0) + 1) == 2.0  # the runtime has started
+    distribute._logical_cpus(2)
+    distribute._logical_cpus(1)
+    with pytest.raises(UserError) as error:
+        distribute._logical_cpus(3)
+    assert str(error.value) == ("runconfig.num_devices=3: this process started TensorFlow with 2 logical CPU(s), and "
+                                "they cannot change once it has started; run in a new process")
 
 
 @pytest.mark.parametrize("config", [
@@ -201,10 +218,27 @@ def test_a_tf_config_that_is_not_a_worker_of_its_cluster_is_one_line(monkeypatch
                                 f"workers")
 
 
-def test_a_tf_config_of_a_worker_is_read_whole(monkeypatch):
-    config = {"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 1}}
+@pytest.mark.parametrize("index", [0, 1])
+def test_a_tf_config_of_a_worker_is_read_whole(monkeypatch, index):
+    config = {"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": index}}
     monkeypatch.setenv("TF_CONFIG", json.dumps(config))
     assert distribute._tf_config() == config
+
+
+def test_a_worker_of_several_has_its_index_and_a_step_that_lost_a_peer_is_one_line(monkeypatch):
+    kind = tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy
+    worker = kind.__new__(kind)  # its type is all these read: no cluster, no server started
+    config = {"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 1}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(config))
+    monkeypatch.setenv(distribute.TIMEOUT_ENV, "30")
+    assert distribute.worker_index(worker) == 1
+    for error in (tf.errors.DeadlineExceededError, tf.errors.UnavailableError, tf.errors.AbortedError,
+                  tf.errors.CancelledError, tf.errors.InternalError):
+        assert str(distribute.lost_worker(error(None, None, "peer gone"), worker)) == (
+            f"worker 1: a step failed ({error.__name__}): another worker stopped or cannot be reached (steps give "
+            f"up after ZOO_DIST_TIMEOUT_S=30 s); the same command on every worker resumes from the newest checkpoint")
+    assert distribute.lost_worker(tf.errors.InvalidArgumentError(None, None, "a bad value"), worker) is None
+    assert distribute.lost_worker(ValueError("not TensorFlow's"), worker) is None
 
 
 @pytest.mark.parametrize("value, seconds", [(None, 600.0), ("30", 30.0), ("0.5", 0.5), ("1e3", 1000.0)])
@@ -231,3 +265,90 @@ def test_one_process_is_worker_0_runs_its_own_session_and_loses_no_worker(strate
         assert distribute.session_options(each, config) == ("", config)
         assert distribute.session_options(each, None) == ("", None)
         assert distribute.lost_worker(tf.errors.UnavailableError(None, None, "gone"), each) is None
+
+
+def test_the_input_fn_gets_the_params_and_the_mode_and_a_wrong_dataset_is_named(strategy, caplog):
+    params = load_params(None, default_params())
+    calls = []
+
+    def recorded(params, mode):
+        calls.append((params, mode))
+        return ordered(4)(params, mode)
+
+    distribute.build_train_graph(model_fn, recorded, params, 3, True, strategy)
+    assert len(calls) == 1 and calls[0][0] is params and calls[0][1] == ModeKeys.TRAIN
+
+    def features_alone(params, mode):
+        return ordered(4)(params, mode).map(lambda x, y: x)
+
+    with pytest.raises(UserError) as error:
+        distribute.build_train_graph(model_fn, features_alone, params, 3, True, strategy)
+    assert str(error.value) == (f"{where(features_alone)}: the dataset yields TensorSpec elements; in train mode it "
+                                f"must yield (features, labels) pairs")
+
+    def ragged_rows(params, mode):  # a static batch, a length that is not
+        lengths = tf.data.Dataset.range(1, 9).repeat()
+        rows = lengths.map(lambda n: (tf.ones([n], tf.float32), n % CLASSES))
+        return rows.padded_batch(4, padded_shapes=([None], []), drop_remainder=True)
+
+    def pooled(features, labels, mode, params):
+        return model_fn(tf.tile(tf.reduce_mean(features, 1, keepdims=True), [1, FEATURES]), labels, mode, params)
+
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        built = distribute.build_train_graph(pooled, ragged_rows, params, 3, True, strategy)
+    assert built.batch_size == 8 and not built.static_shapes
+    assert zoo_log(caplog)[0][1].startswith(f"{where(ragged_rows)}: the dataset's shapes are not static (")
+
+
+def test_the_graph_seed_is_the_runs(strategy):
+    params = load_params(None, default_params())
+
+    def noisy(features, labels, mode, params):
+        tf.compat.v1.add_to_collection("noise", tf.compat.v1.random_uniform([3]))  # no op seed: the graph's
+        return model_fn(features, labels, mode, params)
+
+    def noise(seed):
+        built = distribute.build_train_graph(noisy, ordered(4), params, seed, True, strategy)
+        with tf.compat.v1.Session(graph=built.graph) as session:
+            return session.run(built.graph.get_collection("noise")[0])
+
+    assert np.array_equal(noise(3), noise(3)) and not np.array_equal(noise(3), noise(4))
+
+
+def test_a_model_fns_spec_is_checked_on_each_replica_and_a_variable_train_op_taken_as_its_op(strategy):
+    params = load_params(None, default_params())
+
+    def not_a_spec(features, labels, mode, params):
+        return {"loss": tf.reduce_mean(features)}
+
+    with pytest.raises(UserError) as error:
+        distribute.build_train_graph(not_a_spec, ordered(4), params, 3, True, strategy)
+    assert str(error.value) == (f"{where(not_a_spec)} returned dict; a model_fn returns an EstimatorSpec or "
+                                f"CSEstimatorSpec (from common.tf.estimator)")
+
+    def stepped_variable(features, labels, mode, params):
+        # MultiWorkerMirroredStrategy's apply returns the stepped global step, a variable
+        spec = model_fn(features, labels, mode, params)
+        return EstimatorSpec(mode, loss=spec.loss, train_op=tf.compat.v1.train.get_global_step())
+
+    built = distribute.build_train_graph(stepped_variable, ordered(4), params, 3, True, strategy)
+    assert isinstance(built.spec.train_op, tf.Operation)
+    ancestors, todo = set(), [built.spec.train_op]
+    while todo:
+        op = todo.pop()
+        if op not in ancestors:
+            ancestors.add(op)
+            todo += list(op.control_inputs) + [t.op for t in op.inputs]
+    assert tf.compat.v1.train.get_global_step(built.graph).op in ancestors  # the step runs the variable's op
+
+
+def test_a_model_fns_own_precision_is_recorded(strategy):
+    def own_policy(features, labels, mode, params):
+        keras.config.set_dtype_policy("mixed_bfloat16")  # as the vendor's models set it themselves
+        logits = keras.layers.Dense(CLASSES, name="dense")(features)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, tf.cast(logits, tf.float32)))
+        return EstimatorSpec(mode, loss=loss, train_op=build_train_op(loss, params))
+
+    built = distribute.build_train_graph(own_policy, ordered(4), load_params(None, default_params()), 3, True,
+                                         strategy)
+    assert built.model_precision == "bfloat16"
