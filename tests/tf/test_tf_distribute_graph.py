@@ -182,7 +182,8 @@ def test_the_strategy_of_the_params_and_its_refusals(strategy, monkeypatch):
 
 def test_the_gpus_mirrored_over_are_the_first_num_devices_or_all(monkeypatch):
     listed = tf.config.list_physical_devices
-    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind: ["g0", "g1"] if kind == "GPU" else listed(kind))
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind: ["g0", "g1"] if kind == "GPU" else listed(kind))
     monkeypatch.setattr(tf.compat.v1.distribute, "MirroredStrategy", lambda devices: devices)
     assert distribute.mirrored_strategy("gpu", None) == ["/gpu:0", "/gpu:1"]
     assert distribute.mirrored_strategy("gpu", 1) == ["/gpu:0"]
