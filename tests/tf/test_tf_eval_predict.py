@@ -242,3 +242,29 @@ def test_a_session_opened_without_weights_leaves_them_and_their_slots_uninitiali
     with run.built.graph.as_default():
         assert run.session.run(tf.compat.v1.report_uninitialized_variables()).size == 0
     run.close()
+
+
+def test_train_and_evaluate_on_the_emulator_is_the_validators_refusal_before_anything_is_written(tmp_path):
+    from device.errors import DeviceCompileError
+
+    est = estimator(tmp_path / "model", device="emulator")
+    with pytest.raises(DeviceCompileError) as error:
+        est.train_and_evaluate(input_fn, input_fn, max_steps=2)
+    assert str(error.value) == ("validation failed: 1 error(s), 0 warning(s) in 4 nodes (mode train_and_eval, profile "
+                                "wse2)\n<graph>: mode train_and_eval is not allowed on the device (one static graph "
+                                "per run): run --mode train, then --mode eval")
+    assert not (tmp_path / "model").exists()
+    asked = []
+
+    def compile_asked(*args, **kwargs):
+        asked.append((args, kwargs))
+        raise UserError("refused")
+
+    est.compile = compile_asked
+    with pytest.raises(UserError, match="refused"):
+        est.train_and_evaluate(input_fn, input_fn, max_steps=2)
+    assert asked == [((input_fn,), {"validate_only": True, "mode": "train_and_eval"})]
+    cpu = estimator(tmp_path / "cpu")
+    cpu.compile = compile_asked
+    cpu.train_and_evaluate(input_fn, input_fn, max_steps=2)
+    assert len(asked) == 1  # the CPU compiles nothing
