@@ -177,7 +177,8 @@ def build_train_op(loss: tf.Tensor, params: Mapping, global_step: tf.Variable | 
 
     scaling = loss_scaling(params)
     replicas = in_replica_of_several()
-    if replicas > 1 and scaling is not None:
+    in_strategy = tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context()
+    if scaling is not None and (replicas > 1 or in_strategy):  # one replica too: a tf.cond cannot hold its merge
         raise UserError(f"optimizer.loss_scaling_factor={p['loss_scaling_factor']!r} with runconfig.train_distribute: "
                         f"loss scaling skips steps with a tf.cond around the update, which the replicas cannot "
                         f"share; train data parallel in bfloat16 or float32")

@@ -80,6 +80,8 @@ def test_two_replicas_of_batch_b_build_the_step_of_one_device_with_batch_2b(stra
     with tf.compat.v1.Session(graph=two.graph) as session:
         session.run(two.iterator.initializer)
         assert session.run(two.cardinality) == tf.data.INFINITE_CARDINALITY
+    assert two.spec.train_op.name == "replicated_train_op" and two.train_op is two.spec.train_op
+    assert two.global_step is tf.compat.v1.train.get_global_step(two.graph)
     two_losses, slices, two_weights = steps(two, 3)
     one_losses, _, one_weights = steps(one, 3)
     x = np.arange(EXAMPLES * FEATURES, dtype=np.float32).reshape(EXAMPLES, FEATURES) / 50
@@ -103,7 +105,7 @@ def test_the_summaries_are_the_first_replicas_and_none_when_disabled(strategy):
     run = GraphSession(built, RunConfig())
     serialized = run.session.run(built.summary)
     run.close()
-    # replica 1's copy is under replica_1/ (not merged); a summary of the model's own named replica_... is kept
+    # replica 1's is skipped (TF records the summaries of the first replica only)
     assert [v.tag for v in tf.compat.v1.Summary.FromString(serialized).value] == ["replica_loss"]
     with cs_disable_summaries():
         assert distribute.build_train_graph(summarised, ordered(4), params, 3, True, strategy).summary is None
@@ -343,7 +345,48 @@ def test_a_model_fns_spec_is_checked_on_each_replica_and_a_variable_train_op_tak
     assert tf.compat.v1.train.get_global_step(built.graph).op in ancestors  # the step runs the variable's op
 
 
-def test_a_model_fns_own_precision_is_recorded(strategy):
+def test_the_train_op_alone_steps_every_replica(strategy):
+    built = distribute.build_train_graph(model_fn, ordered(4), load_params(None, default_params()), 3, True, strategy)
+    run = GraphSession(built, RunConfig())
+    kernel = next(v for v in built.variables if v.op.name == "dense/kernel")
+    before = run.session.run(kernel)
+    run.session.run(built.train_op)  # the loss not fetched
+    after, step = run.session.run([kernel, built.global_step])
+    run.close()
+    assert step == 1 and not np.array_equal(before, after)
+
+
+def test_an_input_with_external_state_still_saves_its_position(strategy, tmp_path):
+    def doubled_in_python(params, mode):
+        x, y = np.ones((EXAMPLES, FEATURES), np.float32), (np.arange(EXAMPLES) % CLASSES).astype(np.int64)
+        doubled = tf.data.Dataset.from_tensor_slices((x, y)).map(
+            lambda a, b: (tf.ensure_shape(tf.py_function(lambda t: t * 2, [a], tf.float32), [FEATURES]), b))
+        return doubled.repeat().batch(4, drop_remainder=True)
+
+    built = distribute.build_train_graph(model_fn, doubled_in_python, load_params(None, default_params()), 3, True,
+                                         strategy)
+    run = GraphSession(built, RunConfig())
+    run.session.run(built.train_op)
+    with built.graph.as_default():
+        path = built.saver.save(run.session, str(tmp_path / "model.ckpt"), global_step=1)
+    run.close()
+    assert any("iterator" in name.lower() for name, _ in tf.train.list_variables(path))
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_loss_scaling_is_refused_on_any_number_of_replicas(strategy, count):
+    params = load_params(None, {**default_params(), "mixed_precision": {"enabled": True, "dtype": "float16"},
+                                "optimizer": {**default_params()["optimizer"], "loss_scaling_factor": 8.0}})
+    with pytest.raises(UserError) as error:
+        distribute.build_train_graph(model_fn, ordered(4), params, 3, True,
+                                     strategy if count == 2 else distribute.mirrored_strategy("cpu", 1))
+    assert str(error.value) == (
+        "optimizer.loss_scaling_factor=8.0 with runconfig.train_distribute: loss scaling skips steps with a tf.cond "
+        "around the update, which the replicas cannot share; train data parallel in bfloat16 or float32")
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_a_model_fns_own_precision_is_recorded(strategy, count):
     def own_policy(features, labels, mode, params):
         keras.config.set_dtype_policy("mixed_bfloat16")  # as the vendor's models set it themselves
         logits = keras.layers.Dense(CLASSES, name="dense")(features)
@@ -351,5 +394,5 @@ def test_a_model_fns_own_precision_is_recorded(strategy):
         return EstimatorSpec(mode, loss=loss, train_op=build_train_op(loss, params))
 
     built = distribute.build_train_graph(own_policy, ordered(4), load_params(None, default_params()), 3, True,
-                                         strategy)
+                                         strategy if count == 2 else distribute.mirrored_strategy("cpu", 1))
     assert built.model_precision == "bfloat16"

@@ -60,7 +60,6 @@ import dataclasses
 import json
 import logging
 import os
-import re
 from typing import Any, Callable, Mapping
 
 import keras
@@ -284,11 +283,9 @@ def build_train_graph(model_fn: Callable, input_fn: Callable, params: Mapping, s
                              static_shapes=static, cardinality=cardinality, model_precision=precisions[0],
                              strategy=strategy)
         built.train_op = g._run_state_updates(graph, train_op)
-        built.learning_rate = g._single(graph, g.LEARNING_RATE_COLLECTION)
-        built.loss_scale = g._single(graph, g.LOSS_SCALE_COLLECTION)
-        if g.summaries_enabled():  # the first replica's summaries (of its slice); replica k's are under replica_k/
-            summaries = [s for s in graph.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)
-                         if not re.match(r"replica_\d+/", s.op.name)]
+        built.learning_rate = g._single(graph, g.LEARNING_RATE_COLLECTION)  # no loss scale: refused under a strategy
+        if g.summaries_enabled():  # the first replica's summaries (of its slice): TF skips the others'
+            summaries = graph.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)
             built.summary = tf.compat.v1.summary.merge(summaries) if summaries else None
         built.variables = unique_variables(tf.compat.v1.global_variables())
         built.iterator_saveable = tf.data.experimental.make_saveable_from_iterator(iterator,
