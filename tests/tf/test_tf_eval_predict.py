@@ -4,6 +4,7 @@ numpy: the metrics and predictions of a checkpoint are computed again from its w
 import logging
 import os
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -11,7 +12,7 @@ import tensorflow as tf
 from common.errors import UserError
 from common.params import load_params
 from common.summaries import read_scalars
-from common.tf.estimator import CerebrasEstimator, RunConfig
+from common.tf.estimator import CerebrasEstimator, EstimatorSpec, ModeKeys, RunConfig
 from common.tf.estimator.graph import where
 from tests.tf.test_tf_estimator import CLASSES, EXAMPLES, FEATURES, default_params, input_fn, model_fn, zoo_log
 
@@ -135,6 +136,35 @@ def test_predict_yields_each_example_or_each_batch_of_the_checkpoints_prediction
                                               yield_single_examples=False))
     want_2 = logits_of(str(trained / "model.ckpt-2"), x).argmax(-1)
     assert [b["classes"].tolist() for b in batches] == [want_2[i:i + 4].tolist() for i in range(0, EXAMPLES, 4)]
+
+
+def with_logits(features, labels, mode, params):
+    """model_fn, predicting its logits too."""
+    if mode != ModeKeys.PREDICT:
+        return model_fn(features, labels, mode, params)
+    logits = keras.layers.Dense(CLASSES, name="dense")(features)
+    return EstimatorSpec(mode, predictions={"classes": tf.argmax(logits, -1), "logits": logits})
+
+
+def test_predict_restores_the_checkpoint_asked_for_and_calls_on_ready_before_the_first_prediction(trained, tmp_path):
+    x, _ = examples()
+    ready = []
+    predictions = estimator(trained, with_logits).predict(
+        input_fn, checkpoint_path=str(trained / "model.ckpt-2"), yield_single_examples=False,
+        on_ready=lambda: ready.append(1))
+    assert ready == []  # a generator: nothing happens before the first prediction is asked for
+    logits = np.concatenate([batch["logits"] for batch in predictions])
+    assert ready == [1]
+    np.testing.assert_allclose(logits, logits_of(str(trained / "model.ckpt-2"), x), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(logits, logits_of(str(trained / "model.ckpt-4"), x), rtol=1e-3)
+
+
+def test_predict_computes_in_the_mixed_policy_on_the_cpu_and_in_fp32_on_the_emulator(trained):
+    params = load_params(None, {**default_params(), "mixed_precision": {"enabled": True, "dtype": "bfloat16"}})
+    for device, dtype in (("cpu", "bfloat16"), ("emulator", "float32")):
+        est = CerebrasEstimator(with_logits, config=RunConfig(model_dir=str(trained), device=device), params=params)
+        first = next(est.predict(input_fn))
+        assert first["logits"].dtype.name == dtype, device
 
 
 def test_train_takes_steps_or_max_steps_and_says_where_it_starts(trained, tmp_path, caplog):
