@@ -204,6 +204,8 @@ def test_train_and_evaluate_evaluates_each_checkpoint_and_where_nothing_is_train
     again = estimator(model_dir).train_and_evaluate(input_fn, input_fn, max_steps=4)
     assert_metrics(again, metrics_of(str(model_dir / "model.ckpt-4")), 4)
     assert estimator(tmp_path / "fresh").train_and_evaluate(input_fn, input_fn, max_steps=0) is None
+    more = estimator(model_dir).train_and_evaluate(input_fn, input_fn, steps=2)
+    assert_metrics(more, metrics_of(str(model_dir / "model.ckpt-6")), 6)
 
 
 def test_a_damaged_eval_record_is_one_line_naming_the_batch(trained, tmp_path):

@@ -269,19 +269,19 @@ class CerebrasEstimator:
         evaluator: Evaluator | None = None
         results: list[dict[str, float]] = []
 
-        def evaluate_checkpoint(path: str, step: int) -> None:
+        def evaluate_checkpoint(path: str) -> None:
             nonlocal evaluator
             if evaluator is None:
                 evaluator = Evaluator(self, eval_input_fn, eval_steps)
             results.append(evaluator(path))
 
         try:
-            self.train(train_input_fn, steps=steps, max_steps=max_steps, saving_listeners=(evaluate_checkpoint,),
-                       on_ready=on_ready)
+            self.train(train_input_fn, steps=steps, max_steps=max_steps,
+                       saving_listeners=(lambda path, step: evaluate_checkpoint(path),), on_ready=on_ready)
             if not results:  # nothing was trained: evaluate where the model stands
                 latest = self.checkpoint_to_load(None)
                 if latest is not None:
-                    evaluate_checkpoint(latest, checkpoints.checkpoint_step(latest) or 0)
+                    evaluate_checkpoint(latest)
         finally:
             if evaluator is not None:
                 evaluator.close()
