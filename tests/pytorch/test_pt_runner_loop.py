@@ -1,0 +1,318 @@
+"""The PyTorch Runner's loops with a linear model and, for training, a scripted step: when the
+loop logs, saves, warns and stops, each line whole; eval and predict against torch itself."""
+
+import argparse
+import logging
+import math
+import os
+import re
+import signal
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from common.errors import NonFiniteGradient, NonFiniteLossError, UserError
+from common.interrupt import Interrupted
+from common.params import load_params
+from common.pytorch.base_model import PyTorchBaseModel
+from common.pytorch.checkpoint import list_checkpoints, load_checkpoint
+from common.pytorch.metrics import Accuracy
+from common.pytorch.runner import FrameworkSteps, Runner
+from common.summaries import read_scalars
+
+FEATURES, CLASSES, EXAMPLES = 5, 3, 10
+
+
+def dataset():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(EXAMPLES, FEATURES, generator=generator)
+    return TensorDataset(x, torch.arange(EXAMPLES) % CLASSES)
+
+
+class Linear(PyTorchBaseModel):
+    def __init__(self, params, device):
+        torch.manual_seed(0)
+        super().__init__(params, torch.nn.Linear(FEATURES, CLASSES), device)
+        self.metrics = {"accuracy": Accuracy(output="logits")}
+
+    def __call__(self, batch):
+        x, y = batch
+        logits = self.model(x)
+        return F.cross_entropy(logits, y), {"logits": logits}
+
+
+def params_of(model_dir, **runconfig):
+    runconfig = {"model_dir": str(model_dir), "max_steps": 5, "log_steps": 2, "checkpoint_steps": 2,
+                 "keep_checkpoint_max": 0, **runconfig}
+    schedule = {"scheduler": "Exponential", "initial_learning_rate": 0.1, "decay_steps": 1, "decay_rate": 0.5}
+    return load_params(None, {"runconfig": runconfig, "optimizer": {"optimizer_type": "sgd",
+                                                                     "learning_rate": schedule}})
+
+
+class ScriptedTrain(FrameworkSteps):
+    """The CPU's steps, but training: the loss of step k (from 1) is k / 4, or what ``script[k]`` does."""
+
+    script: dict = {}
+    scale = None
+
+    def __init__(self, runner):
+        super().__init__(runner)
+        self.trained = []
+
+    def train(self, batch):
+        step = len(self.trained) + 1
+        self.trained.append(len(batch[0]))
+        action = self.script.get(step)
+        if isinstance(action, BaseException):
+            raise action
+        if action is not None:
+            returned = action(self)
+            if returned is not None:
+                return returned
+        return step / 4
+
+    def loss_scale(self):
+        return self.scale
+
+
+def runner(model_dir, script=None, *, mode="train", scale=None, checkpoint_path=None, model=Linear, batch=4,
+           **runconfig):
+    steps = type("Steps", (ScriptedTrain,), {"script": script or {}, "scale": scale})
+    loader = lambda params: DataLoader(dataset(), batch_size=batch)  # noqa: E731
+    args = argparse.Namespace(mode=mode, device="cpu", checkpoint_path=checkpoint_path)
+    return Runner(args, params_of(model_dir, **runconfig), model, loader, loader, steps)
+
+
+def zoo_log(caplog):
+    """The zoo's records, but the input-bound warning: the scripted steps take no time, so whether the
+    waiting for data dominates a window is up to the machine (StepWindow's own test pins it)."""
+    return [(r.levelname, r.getMessage()) for r in caplog.records
+            if r.name == "zoo" and not r.getMessage().startswith("input pipeline is the bottleneck")]
+
+
+def ckpt(model_dir, step):
+    return os.path.join(str(model_dir), f"checkpoint_{step}.mdl")
+
+
+def train_line(step, loss, percent):
+    return re.compile(rf"\| Train Device=cpu Step={step} Loss={loss:.5f} Rate=\d+\.\d\d samples/sec "
+                      rf"\({percent}%, \d:\d\d:\d\d left\)$")
+
+
+def assert_log(records, expected):
+    assert len(records) == len(expected), records
+    for (level, message), (want_level, want) in zip(records, expected):
+        assert level == want_level, (level, message)
+        assert message == want if isinstance(want, str) else want.match(message), (message, want)
+
+
+def test_training_logs_every_log_steps_and_at_the_end_and_saves_every_checkpoint_steps(tmp_path, caplog):
+    run = runner(tmp_path, scale=4.0)
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        assert run.execute() is None
+    assert run.steps.trained == [4, 4, 2, 4, 4]  # batches of 4 of 10 examples, the order carried on
+    assert_log([r for r in zoo_log(caplog) if not r[1].startswith("params:")], [
+        ("INFO", "training on cpu from step 0 to 5 (float32 compute)"),
+        ("INFO", train_line(2, 0.5, 40)), ("INFO", f"saved {ckpt(tmp_path, 2)}"),
+        ("INFO", train_line(4, 1.0, 80)), ("INFO", f"saved {ckpt(tmp_path, 4)}"),
+        ("INFO", train_line(5, 1.25, 100)), ("INFO", f"saved {ckpt(tmp_path, 5)}")])
+    scalars = read_scalars(str(tmp_path / "train"))
+    assert sorted(scalars) == ["loss", "loss_scale", "lr", "samples_per_sec"]
+    assert scalars["loss"] == [(2, 0.5), (4, 1.0), (5, 1.25)]
+    # the rate each logged step used (TensorBoard keeps float32)
+    assert scalars["lr"] == [(2, pytest.approx(0.05)), (4, pytest.approx(0.0125)), (5, pytest.approx(0.00625))]
+    assert scalars["loss_scale"] == [(2, 4.0), (4, 4.0), (5, 4.0)]
+    assert all(rate > 0 for _, rate in scalars["samples_per_sec"])
+    state = load_checkpoint(ckpt(tmp_path, 4))
+    assert state["global_step"] == 4 and state["rng"] is not None
+    assert state["data_order"] == {"epoch": 1, "batch": 1, "global_batch": 4}  # 3 batches an epoch
+    assert [step for step, _ in list_checkpoints(str(tmp_path))] == [2, 4, 5]
+
+
+def test_checkpoint_steps_0_saves_at_the_end_and_steps_counts_on_from_the_checkpoint(tmp_path, caplog):
+    run = runner(tmp_path, checkpoint_steps=0, log_steps=50)
+    run.execute()
+    assert [step for step, _ in list_checkpoints(str(tmp_path))] == [5]
+    assert "loss_scale" not in read_scalars(str(tmp_path / "train"))
+    more = runner(tmp_path, steps=2)
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        more.execute()
+    assert more.steps.trained == [2, 4] and [s for s, _ in list_checkpoints(str(tmp_path))] == [5, 6, 7]
+    assert ("INFO", f"starting from {ckpt(tmp_path, 5)} (step 5)") in zoo_log(caplog)
+    assert ("INFO", "training on cpu from step 5 to 7 (float32 compute)") in zoo_log(caplog)
+    caplog.clear()
+    done = runner(tmp_path, max_steps=7)
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        assert done.execute() is None
+    assert done.steps.trained == [] and ("INFO", "already at step 7 (max_steps 7): nothing to train") in \
+        zoo_log(caplog)
+
+
+def test_train_and_eval_evaluates_at_each_checkpoint_and_returns_the_last(tmp_path):
+    run = runner(tmp_path, mode="train_and_eval", max_steps=4)
+    metrics = run.execute()
+    evals = read_scalars(str(tmp_path / "eval"))
+    assert [step for step, _ in evals["loss"]] == [2, 4]
+    assert metrics["loss"] == pytest.approx(evals["loss"][-1][1])
+    again = runner(tmp_path, mode="train_and_eval", max_steps=4).execute()  # nothing to train: evaluates
+    assert again == pytest.approx(metrics)
+
+
+def test_a_non_finite_gradient_stops_before_the_step_counts_and_names_the_last_good_checkpoint(tmp_path):
+    run = runner(tmp_path, {3: NonFiniteGradient("weight", math.inf)})
+    with pytest.raises(NonFiniteLossError) as error:
+        run.execute()
+    assert str(error.value) == (f"step 3: the gradient of weight is inf; training stopped, the last good "
+                                f"checkpoint is {ckpt(tmp_path, 2)}")
+
+
+@pytest.mark.parametrize("at", [1, 4])
+def test_a_non_finite_loss_stops_before_it_is_logged_or_saved(tmp_path, at):
+    run = runner(tmp_path, {at: lambda steps: math.nan})
+    with pytest.raises(NonFiniteLossError) as error:
+        run.execute()
+    kept = ckpt(tmp_path, 2) if at == 4 else "none (none was written)"
+    assert str(error.value) == f"step {at}: the loss is nan; training stopped, the last good checkpoint is {kept}"
+    assert [step for step, _ in list_checkpoints(str(tmp_path))] == ([2] if at == 4 else [])
+    assert read_scalars(str(tmp_path / "train")).get("loss", []) == ([(2, 0.5)] if at == 4 else [])
+
+
+def test_a_weight_that_overflows_is_never_saved(tmp_path):
+    def overflow(steps):
+        with torch.no_grad():
+            steps.model.model.weight[1, 2] = -math.inf
+
+    run = runner(tmp_path, {3: overflow})
+    with pytest.raises(NonFiniteLossError) as error:
+        run.execute()
+    assert str(error.value) == (f"step 4: the weight weight is -inf, not saved; training stopped, the last good "
+                                f"checkpoint is {ckpt(tmp_path, 2)}")
+    assert [step for step, _ in list_checkpoints(str(tmp_path))] == [2]
+
+
+def sigint(steps):
+    signal.raise_signal(signal.SIGINT)
+
+
+def test_a_signal_finishes_the_step_saves_it_and_says_where_to_resume(tmp_path):
+    run = runner(tmp_path, {3: sigint})
+    with pytest.raises(Interrupted) as stopped:
+        run.execute()
+    assert stopped.value.signum == signal.SIGINT and len(run.steps.trained) == 3
+    assert str(stopped.value) == (f"interrupted by SIGINT at step 3 of 5; saved {ckpt(tmp_path, 3)}: the same "
+                                  f"command resumes from there")
+    assert [step for step, _ in list_checkpoints(str(tmp_path))] == [2, 3]
+
+
+def test_a_signal_at_a_checkpoint_step_saves_once_and_at_the_last_step_ends_the_run(tmp_path):
+    run = runner(tmp_path / "a", {4: sigint})
+    with pytest.raises(Interrupted) as stopped:
+        run.execute()
+    assert str(stopped.value) == (f"interrupted by SIGINT at step 4 of 5; saved {ckpt(tmp_path / 'a', 4)}: the "
+                                  f"same command resumes from there")
+    last = runner(tmp_path / "b", {5: sigint})
+    assert last.execute() is None
+    assert [step for step, _ in list_checkpoints(str(tmp_path / "b"))] == [2, 4, 5]
+
+
+def test_a_second_signal_stops_mid_step_and_names_the_newest_checkpoint(tmp_path):
+    run = runner(tmp_path, {3: lambda steps: (sigint(steps), sigint(steps))})
+    with pytest.raises(Interrupted) as stopped:
+        run.execute()
+    assert str(stopped.value) == (f"interrupted by SIGINT at step 2 of 5; saved {ckpt(tmp_path, 2)}: the same "
+                                  f"command resumes from there")
+    assert [step for step, _ in list_checkpoints(str(tmp_path))] == [2]
+
+
+# --- eval and predict: the model's own steps, against torch ------------------------------------
+
+def expected(model_dir, step, examples=EXAMPLES):
+    """The loss (mean over examples) and accuracy of the checkpoint of ``step`` over the first examples."""
+    model = torch.nn.Linear(FEATURES, CLASSES)
+    model.load_state_dict(load_checkpoint(ckpt(model_dir, step))["model"])
+    x, y = dataset().tensors
+    with torch.no_grad():
+        logits = model(x[:examples])
+    return (F.cross_entropy(logits, y[:examples]).item(), (logits.argmax(-1) == y[:examples]).float().mean().item(),
+            logits.numpy())
+
+
+def test_eval_is_the_mean_over_examples_of_uneven_batches_and_its_metrics(tmp_path, caplog):
+    runner(tmp_path, max_steps=4).execute()
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        metrics = runner(tmp_path, mode="eval").execute()
+    loss, accuracy, _ = expected(tmp_path, 4)
+    assert sorted(metrics) == ["accuracy", "loss"]
+    assert metrics["loss"] == pytest.approx(loss, rel=1e-6) and metrics["accuracy"] == pytest.approx(accuracy)
+    assert zoo_log(caplog)[-1] == (
+        "INFO", f"| Eval Device=cpu Step=4 accuracy={metrics['accuracy']:.5f} loss={metrics['loss']:.5f}")
+    assert read_scalars(str(tmp_path / "eval"))["loss"] == [(4, pytest.approx(metrics["loss"]))]
+    two = runner(tmp_path, mode="eval", eval_steps=2, checkpoint_path=ckpt(tmp_path, 2)).execute()
+    loss, accuracy, _ = expected(tmp_path, 2, examples=8)
+    assert two["loss"] == pytest.approx(loss, rel=1e-6) and two["accuracy"] == pytest.approx(accuracy)
+
+
+def test_eval_all_evaluates_each_readable_checkpoint_and_skips_a_damaged_one(tmp_path, caplog):
+    runner(tmp_path, max_steps=6).execute()
+    with open(ckpt(tmp_path, 4), "r+b") as f:
+        f.truncate(100)
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        results = runner(tmp_path, mode="eval_all").execute()
+    assert list(results) == [2, 6]
+    for step in (2, 6):
+        assert results[step]["loss"] == pytest.approx(expected(tmp_path, step)[0], rel=1e-6)
+    warnings = [message for level, message in zoo_log(caplog) if level == "WARNING"]
+    assert len(warnings) == 1 and warnings[0].startswith(ckpt(tmp_path, 4)) and warnings[0].endswith("; skipped")
+
+
+def test_an_eval_set_without_a_batch_is_one_line(tmp_path):
+    runner(tmp_path, max_steps=2).execute()
+    empty = runner(tmp_path, mode="eval", batch=16)
+    empty.eval_loader = DataLoader(dataset(), batch_size=16, drop_last=True)
+    with pytest.raises(UserError) as error:
+        empty.execute()
+    assert str(error.value) == ("eval data yielded no batches (is the eval set smaller than eval_input.batch_size "
+                                "with drop_last?)")
+
+
+class Finishing(Linear):
+    """Linear with its own figures once the predictions are written."""
+
+    def predictions_done(self, arrays, model_dir):
+        return {"examples": float(len(arrays["logits"])), "mean_logit": float(arrays["logits"].mean())}
+
+
+def test_predict_writes_the_outputs_of_the_checkpoint_over_the_eval_set_and_the_models_figures(tmp_path, caplog):
+    runner(tmp_path, max_steps=2).execute()
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        path = runner(tmp_path, mode="predict", model=Finishing).execute()
+    assert path == os.path.join(str(tmp_path), "predictions.npz")
+    with np.load(path) as saved:
+        assert sorted(saved) == ["logits"]
+        np.testing.assert_allclose(saved["logits"], expected(tmp_path, 2)[2], rtol=1e-5, atol=1e-6)
+        mean = float(saved["logits"].mean())
+    assert zoo_log(caplog)[-1] == ("INFO", f"wrote the predictions of step 2 over 10 examples to {path}")
+    assert read_scalars(str(tmp_path / "predict")) == {"examples": [(2, 10.0)],
+                                                       "mean_logit": [(2, pytest.approx(mean))]}
+
+
+class LossAlone(Linear):
+    def __call__(self, batch):
+        return super().__call__(batch)[0]
+
+
+def test_predict_of_a_model_without_outputs_or_without_batches_is_one_line(tmp_path):
+    runner(tmp_path, max_steps=2).execute()
+    with pytest.raises(UserError) as error:
+        runner(tmp_path, mode="predict", model=LossAlone).execute()
+    assert str(error.value) == ("predict: the model's __call__ returned the loss alone; return (loss, {name: "
+                                "tensor}) to have outputs to write")
+    empty = runner(tmp_path, mode="predict")
+    empty.eval_loader = DataLoader(dataset(), batch_size=16, drop_last=True)
+    with pytest.raises(UserError) as error:
+        empty.execute()
+    assert str(error.value) == "eval data yielded no batches to predict on"
+    assert not (tmp_path / "predictions.npz").exists()
