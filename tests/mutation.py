@@ -53,7 +53,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "optimizers": (["device/runtime/optimizers.py", "device/optimizer.py", "common/pytorch/optim.py", "common/tf/optim.py"],
                    ["tests/device/test_optimizers.py", "tests/device/test_kernels_tf.py", "tests/device/test_program.py",
                     "tests/pytorch/test_pt_optim.py", "tests/tf/test_tf_optim.py", "tests/pytorch/test_pt_loss_scale.py",
-                    "tests/tf/test_tf_loss_scale.py"]),
+                    "tests/tf/test_tf_loss_scale.py", "tests/tf/test_tf_distribute_graph.py"]),
     "program": (["device/runtime/program.py", "device/runtime/memory.py"],
                 ["tests/device/test_program.py", "tests/device/test_dtypes.py", "tests/device/test_memory.py"]),
     "kernels": (["device/ops/*.py"],
