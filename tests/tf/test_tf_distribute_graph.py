@@ -311,10 +311,15 @@ def test_the_graph_seed_is_the_runs(strategy):
         tf.compat.v1.add_to_collection("noise", tf.compat.v1.random_uniform([3]))  # no op seed: the graph's
         return model_fn(features, labels, mode, params)
 
+    def shuffled(params, mode):  # no op seed: the graph's, set before the input_fn runs
+        return ordered(1)(params, mode).unbatch().shuffle(EXAMPLES).batch(4, drop_remainder=True)
+
     def noise(seed):
-        built = distribute.build_train_graph(noisy, ordered(4), params, seed, True, strategy)
-        with tf.compat.v1.Session(graph=built.graph) as session:
-            return session.run(built.graph.get_collection("noise")[0])
+        built = distribute.build_train_graph(noisy, shuffled, params, seed, True, strategy)
+        run = GraphSession(built, RunConfig())
+        values = run.session.run([built.graph.get_collection("noise")[0]] + built.graph.get_collection("dropped"))
+        run.close()
+        return np.concatenate([v.ravel() for v in values])
 
     assert np.array_equal(noise(3), noise(3)) and not np.array_equal(noise(3), noise(4))
 

@@ -161,10 +161,13 @@ def test_predict_restores_the_checkpoint_asked_for_and_calls_on_ready_before_the
 
 def test_predict_computes_in_the_mixed_policy_on_the_cpu_and_in_fp32_on_the_emulator(trained):
     params = load_params(None, {**default_params(), "mixed_precision": {"enabled": True, "dtype": "bfloat16"}})
-    for device, dtype in (("cpu", "bfloat16"), ("emulator", "float32")):
+    for device, dtype, policy in (("cpu", "bfloat16", True), ("emulator", "float32", False)):
         est = CerebrasEstimator(with_logits, config=RunConfig(model_dir=str(trained), device=device), params=params)
+        opened, open_session = [], est.open_session
+        est.open_session = lambda *args, **kwargs: opened.append(kwargs) or open_session(*args, **kwargs)
         first = next(est.predict(input_fn))
         assert first["logits"].dtype.name == dtype, device
+        assert opened == [{"mixed_policy": policy}]  # the device's graph is fp32: the emulator rounds itself
 
 
 def test_train_takes_steps_or_max_steps_and_says_where_it_starts(trained, tmp_path, caplog):
