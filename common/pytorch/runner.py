@@ -110,8 +110,9 @@ def batch_size(batch: Any) -> int:
     """Samples in a batch: the leading dimension of its first tensor (or array)."""
     if hasattr(batch, "shape"):
         return int(batch.shape[0]) if len(batch.shape) else 1
-    values = list(batch.values()) if isinstance(batch, Mapping) else batch
-    for value in values:
+    if not isinstance(batch, (Mapping, list, tuple)):  # a string (collated text is a list of them), a number
+        return 0
+    for value in batch.values() if isinstance(batch, Mapping) else batch:
         size = batch_size(value)
         if size:
             return size

@@ -65,6 +65,7 @@ class ScriptedTrain(FrameworkSteps):
     def train(self, batch):
         step = len(self.trained) + 1
         self.trained.append(len(batch[0]))
+        torch.rand(1)  # a step draws from the global RNG, as dropout does
         action = self.script.get(step)
         if isinstance(action, BaseException):
             raise action
@@ -316,3 +317,148 @@ def test_predict_of_a_model_without_outputs_or_without_batches_is_one_line(tmp_p
         empty.execute()
     assert str(error.value) == "eval data yielded no batches to predict on"
     assert not (tmp_path / "predictions.npz").exists()
+
+
+# --- the runner's pieces and its refusals before anything is written ----------------------------
+
+@pytest.mark.parametrize("key, least", [("log_steps", 1), ("checkpoint_steps", 0), ("keep_checkpoint_max", 0),
+                                        ("max_steps", 0), ("steps", 1), ("eval_steps", 1)])
+def test_runconfig_counts_are_integers_of_at_least_their_least(key, least):
+    from common.pytorch.runner import check_runconfig
+
+    good = {"log_steps": 1, "checkpoint_steps": 0, "keep_checkpoint_max": 0, "max_steps": 0, "steps": None,
+            "eval_steps": None}
+    check_runconfig({**good, key: least})
+    check_runconfig({**good, key: least + 7})
+    for bad in (least - 1, True, 2.0, "3"):
+        with pytest.raises(UserError) as error:
+            check_runconfig({**good, key: bad})
+        assert str(error.value) == f"runconfig.{key} must be an integer of at least {least}, got {bad!r}"
+
+
+def test_the_batch_size_is_the_leading_dimension_of_the_first_tensor_with_one():
+    from common.pytorch.runner import batch_size
+
+    assert batch_size(torch.zeros(3, 2)) == 3 and batch_size(np.zeros((5,))) == 5 and batch_size(torch.tensor(1.0)) == 1
+    assert batch_size((torch.zeros(4, 2), torch.zeros(4))) == 4
+    assert batch_size({"ids": torch.zeros(6, 3), "mask": torch.zeros(6, 3)}) == 6
+    assert batch_size([torch.zeros(0, 2), {"x": torch.zeros(2, 9)}]) == 2  # the first that has samples
+    assert batch_size({"text": ["a b", "c"], "ids": torch.zeros(2, 4)}) == 2  # collated strings count no samples
+    assert batch_size(["text", 7]) == 0 and batch_size([]) == 0
+
+
+def test_to_device_and_to_numpy_keep_the_batchs_structure():
+    from common.pytorch.runner import to_device, to_numpy
+
+    batch = {"pair": (torch.ones(2), [torch.zeros(1), "label"]), "n": 3}
+    moved = to_device(batch, torch.device("cpu"))
+    assert type(moved["pair"]) is tuple and type(moved["pair"][1]) is list and moved["n"] == 3
+    assert torch.equal(moved["pair"][0], torch.ones(2)) and moved["pair"][1][1] == "label"
+    arrays = to_numpy({"pair": (torch.ones(2, requires_grad=True), [torch.zeros(1)]), "n": 3})
+    assert type(arrays["pair"]) is tuple and type(arrays["pair"][1]) is list and arrays["n"] == 3
+    assert isinstance(arrays["pair"][0], np.ndarray) and arrays["pair"][0].tolist() == [1.0, 1.0]
+
+
+def test_the_first_weight_not_finite_and_its_value_integers_aside():
+    from common.pytorch.runner import non_finite_weight
+
+    weights = {"steps": torch.tensor([2**62]), "a": torch.ones(3), "b": torch.tensor([1.0, -math.inf, math.nan]),
+               "c": torch.tensor([math.nan])}
+    assert non_finite_weight(weights) == ("b", -math.inf)
+    assert non_finite_weight({"a": torch.ones(2), "steps": torch.tensor([3])}) is None
+
+
+def test_the_last_step_is_steps_more_or_max_steps():
+    from common.pytorch.runner import last_step
+
+    assert last_step({"steps": None, "max_steps": 9}, 4) == 9 and last_step({"steps": 3, "max_steps": 9}, 4) == 7
+
+
+def test_the_seed_seeds_torch_numpy_and_python():
+    import random
+
+    from common.pytorch.runner import seed_everything
+
+    seed_everything(2**32 + 5)  # numpy's seed is taken modulo 2**32
+    first = (torch.rand(2).tolist(), np.random.rand(2).tolist(), random.random())
+    seed_everything(5)
+    assert (torch.rand(2).tolist(), np.random.rand(2).tolist(), random.random()) != first
+    np.random.seed(5)
+    numpy_5 = np.random.rand(2).tolist()
+    seed_everything(2**32 + 5)
+    torch_again, numpy_again, python_again = torch.rand(2).tolist(), np.random.rand(2).tolist(), random.random()
+    assert (torch_again, python_again) == (first[0], first[2]) and numpy_again == first[1] == numpy_5
+
+
+def test_the_torch_device_is_the_cpu_or_a_gpu_torch_has(monkeypatch):
+    from common.pytorch.runner import torch_device
+
+    assert torch_device("cpu") == torch.device("cpu") and torch_device("emulator") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UserError) as error:
+        torch_device("gpu")
+    assert str(error.value) == f"--device gpu: no CUDA device is available to torch {torch.__version__}"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert torch_device("gpu") == torch.device("cuda")
+
+
+class Generating(Linear):
+    def predict_step(self, batch):
+        return {"ids": np.zeros((len(batch[0]), 2), np.int64)}
+
+
+def test_what_a_run_refuses_before_it_writes(tmp_path):
+    cases = [
+        (dict(mode="eval_all", checkpoint_path="x.mdl"),
+         "--checkpoint_path does not go with --mode eval_all, which evaluates every checkpoint in model_dir"),
+        (dict(mode="eval_all"), f"{tmp_path}: no checkpoint_<step>.mdl to evaluate; train first"),
+        (dict(mode="eval"), f"{tmp_path}: no checkpoint to eval; train first or pass --checkpoint_path"),
+        (dict(mode="predict"), f"{tmp_path}: no checkpoint to predict; train first or pass --checkpoint_path")]
+    for kwargs, message in cases:
+        with pytest.raises(UserError) as error:
+            runner(tmp_path, **kwargs)
+        assert str(error.value) == message
+    loader = lambda params: DataLoader(dataset(), batch_size=4)  # noqa: E731
+    emulator = argparse.Namespace(mode="predict", device="emulator", checkpoint_path=None)
+    with pytest.raises(UserError) as error:
+        Runner(emulator, params_of(tmp_path), Generating, loader, loader)
+    assert str(error.value) == ("--mode predict --device emulator: Generating predicts by generating (predict_step), "
+                                "which runs on the CPU or a GPU; drop --device emulator")
+    with pytest.raises(TypeError) as error:
+        runner(tmp_path, model=lambda params, device: torch.nn.Linear(2, 2))
+    assert str(error.value) == "model_fn must return a PyTorchBaseModel, got Linear"
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_run_loads_only_the_data_its_mode_reads(tmp_path):
+    loaded = []
+
+    def loader(name):
+        return lambda params: loaded.append(name) or DataLoader(dataset(), batch_size=4)
+
+    args = argparse.Namespace(mode="train", device="cpu", checkpoint_path=None)
+    Runner(args, params_of(tmp_path), Linear, loader("train"), loader("eval"), ScriptedTrain).execute()
+    for mode, expected_loaders in (("train", ["train"]), ("train_and_eval", ["train", "eval"]), ("eval", ["eval"]),
+                                   ("eval_all", ["eval"]), ("predict", ["eval"])):
+        loaded.clear()
+        run = Runner(argparse.Namespace(mode=mode, device="cpu", checkpoint_path=None), params_of(tmp_path), Linear,
+                     loader("train"), loader("eval"), ScriptedTrain)
+        assert loaded == expected_loaders, mode
+        assert (run.train_loader is None) == ("train" not in expected_loaders)
+        assert (run.eval_loader is None) == ("eval" not in expected_loaders)
+
+
+def test_a_restore_for_training_takes_the_rngs_and_data_order_and_for_eval_the_weights_alone(tmp_path):
+    runner(tmp_path, max_steps=4).execute()
+    state = load_checkpoint(ckpt(tmp_path, 4))
+    resumed = runner(tmp_path, max_steps=6)
+    assert torch.equal(torch.get_rng_state(), state["rng"]["torch"])  # the RNGs go on as they were
+    assert resumed.global_step == 4 and resumed.checkpoint == ckpt(tmp_path, 4)
+    assert resumed.data_state == state["data_order"]
+    for name, value in resumed.model.model.state_dict().items():
+        assert torch.equal(value, state["model"][name])
+    evaluating = runner(tmp_path, mode="eval", checkpoint_path=ckpt(tmp_path, 2))
+    assert not torch.equal(torch.get_rng_state(), load_checkpoint(ckpt(tmp_path, 2))["rng"]["torch"])  # weights only
+    assert evaluating.global_step == 2 and evaluating.data_state is None and evaluating.checkpoint == ckpt(tmp_path, 2)
+    for name, value in evaluating.model.model.state_dict().items():
+        assert torch.equal(value, load_checkpoint(ckpt(tmp_path, 2))["model"][name])
