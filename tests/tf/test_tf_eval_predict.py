@@ -125,6 +125,12 @@ def test_an_eval_dataset_without_a_batch_or_without_an_end(trained, tmp_path):
     assert_metrics(estimator(tmp_path).evaluate(forever, steps=5, checkpoint_path=str(trained)),
                    metrics_of(str(trained / "model.ckpt-4"), n=20), 4)  # the first 4 examples count twice
 
+    def twenty_times(params, mode):  # steps stop it, not its end (which a loop not counting its batches reaches)
+        return input_fn(params, mode).repeat(20)
+
+    assert_metrics(estimator(tmp_path).evaluate(twenty_times, steps=6, checkpoint_path=str(trained)),
+                   metrics_of(str(trained / "model.ckpt-4"), n=24), 4)
+
 
 def test_predict_yields_each_example_or_each_batch_of_the_checkpoints_predictions(trained):
     x, _ = examples()
@@ -159,15 +165,18 @@ def test_predict_restores_the_checkpoint_asked_for_and_calls_on_ready_before_the
     assert not np.allclose(logits, logits_of(str(trained / "model.ckpt-4"), x), rtol=1e-3)
 
 
-def test_predict_computes_in_the_mixed_policy_on_the_cpu_and_in_fp32_on_the_emulator(trained):
+def test_predict_and_eval_compute_in_the_mixed_policy_on_the_cpu_and_in_fp32_on_the_emulator(trained, tmp_path):
     params = load_params(None, {**default_params(), "mixed_precision": {"enabled": True, "dtype": "bfloat16"}})
     for device, dtype, policy in (("cpu", "bfloat16", True), ("emulator", "float32", False)):
-        est = CerebrasEstimator(with_logits, config=RunConfig(model_dir=str(trained), device=device), params=params)
+        est = CerebrasEstimator(with_logits, config=RunConfig(model_dir=str(tmp_path / device), device=device),
+                                params=params)
         opened, open_session = [], est.open_session
         est.open_session = lambda *args, **kwargs: opened.append(kwargs) or open_session(*args, **kwargs)
-        first = next(est.predict(input_fn))
+        first = next(est.predict(input_fn, checkpoint_path=str(trained)))
         assert first["logits"].dtype.name == dtype, device
-        assert opened == [{"mixed_policy": policy}]  # the device's graph is fp32: the emulator rounds itself
+        est.evaluate(input_fn, steps=1, checkpoint_path=str(trained))
+        # the device's graph is fp32 (the emulator rounds itself); the CPU's takes the Keras mixed policy
+        assert opened == [{"mixed_policy": policy}, {"mixed_policy": policy}]
 
 
 def test_train_takes_steps_or_max_steps_and_says_where_it_starts(trained, tmp_path, caplog):
