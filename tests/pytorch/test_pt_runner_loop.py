@@ -44,11 +44,11 @@ class Linear(PyTorchBaseModel):
         return F.cross_entropy(logits, y), {"logits": logits}
 
 
-def params_of(model_dir, **runconfig):
+def params_of(model_dir, optimizer="sgd", **runconfig):
     runconfig = {"model_dir": str(model_dir), "max_steps": 5, "log_steps": 2, "checkpoint_steps": 2,
                  "keep_checkpoint_max": 0, **runconfig}
     schedule = {"scheduler": "Exponential", "initial_learning_rate": 0.1, "decay_steps": 1, "decay_rate": 0.5}
-    return load_params(None, {"runconfig": runconfig, "optimizer": {"optimizer_type": "sgd",
+    return load_params(None, {"runconfig": runconfig, "optimizer": {"optimizer_type": optimizer,
                                                                      "learning_rate": schedule}})
 
 
@@ -81,11 +81,11 @@ class ScriptedTrain(FrameworkSteps):
 
 
 def runner(model_dir, script=None, *, mode="train", scale=None, checkpoint_path=None, model=Linear, batch=4,
-           **runconfig):
+           optimizer="sgd", **runconfig):
     steps = type("Steps", (ScriptedTrain,), {"script": script or {}, "scale": scale})
     loader = lambda params: DataLoader(dataset(), batch_size=batch)  # noqa: E731
     args = argparse.Namespace(mode=mode, device="cpu", checkpoint_path=checkpoint_path)
-    return Runner(args, params_of(model_dir, **runconfig), model, loader, loader, steps)
+    return Runner(args, params_of(model_dir, optimizer, **runconfig), model, loader, loader, steps)
 
 
 def zoo_log(caplog):
@@ -463,3 +463,30 @@ def test_a_restore_for_training_takes_the_rngs_and_data_order_and_for_eval_the_w
     assert evaluating.global_step == 2 and evaluating.data_state is None and evaluating.checkpoint == ckpt(tmp_path, 2)
     for name, value in evaluating.model.model.state_dict().items():
         assert torch.equal(value, load_checkpoint(ckpt(tmp_path, 2))["model"][name])
+
+
+def test_eval_all_takes_each_checkpoints_weights_alone_whatever_the_optimizer(tmp_path):
+    runner(tmp_path, max_steps=4).execute()
+    with pytest.raises(UserError, match="does not fit this run"):  # training on would need its SGD state
+        runner(tmp_path, max_steps=6, optimizer="adam")
+    results = runner(tmp_path, mode="eval_all", optimizer="adam").execute()
+    assert list(results) == [2, 4]
+    assert results[2]["loss"] == pytest.approx(expected(tmp_path, 2)[0], rel=1e-6)
+    assert not torch.equal(torch.get_rng_state(), load_checkpoint(ckpt(tmp_path, 4))["rng"]["torch"])
+
+
+class Prompted(Linear):
+    """A generating model with prompts of its own (as pytorch/gpt2's)."""
+
+    def predict_dataloader(self):
+        return DataLoader(TensorDataset(torch.arange(5)), batch_size=2)
+
+    def predict_step(self, batch):
+        return {"doubled": (2 * batch[0]).numpy()}
+
+
+def test_predict_of_a_model_with_prompts_generates_for_every_prompt(tmp_path):
+    runner(tmp_path, max_steps=2).execute()
+    path = runner(tmp_path, mode="predict", model=Prompted, eval_steps=1).execute()  # eval_steps: the eval set's
+    with np.load(path) as saved:
+        assert sorted(saved) == ["doubled"] and saved["doubled"].tolist() == [0, 2, 4, 6, 8]
