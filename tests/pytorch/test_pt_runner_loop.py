@@ -490,3 +490,22 @@ def test_predict_of_a_model_with_prompts_generates_for_every_prompt(tmp_path):
     path = runner(tmp_path, mode="predict", model=Prompted, eval_steps=1).execute()  # eval_steps: the eval set's
     with np.load(path) as saved:
         assert sorted(saved) == ["doubled"] and saved["doubled"].tolist() == [0, 2, 4, 6, 8]
+
+
+def test_predict_takes_eval_steps_batches_of_the_eval_set_in_the_runs_shuffled_order(tmp_path):
+    from common.pytorch.data_order import eval_shard
+
+    runner(tmp_path, max_steps=2).execute()
+    shuffled = runner(tmp_path, mode="predict", eval_steps=2, seed=7)
+    shuffled.eval_loader = DataLoader(TensorDataset(torch.arange(EXAMPLES)[:, None].float(), torch.arange(EXAMPLES)),
+                                      batch_size=4, shuffle=True)
+
+    class Echo(FrameworkSteps):
+        def eval(self, batch):
+            return 0.0, {"x": batch[0].numpy()}
+
+    shuffled.steps = Echo(shuffled)
+    with np.load(shuffled.execute()) as saved:
+        order = saved["x"].ravel().tolist()
+    expected_order = [float(v) for x, _ in eval_shard(shuffled.eval_loader, 7, 2) for v in x.ravel().tolist()]
+    assert order == expected_order and len(order) == 8 and order != sorted(order)

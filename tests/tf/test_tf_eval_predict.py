@@ -114,22 +114,23 @@ def test_an_eval_dataset_without_a_batch_or_without_an_end(trained, tmp_path):
     assert str(error.value) == ("the eval dataset yielded no batch (fewer examples than eval_input.batch_size with "
                                 "drop_last: true?)")
 
-    def forever(params, mode):
-        return input_fn(params, mode).repeat()
+    def forever(params, mode):  # it says so (and ends after 4 batches all the same: a loop not stopped fails fast)
+        return input_fn(params, mode).apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
 
     with pytest.raises(UserError) as error:
         estimator(tmp_path).evaluate(forever, checkpoint_path=str(trained))
     assert str(error.value) == ("the eval dataset repeats forever: do not repeat it in EVAL mode, or set "
                                 "runconfig.eval_steps (--eval_steps)")
     assert not (tmp_path / "eval").exists()
-    assert_metrics(estimator(tmp_path).evaluate(forever, steps=5, checkpoint_path=str(trained)),
-                   metrics_of(str(trained / "model.ckpt-4"), n=20), 4)  # the first 4 examples count twice
 
     def twenty_times(params, mode):  # steps stop it, not its end (which a loop not counting its batches reaches)
         return input_fn(params, mode).repeat(20)
 
     assert_metrics(estimator(tmp_path).evaluate(twenty_times, steps=6, checkpoint_path=str(trained)),
                    metrics_of(str(trained / "model.ckpt-4"), n=24), 4)
+    assert_metrics(estimator(tmp_path).evaluate(lambda params, mode: input_fn(params, mode).repeat(), steps=5,
+                                                checkpoint_path=str(trained)),
+                   metrics_of(str(trained / "model.ckpt-4"), n=20), 4)  # the first 4 examples count twice
 
 
 def test_predict_yields_each_example_or_each_batch_of_the_checkpoints_predictions(trained):
