@@ -509,3 +509,18 @@ def test_predict_takes_eval_steps_batches_of_the_eval_set_in_the_runs_shuffled_o
         order = saved["x"].ravel().tolist()
     expected_order = [float(v) for x, _ in eval_shard(shuffled.eval_loader, 7, 2) for v in x.ravel().tolist()]
     assert order == expected_order and len(order) == 8 and order != sorted(order)
+
+
+def test_every_batch_goes_to_the_runs_device(tmp_path, monkeypatch):
+    from common.pytorch import runner as runner_module
+
+    sent, to_device = [], runner_module.to_device
+    monkeypatch.setattr(runner_module, "to_device",
+                        lambda batch, device: sent.append(device) or to_device(batch, device))
+    run = runner(tmp_path, max_steps=1)
+    run.steps = FrameworkSteps(run)  # the model's own train step
+    run.execute()
+    runner(tmp_path, mode="eval").execute()
+    runner(tmp_path, mode="predict", model=Prompted).execute()
+    # a step's, the 3 eval batches' and the 3 prompt batches' (each batch, then each of its tensors)
+    assert sent == [torch.device("cpu")] * (3 + 3 * 3 + 3 * 2)

@@ -19,7 +19,7 @@ from common.interrupt import Interrupted
 from common.params import load_params
 from common.summaries import read_scalars
 from common.tf.estimator import CerebrasEstimator, EstimatorSpec, ModeKeys, RunConfig
-from common.tf.estimator.cs_estimator import CpuTrainStep
+from common.tf.estimator.cs_estimator import CpuTrainStep, SessionSteps
 from common.tf.estimator.graph import where
 from common.tf.estimator.session import GraphSession
 from common.tf.optim import build_train_op
@@ -325,4 +325,11 @@ def test_a_train_op_that_leaves_the_global_step_is_refused_at_the_first_step_onl
         f"{where(stuck)}: train_op does not increment the global step; pass "
         f"global_step=tf.compat.v1.train.get_or_create_global_step() to minimize (common.tf.optim.build_train_op does)")
     assert step(5, False)[1] == 4  # checked once: the loop stops at the first
+    run.close()
+    run, _ = cpu_step(tmp_path / "backend", stuck)
+    backend_step = SessionSteps(stuck, load_params(None, default_params())).train_step(run)  # the CPU backend's
+    assert backend_step.on == " (float32 compute)"
+    with pytest.raises(UserError) as error:
+        backend_step(0, False)
+    assert str(error.value).startswith(f"{where(stuck)}: train_op does not increment the global step")
     run.close()
