@@ -71,7 +71,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                                                           "device_run", "distributed", "metrics", "run", "runner",
                                                           "utils")],
                 [f"tests/pytorch/test_{name}.py" for name in (
-                    "pt_runner", "pt_runner_loop", "pt_mnist", "pt_bad_input", "pt_checkpoint_fallback", "pt_vendor_metrics",
+                    "pt_runner", "pt_runner_loop", "pt_device_run", "pt_mnist", "pt_bad_input", "pt_checkpoint_fallback", "pt_vendor_metrics",
                     "vendor_fixture", "vendor_migrated", "pt_loss_scale", "pt_distributed", "pt_step_backends",
                     "pt_optim", "pt_device")]
                 + ["--deselect=tests/pytorch/test_pt_device.py::test_mixed_precision_losses_within_2e_2",
