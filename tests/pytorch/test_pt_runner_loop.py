@@ -284,6 +284,8 @@ class Finishing(Linear):
     """Linear with its own figures once the predictions are written."""
 
     def predictions_done(self, arrays, model_dir):
+        with open(os.path.join(model_dir, "classes.txt"), "w") as f:  # its own files, beside predictions.npz
+            f.write(" ".join(str(c) for c in arrays["logits"].argmax(-1)))
         return {"examples": float(len(arrays["logits"])), "mean_logit": float(arrays["logits"].mean())}
 
 
@@ -297,6 +299,7 @@ def test_predict_writes_the_outputs_of_the_checkpoint_over_the_eval_set_and_the_
         np.testing.assert_allclose(saved["logits"], expected(tmp_path, 2)[2], rtol=1e-5, atol=1e-6)
         mean = float(saved["logits"].mean())
     assert zoo_log(caplog)[-1] == ("INFO", f"wrote the predictions of step 2 over 10 examples to {path}")
+    assert (tmp_path / "classes.txt").read_text() == " ".join(str(c) for c in expected(tmp_path, 2)[2].argmax(-1))
     assert read_scalars(str(tmp_path / "predict")) == {"examples": [(2, 10.0)],
                                                        "mean_logit": [(2, pytest.approx(mean))]}
 
