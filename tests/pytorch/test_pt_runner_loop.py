@@ -19,7 +19,7 @@ from common.interrupt import Interrupted
 from common.params import load_params
 from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.checkpoint import list_checkpoints, load_checkpoint
-from common.pytorch.metrics import Accuracy
+from common.pytorch.metrics import Accuracy, Metric
 from common.pytorch.runner import FrameworkSteps, Runner
 from common.summaries import read_scalars
 
@@ -527,3 +527,85 @@ def test_every_batch_goes_to_the_runs_device(tmp_path, monkeypatch):
     runner(tmp_path, mode="predict", model=Prompted).execute()
     # a step's, the 3 eval batches' and the 3 prompt batches' (each batch, then each of its tensors)
     assert sent == [torch.device("cpu")] * (3 + 3 * 3 + 3 * 2)
+
+
+class Mixed(Linear):
+    """Linear, its outputs in bfloat16 where params ask for mixed precision, and its classes."""
+
+    def __call__(self, batch):
+        x, y = batch
+        with self.autocast():
+            logits = self.model(x)
+        return F.cross_entropy(logits.float(), y), {"logits": logits, "classes": logits.argmax(-1)}
+
+
+def test_outputs_computed_in_bfloat16_come_out_float32_and_integers_stay(tmp_path):
+    runner(tmp_path, max_steps=2).execute()
+    args = argparse.Namespace(mode="predict", device="cpu", checkpoint_path=None)
+    params = load_params(None, {**params_of(tmp_path), "mixed_precision": {"enabled": True, "dtype": "bfloat16"}})
+    loader = lambda params: DataLoader(dataset(), batch_size=4)  # noqa: E731
+    run = Runner(args, params, Mixed, loader, loader)
+    assert run.model.autocast_dtype == torch.bfloat16
+    with np.load(run.execute()) as saved:
+        assert saved["logits"].dtype == np.float32 and saved["classes"].dtype == np.int64
+        assert saved["classes"].tolist() == saved["logits"].argmax(-1).tolist()
+
+
+class WithVendorMetric(Linear):
+    """Linear holding one of the vendor's metric objects that its __call__ never calls."""
+
+    def __init__(self, params, device):
+        from common.pytorch.metrics import AccuracyMetric
+
+        super().__init__(params, device)
+        self.accuracy_metric = AccuracyMetric(name="eval/vendor_accuracy")
+
+
+def test_a_vendor_metric_never_called_is_left_out_with_one_warning(tmp_path, caplog):
+    runner(tmp_path, max_steps=4).execute()
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        results = runner(tmp_path, mode="eval_all", model=WithVendorMetric).execute()
+    assert [sorted(metrics) for metrics in results.values()] == [["accuracy", "loss"]] * 2
+    assert [message for level, message in zoo_log(caplog) if level == "WARNING"] == [
+        "metric 'eval/vendor_accuracy' (AccuracyMetric) was not called during eval: not reported (is it called in "
+        "__call__ when not self.model.training?)"]
+
+
+class Median(Metric):
+    """A metric that is no function of sums: a data-parallel eval cannot add it up."""
+
+    def reset(self):
+        self.values = []
+
+    def update(self, outputs, batch):
+        self.values.extend(outputs["logits"].max(-1).tolist())
+
+    def result(self):
+        return float(np.median(self.values))
+
+
+class WithMedian(Linear):
+    def __init__(self, params, device):
+        super().__init__(params, device)
+        self.metrics = {"accuracy": Accuracy(output="logits"), "median": Median()}
+
+
+def test_a_data_parallel_eval_refuses_a_metric_it_cannot_add_up_before_it_evaluates(tmp_path):
+    import inspect
+
+    from common.pytorch.distributed import World
+
+    runner(tmp_path, max_steps=2).execute()
+    single = runner(tmp_path, mode="eval", model=WithMedian).execute()
+    assert sorted(single) == ["accuracy", "loss", "median"]
+    run = runner(tmp_path, mode="eval", model=WithMedian)
+    run.world = World(0, 2)  # one process of two (a process group of its own is not needed to refuse)
+    evaluated = []
+    run.steps.eval = lambda batch: evaluated.append(batch)
+    with pytest.raises(UserError) as error:
+        run.evaluate()
+    where = f"{inspect.getsourcefile(Median)}:{inspect.getsourcelines(Median)[1]}"
+    assert str(error.value) == (f"{where}: metric Median has no 'summed' (the attributes reset zeroes and update adds "
+                                f"to), which a data-parallel eval adds up over the processes; name them, e.g. summed "
+                                f"= (\"correct\", \"total\")")
+    assert evaluated == []
