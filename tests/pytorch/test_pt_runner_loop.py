@@ -609,3 +609,30 @@ def test_a_data_parallel_eval_refuses_a_metric_it_cannot_add_up_before_it_evalua
                                 f"to), which a data-parallel eval adds up over the processes; name them, e.g. summed "
                                 f"= (\"correct\", \"total\")")
     assert evaluated == []
+
+
+def test_an_eval_takes_its_batches_in_the_runs_order_and_in_a_data_parallel_run_its_share_summed(tmp_path):
+    from common.pytorch.data_order import eval_shard
+    from common.pytorch.distributed import World
+
+    runner(tmp_path, max_steps=2).execute()
+    shuffled = DataLoader(dataset(), batch_size=2, shuffle=True)
+    run = runner(tmp_path, mode="eval", seed=7, eval_steps=4)
+    run.eval_loader = shuffled
+    seen, evaluate = [], run.steps.eval
+    run.steps.eval = lambda batch: seen.append(batch[1].tolist()) or evaluate(batch)
+    run.evaluate()
+    assert seen == [b[1].tolist() for b in eval_shard(shuffled, 7, 4)] and seen != [[0, 1], [2, 0], [1, 2], [0, 1]]
+    seen.clear()
+    run.world = World(1, 2)  # process 1 of 2: batches 1 and 3 of the 4, its sums added to the other's
+    summed = []
+
+    def sum_across_processes(total_loss, examples):
+        summed.append((total_loss, examples))
+        return total_loss + 3.0, examples + 4
+
+    run._sum_across_processes = sum_across_processes
+    metrics = run.evaluate()
+    assert seen == [b[1].tolist() for b in eval_shard(shuffled, 7, 4, World(1, 2))] and len(seen) == 2
+    (total, examples), = summed
+    assert examples == 4 and metrics["loss"] == pytest.approx((total + 3.0) / 8)

@@ -166,7 +166,7 @@ def test_predict_restores_the_checkpoint_asked_for_and_calls_on_ready_before_the
     assert not np.allclose(logits, logits_of(str(trained / "model.ckpt-4"), x), rtol=1e-3)
 
 
-def test_predict_and_eval_compute_in_the_mixed_policy_on_the_cpu_and_in_fp32_on_the_emulator(trained, tmp_path):
+def test_predict_eval_and_train_compute_in_the_mixed_policy_on_the_cpu_and_in_fp32_on_the_emulator(trained, tmp_path):
     params = load_params(None, {**default_params(), "mixed_precision": {"enabled": True, "dtype": "bfloat16"}})
     for device, dtype, policy in (("cpu", "bfloat16", True), ("emulator", "float32", False)):
         est = CerebrasEstimator(with_logits, config=RunConfig(model_dir=str(tmp_path / device), device=device),
@@ -176,8 +176,9 @@ def test_predict_and_eval_compute_in_the_mixed_policy_on_the_cpu_and_in_fp32_on_
         first = next(est.predict(input_fn, checkpoint_path=str(trained)))
         assert first["logits"].dtype.name == dtype, device
         est.evaluate(input_fn, steps=1, checkpoint_path=str(trained))
+        est.train(input_fn, steps=1)
         # the device's graph is fp32 (the emulator rounds itself); the CPU's takes the Keras mixed policy
-        assert opened == [{"mixed_policy": policy}, {"mixed_policy": policy}]
+        assert opened == [{"mixed_policy": policy}] * 3
 
 
 def test_train_takes_steps_or_max_steps_and_says_where_it_starts(trained, tmp_path, caplog):

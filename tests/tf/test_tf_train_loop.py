@@ -333,3 +333,28 @@ def test_a_train_op_that_leaves_the_global_step_is_refused_at_the_first_step_onl
         backend_step(0, False)
     assert str(error.value).startswith(f"{where(stuck)}: train_op does not increment the global step")
     run.close()
+
+
+def test_a_multi_worker_step_that_lost_a_peer_is_one_line_and_any_other_error_is_tensorflows(tmp_path, monkeypatch):
+    import json
+
+    kind = tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["h:1", "h:2"]},
+                                                "task": {"type": "worker", "index": 1}}))
+    monkeypatch.setenv("ZOO_DIST_TIMEOUT_S", "30")
+    run, step = cpu_step(tmp_path, model_fn)
+
+    def gone(*args, **kwargs):
+        raise tf.errors.UnavailableError(None, None, "peer gone")
+
+    run.session.run, run_op = gone, run.session.run
+    with pytest.raises(tf.errors.UnavailableError):  # one process: TensorFlow's own error
+        step(0, False)
+    run.built.strategy = kind.__new__(kind)  # a worker of two (its type is what is read)
+    with pytest.raises(UserError) as error:
+        step(0, True)
+    assert str(error.value) == (
+        "worker 1: a step failed (UnavailableError): another worker stopped or cannot be reached (steps give up "
+        "after ZOO_DIST_TIMEOUT_S=30 s); the same command on every worker resumes from the newest checkpoint")
+    run.session.run = run_op
+    run.close()
