@@ -358,6 +358,8 @@ def test_to_device_and_to_numpy_keep_the_batchs_structure():
     moved = to_device(batch, torch.device("cpu"))
     assert type(moved["pair"]) is tuple and type(moved["pair"][1]) is list and moved["n"] == 3
     assert torch.equal(moved["pair"][0], torch.ones(2)) and moved["pair"][1][1] == "label"
+    meta = to_device(batch, torch.device("meta"))  # a device other than the CPU the tensors are on
+    assert meta["pair"][0].device.type == "meta" and meta["pair"][1][0].device.type == "meta"
     arrays = to_numpy({"pair": (torch.ones(2, requires_grad=True), [torch.zeros(1)]), "n": 3})
     assert type(arrays["pair"]) is tuple and type(arrays["pair"][1]) is list and arrays["n"] == 3
     assert isinstance(arrays["pair"][0], np.ndarray) and arrays["pair"][0].tolist() == [1.0, 1.0]

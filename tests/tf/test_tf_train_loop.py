@@ -358,3 +358,23 @@ def test_a_multi_worker_step_that_lost_a_peer_is_one_line_and_any_other_error_is
         "after ZOO_DIST_TIMEOUT_S=30 s); the same command on every worker resumes from the newest checkpoint")
     run.session.run = run_op
     run.close()
+
+
+def test_train_runs_the_loop_with_its_backends_step(tmp_path, caplog):
+    est = CerebrasEstimator(model_fn, config=RunConfig(model_dir=str(tmp_path), save_checkpoints_steps=2),
+                            params=load_params(None, default_params()))
+    made = []
+
+    class Backend:  # as EmulatorSteps: its own step, not the session's
+        mixed_policy = True
+
+        def train_step(self, run):
+            made.append(ScriptedStep(run))
+            return made[-1]
+
+    est.step_backend = Backend
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        est.train(input_fn, max_steps=3)
+    assert len(made) == 1 and made[0].calls == [(0, False), (1, False), (2, True)]  # logged at the last step
+    assert ("INFO", f"training {where(model_fn)} (scripted) from step 0 to 3") in zoo_log(caplog)
+    assert read_scalars(f"{tmp_path}/train")["loss"] == [(3, 0.75)] and made[0].before_saves == [2, 3]
