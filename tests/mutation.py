@@ -81,7 +81,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                     "a_killed_process_stops_the_others_with_one_line_and_the_run_resumes",
                     "two_processes_evaluate_halves_and_report_the_metrics_of_one",
                     "the_device_refuses_a_data_parallel_launch", "the_tf_strategy_keys_are_refused_in_one_line")]),
-    # the TF runner's own tests (152 tests, of tests/tf's 1,700+ and hours): not the model
+    # the TF runner's own tests (170 tests, of tests/tf's 1,700+ and hours): not the model
     # families' end-to-end runs, nor the test that trains in a subprocess (it maps to no function)
     "estimator": (["common/tf/estimator/*.py"],
                   [f"tests/tf/test_{name}.py" for name in (
