@@ -5,7 +5,6 @@ import argparse
 import logging
 import math
 import os
-import re
 import signal
 
 import numpy as np
@@ -22,6 +21,7 @@ from common.pytorch.checkpoint import list_checkpoints, load_checkpoint
 from common.pytorch.metrics import Accuracy, Metric
 from common.pytorch.runner import FrameworkSteps, Runner
 from common.summaries import read_scalars
+from tests.log_lines import assert_log, train_line
 
 FEATURES, CLASSES, EXAMPLES = 5, 3, 10
 
@@ -97,18 +97,6 @@ def zoo_log(caplog):
 
 def ckpt(model_dir, step):
     return os.path.join(str(model_dir), f"checkpoint_{step}.mdl")
-
-
-def train_line(step, loss, percent):
-    return re.compile(rf"\| Train Device=cpu Step={step} Loss={loss:.5f} Rate=\d+\.\d\d samples/sec "
-                      rf"\({percent}%, \d:\d\d:\d\d left\)$")
-
-
-def assert_log(records, expected):
-    assert len(records) == len(expected), records
-    for (level, message), (want_level, want) in zip(records, expected):
-        assert level == want_level, (level, message)
-        assert message == want if isinstance(want, str) else want.match(message), (message, want)
 
 
 def test_training_logs_every_log_steps_and_at_the_end_and_saves_every_checkpoint_steps(tmp_path, caplog):

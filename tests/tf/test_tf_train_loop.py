@@ -7,7 +7,6 @@ save, the listeners and before_save calls, the TensorBoard scalars, the lines of
 import logging
 import math
 import os
-import re
 import signal
 
 import numpy as np
@@ -24,6 +23,7 @@ from common.tf.estimator.graph import where
 from common.tf.estimator.session import GraphSession
 from common.tf.optim import build_train_op
 from tests.tf.test_tf_estimator import default_params, input_fn, model_fn, zoo_log
+from tests.log_lines import assert_log, train_line
 
 NON_FINITE_ADVICE = "(lower the learning rate, or clip gradients with optimizer.max_gradient_norm)"
 
@@ -88,22 +88,6 @@ class Loop:
     def saved(self):
         return sorted(int(name.split("-")[1].split(".")[0]) for name in
                       os.listdir(self.model_dir) if name.endswith(".index"))
-
-
-def train_line(step, loss, percent):
-    return re.compile(rf"\| Train Device=cpu Step={step} Loss={loss:.5f} Rate=\d+\.\d\d samples/sec "
-                      rf"\({percent}%, \d:\d\d:\d\d left\)$")
-
-
-def assert_log(records, expected):
-    """``records`` (level, message) match ``expected``: strings exactly, compiled patterns in full."""
-    assert len(records) == len(expected), records
-    for (level, message), (want_level, want) in zip(records, expected):
-        assert level == want_level, (level, message)
-        if isinstance(want, str):
-            assert message == want
-        else:
-            assert want.match(message), (message, want.pattern)
 
 
 def test_the_loop_logs_every_save_summary_steps_and_at_the_end_and_saves_every_checkpoint_steps(tmp_path, caplog):
