@@ -119,6 +119,10 @@ def _config(modules: list[str], tests: list[str], fresh_imports: bool = False) -
         # torch and TensorFlow are not fork-safe once they have run: fork every mutant from
         # a server that has only imported them
         'process_isolation = "forkserver"',
+        # a mutant that never ends its loop (`while step < last or ...`) is stopped after this many times
+        # its tests' seconds of CPU (x 2, + 1 s), not mutmut's 15: a train loop's 50 s of tests made each such
+        # mutant cost 25 minutes. 3 leaves a survivor, which runs all its tests, three times its CPU time.
+        "timeout_multiplier = 3.0",
         *(['forkserver_warmup = "import"', 'preload_modules_file = "mutation-preload.txt"'] if fresh_imports else []),
         "",
     ])

@@ -7,6 +7,7 @@ save, the listeners and before_save calls, the TensorBoard scalars, the lines of
 import logging
 import math
 import os
+import re
 import signal
 
 import numpy as np
@@ -296,12 +297,14 @@ def test_a_cpu_step_leaves_a_check_of_the_models_own_to_tensorflow(tmp_path):
     run.close()
 
 
-def test_a_train_op_that_leaves_the_global_step_is_refused_at_the_first_step_only(tmp_path):
-    def stuck(features, labels, mode, params):
-        w = tf.compat.v1.get_variable("w", shape=(), initializer=tf.compat.v1.zeros_initializer())
-        loss = tf.reduce_mean(features) * w + w * w
-        return EstimatorSpec(mode, loss=loss, train_op=tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss))
+def stuck(features, labels, mode, params):
+    """A model_fn whose train_op leaves the global step where it is."""
+    w = tf.compat.v1.get_variable("w", shape=(), initializer=tf.compat.v1.zeros_initializer())
+    loss = tf.reduce_mean(features) * w + w * w
+    return EstimatorSpec(mode, loss=loss, train_op=tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss))
 
+
+def test_a_train_op_that_leaves_the_global_step_is_refused_at_the_first_step_only(tmp_path):
     run, step = cpu_step(tmp_path, stuck)
     with pytest.raises(UserError) as error:
         step(0, False)
@@ -310,13 +313,35 @@ def test_a_train_op_that_leaves_the_global_step_is_refused_at_the_first_step_onl
         f"global_step=tf.compat.v1.train.get_or_create_global_step() to minimize (common.tf.optim.build_train_op does)")
     assert step(5, False)[1] == 4  # checked once: the loop stops at the first
     run.close()
-    run, _ = cpu_step(tmp_path / "backend", stuck)
+
+
+def test_the_cpu_backends_step_names_the_model_fn_and_the_compute_precision(tmp_path):
+    run, _ = cpu_step(tmp_path, stuck)
     backend_step = SessionSteps(stuck, load_params(None, default_params())).train_step(run)  # the CPU backend's
     assert backend_step.on == " (float32 compute)"
     with pytest.raises(UserError) as error:
         backend_step(0, False)
     assert str(error.value).startswith(f"{where(stuck)}: train_op does not increment the global step")
     run.close()
+
+
+def test_the_loop_steps_the_tf_session_by_default(tmp_path):
+    """train_loop without a step (as benchmarks/tf_runner.py calls it) runs the session's train_op."""
+    for name, model, last in (("trains", model_fn, 3), ("stuck", stuck, 2)):
+        estimator = CerebrasEstimator(model, config=RunConfig(model_dir=str(tmp_path / name)),
+                                      params=load_params(None, default_params()))
+        run = GraphSession(estimator.build(input_fn, ModeKeys.TRAIN), estimator.config)
+        try:
+            if model is stuck:
+                with pytest.raises(UserError, match=re.escape(f"{where(stuck)}: train_op does not increment")):
+                    estimator.train_loop(run, 0, last, ())
+            else:
+                estimator.train_loop(run, 0, last, ())
+                assert run.step() == last
+        finally:
+            run.close()
+    assert estimator.latest_checkpoint() is None  # the refused run saved nothing
+    assert os.path.exists(tmp_path / "trains" / "model.ckpt-3.index")
 
 
 def test_a_multi_worker_step_that_lost_a_peer_is_one_line_and_any_other_error_is_tensorflows(tmp_path, monkeypatch):
