@@ -328,8 +328,8 @@ class SessionSteps:
 
     mixed_policy = True  # a Keras mixed policy where mixed_precision asks for one
 
-    def __init__(self, model_fn: Callable, params: Mapping | None = None):
-        self.model_fn, self.params = model_fn, params if params is not None else {}
+    def __init__(self, model_fn: Callable, params: Mapping):
+        self.model_fn, self.params = model_fn, params
 
     def train_step(self, run: GraphSession) -> "CpuTrainStep":
         step = CpuTrainStep(run, self.model_fn)
