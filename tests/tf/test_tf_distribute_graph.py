@@ -26,7 +26,7 @@ else:
 
 from common.errors import UserError  # noqa: E402
 from common.params import load_params  # noqa: E402
-from common.tf.estimator import EstimatorSpec, ModeKeys, RunConfig, distribute  # noqa: E402
+from common.tf.estimator import CerebrasEstimator, EstimatorSpec, ModeKeys, RunConfig, distribute  # noqa: E402
 from common.tf.estimator.graph import build_graph, where  # noqa: E402
 from common.tf.estimator.session import GraphSession  # noqa: E402
 from common.tf.estimator.utils import cs_disable_summaries  # noqa: E402
@@ -112,20 +112,45 @@ def test_the_summaries_are_the_first_replicas_and_none_when_disabled(strategy):
     assert distribute.build_train_graph(model_fn, ordered(4), params, 3, True, strategy).summary is None
 
 
+def logits_dtype(features, labels, mode, params):
+    """A Keras layer whose logits (collection "logits", one per replica) show the policy it ran under."""
+    logits = keras.layers.Dense(CLASSES, name="dense")(features)
+    tf.compat.v1.add_to_collection("logits", logits)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, tf.cast(logits, tf.float32)))
+    return EstimatorSpec(mode, loss=loss, train_op=build_train_op(loss, params) if mode == ModeKeys.TRAIN else None)
+
+
+def bfloat16_params():
+    return load_params(None, {**default_params(), "mixed_precision": {"enabled": True, "dtype": "bfloat16"}})
+
+
 def test_the_replicas_take_the_mixed_policy_unless_told_not(strategy):
-    params = load_params(None, {**default_params(), "mixed_precision": {"enabled": True, "dtype": "bfloat16"}})
-
-    def logits_dtype(features, labels, mode, params):
-        logits = keras.layers.Dense(CLASSES, name="dense")(features)
-        tf.compat.v1.add_to_collection("logits", logits)
-        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, tf.cast(logits, tf.float32)))
-        return EstimatorSpec(mode, loss=loss, train_op=build_train_op(loss, params))
-
+    params = bfloat16_params()
     mixed = distribute.build_train_graph(logits_dtype, ordered(4), params, 3, True, strategy)
     assert [t.dtype for t in mixed.graph.get_collection("logits")] == [tf.bfloat16] * 2
     fp32 = distribute.build_train_graph(logits_dtype, ordered(4), params, 3, False, strategy)
     assert [t.dtype for t in fp32.graph.get_collection("logits")] == [tf.float32] * 2
     assert fp32.model_precision is None and keras.config.dtype_policy().name == "float32"
+
+
+def test_the_estimator_builds_its_train_graph_on_the_replicas_and_any_other_on_one_device(strategy):
+    asked = []
+
+    def recorded(params, mode):
+        asked.append((params["mixed_precision"]["dtype"], mode))
+        return ordered(4)(params, mode)
+
+    estimator = CerebrasEstimator(logits_dtype, config=RunConfig(train_distribute=strategy, tf_random_seed=5),
+                                  params=bfloat16_params())
+    train = estimator.build(recorded, ModeKeys.TRAIN)
+    assert train.strategy is strategy and train.graph.seed == 5 and train.batch_size == 8
+    assert [t.dtype for t in train.graph.get_collection("logits")] == [tf.bfloat16] * 2  # the policy on each replica
+    fp32 = estimator.build(recorded, ModeKeys.TRAIN, mixed_policy=False)
+    assert [t.dtype for t in fp32.graph.get_collection("logits")] == [tf.float32] * 2
+    evaluation = estimator.build(recorded, ModeKeys.EVAL)
+    assert evaluation.strategy is None and evaluation.graph.seed == 5 and evaluation.batch_size == 4
+    assert [t.dtype for t in evaluation.graph.get_collection("logits")] == [tf.bfloat16]
+    assert asked[0] == ("bfloat16", ModeKeys.TRAIN) and asked[-1] == ("bfloat16", ModeKeys.EVAL)
 
 
 def test_batches_of_no_static_size_are_refused(strategy):

@@ -279,15 +279,24 @@ def test_the_estimator_takes_its_model_dir_params_and_backend_as_given(tmp_path,
 
 
 def test_a_session_opened_without_weights_leaves_them_and_their_slots_uninitialised(tmp_path):
-    run = estimator(tmp_path).open_session(input_fn, "train", weights=False)
+    run = estimator(tmp_path).open_session(input_fn, "train", False, weights=False)
     with run.built.graph.as_default():
         missing = run.session.run(tf.compat.v1.report_uninitialized_variables())
     assert sorted(name.decode() for name in missing) == ["dense/bias", "dense/kernel"]
     run.close()
-    run = estimator(tmp_path).open_session(input_fn, "train")
+    run = estimator(tmp_path).open_session(input_fn, "train", False)
     with run.built.graph.as_default():
         assert run.session.run(tf.compat.v1.report_uninitialized_variables()).size == 0
     run.close()
+
+
+def test_a_session_takes_the_mixed_policy_of_the_params_only_when_asked(tmp_path):
+    params = load_params(None, {**default_params(), "mixed_precision": {"enabled": True, "dtype": "bfloat16"}})
+    est = CerebrasEstimator(model_fn, config=RunConfig(model_dir=str(tmp_path)), params=params)
+    for mixed_policy, dtype in ((True, tf.bfloat16), (False, tf.float32)):
+        run = est.open_session(input_fn, ModeKeys.TRAIN, mixed_policy)
+        assert run.built.graph.get_collection("dropped")[0].dtype == dtype  # the Keras layer's compute dtype
+        run.close()
 
 
 def test_train_and_evaluate_on_the_emulator_is_the_validators_refusal_before_anything_is_written(tmp_path):

@@ -88,10 +88,10 @@ class CerebrasEstimator:
                                          mixed_policy, strategy)
             return build_graph(self.model_fn, input_fn, mode, self.params, self.config.tf_random_seed, mixed_policy)
 
-    def open_session(self, input_fn: Callable, mode: str, mixed_policy: bool = True,
-                     weights: bool = True) -> GraphSession:
-        """``mode``'s graph in an initialised session (the device runner shares it as the host);
-        ``weights=False``: the model's weights and optimizer slots left uninitialised (a compile)."""
+    def open_session(self, input_fn: Callable, mode: str, mixed_policy: bool, weights: bool = True) -> GraphSession:
+        """``mode``'s graph in an initialised session (the device runner shares it as the host), with
+        the Keras mixed policy where ``mixed_policy`` and params ask for one; ``weights=False``: the
+        model's weights and optimizer slots left uninitialised (a compile)."""
         return GraphSession(self.build(input_fn, mode, mixed_policy), self.config, weights=weights)
 
     def checkpoint_to_load(self, explicit: str | None) -> str | None:
