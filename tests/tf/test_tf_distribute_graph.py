@@ -8,9 +8,11 @@ in its own process to map them to the code they run); elsewhere, test_tf_distrib
 this module in a process of its own.
 """
 
+import copy
 import json
 import logging
 import os
+from types import SimpleNamespace
 
 import keras
 import numpy as np
@@ -267,6 +269,30 @@ def test_a_worker_of_several_has_its_index_and_a_step_that_lost_a_peer_is_one_li
             f"up after ZOO_DIST_TIMEOUT_S=30 s); the same command on every worker resumes from the newest checkpoint")
     assert distribute.lost_worker(tf.errors.InvalidArgumentError(None, None, "a bad value"), worker) is None
     assert distribute.lost_worker(ValueError("not TensorFlow's"), worker) is None
+
+
+def test_a_worker_runs_its_session_on_its_server_with_the_strategys_config_and_the_step_timeout(monkeypatch):
+    kind = tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy
+    worker = kind.__new__(kind)  # no cluster, no server: what session_options asks of the strategy stands in
+    given = []
+
+    def update_config_proto(config):  # the strategy's: a copy with its collective settings
+        given.append(config)
+        updated = copy.deepcopy(config)
+        updated.experimental.collective_group_leader = "/job:worker/replica:0/task:0"
+        return updated
+
+    worker._extended = SimpleNamespace(_update_config_proto=update_config_proto,
+                                       _cluster_resolver=SimpleNamespace(master=lambda: "h:2"))
+    monkeypatch.setenv(distribute.TIMEOUT_ENV, "2.5")
+    mine = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1)
+    target, config = distribute.session_options(worker, mine)
+    assert target == "grpc://h:2" and given == [mine] and mine.operation_timeout_in_ms == 0  # the run's own kept
+    assert config.intra_op_parallelism_threads == 1 and config.operation_timeout_in_ms == 2500
+    assert config.experimental.collective_group_leader == "/job:worker/replica:0/task:0"
+    monkeypatch.delenv(distribute.TIMEOUT_ENV)
+    target, config = distribute.session_options(worker, None)
+    assert given[-1] == tf.compat.v1.ConfigProto() and config.operation_timeout_in_ms == 600_000
 
 
 @pytest.mark.parametrize("value, seconds", [(None, 600.0), ("30", 30.0), ("0.5", 0.5), ("1e3", 1000.0)])
