@@ -251,10 +251,15 @@ def one_weight(loss_of):
     return model
 
 
-def cpu_step(tmp_path, model, train_input=input_fn):
+def training_session(tmp_path, model, train_input=input_fn):
+    """An estimator of ``model`` in tmp_path and its TRAIN graph's session."""
     estimator = CerebrasEstimator(model, config=RunConfig(model_dir=str(tmp_path)),
                                   params=load_params(None, default_params()))
-    run = GraphSession(estimator.build(train_input, ModeKeys.TRAIN), estimator.config)
+    return estimator, GraphSession(estimator.build(train_input, ModeKeys.TRAIN), estimator.config)
+
+
+def cpu_step(tmp_path, model, train_input=input_fn):
+    _, run = training_session(tmp_path, model, train_input)
     return run, CpuTrainStep(run, model)
 
 
@@ -330,21 +335,15 @@ def test_the_cpu_backends_step_names_the_model_fn_and_the_compute_precision(tmp_
 
 def test_the_loop_steps_the_tf_session_by_default(tmp_path):
     """train_loop without a step (as benchmarks/tf_runner.py calls it) runs the session's train_op."""
-    for name, model, last in (("trains", model_fn, 3), ("stuck", stuck, 2)):
-        estimator = CerebrasEstimator(model, config=RunConfig(model_dir=str(tmp_path / name)),
-                                      params=load_params(None, default_params()))
-        run = GraphSession(estimator.build(input_fn, ModeKeys.TRAIN), estimator.config)
-        try:
-            if model is stuck:
-                with pytest.raises(UserError, match=re.escape(f"{where(stuck)}: train_op does not increment")):
-                    estimator.train_loop(run, 0, last, ())
-            else:
-                estimator.train_loop(run, 0, last, ())
-                assert run.step() == last
-        finally:
-            run.close()
+    estimator, run = training_session(tmp_path / "trains", model_fn)
+    estimator.train_loop(run, 0, 3, ())
+    assert run.step() == 3 and os.path.exists(tmp_path / "trains" / "model.ckpt-3.index")
+    run.close()
+    estimator, run = training_session(tmp_path / "stuck", stuck)
+    with pytest.raises(UserError, match=re.escape(f"{where(stuck)}: train_op does not increment")):
+        estimator.train_loop(run, 0, 2, ())
+    run.close()
     assert estimator.latest_checkpoint() is None  # the refused run saved nothing
-    assert os.path.exists(tmp_path / "trains" / "model.ckpt-3.index")
 
 
 def test_a_multi_worker_step_that_lost_a_peer_is_one_line_and_any_other_error_is_tensorflows(tmp_path, monkeypatch):
