@@ -219,6 +219,23 @@ def test_input_bound_windows_warn_once(caplog):
     assert len([r for r in caplog.records if "bottleneck" in r.getMessage()]) == 1
 
 
+def test_a_windows_rate_and_waiting_share_are_its_own_and_an_empty_window_gives_zero(caplog):
+    from common.pytorch.runner import INPUT_BOUND_SHARE
+
+    assert INPUT_BOUND_SHARE == 1.2 / 4.0
+    window = StepWindow()
+    with caplog.at_level(logging.WARNING, logger="zoo"):
+        assert window.end(1) == 0.0  # nothing timed (the first window)
+        assert window.end(2) == 0.0  # nothing timed: no share of waiting either, no warning
+        window.add(samples=30, waiting=1.2, total=4.0)  # waiting exactly INPUT_BOUND_SHARE: not input-bound
+        assert window.end(3) == 7.5
+        window.add(samples=30, waiting=3.0, total=4.0)
+        assert window.end(4) == 7.5
+    assert [r.getMessage() for r in caplog.records if r.name == "zoo"] == [
+        "input pipeline is the bottleneck: 75% of the step time up to step 4 went to waiting for data; raise "
+        "train_input.num_workers, make the dataset's __getitem__ cheaper or prepare the data ahead"]
+
+
 def test_nothing_to_train_at_max_steps(tmp_path, data_dir):
     run_mnist(tmp_path, data_dir)
     before = sorted(os.listdir(tmp_path))

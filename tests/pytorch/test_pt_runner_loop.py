@@ -629,3 +629,88 @@ def test_an_eval_takes_its_batches_in_the_runs_order_and_in_a_data_parallel_run_
     assert seen == [b[1].tolist() for b in eval_shard(shuffled, 7, 4, World(1, 2))] and len(seen) == 2
     (total, examples), = summed
     assert examples == 4 and metrics["loss"] == pytest.approx((total + 3.0) / 8)
+
+
+# --- restores and data-parallel training, in this process --------------------------------------
+
+def test_an_eval_restore_takes_neither_the_optimizer_nor_the_schedule(tmp_path):
+    train = argparse.Namespace(mode="train", device="cpu", checkpoint_path=None)
+    loader = lambda params: DataLoader(dataset(), batch_size=4)  # noqa: E731
+    Runner(train, params_of(tmp_path, "momentum", max_steps=2), Linear, loader, loader).execute()
+    saved = load_checkpoint(ckpt(tmp_path, 2))
+    assert saved["optimizer"]["state"] and saved["lr_scheduler"]["last_epoch"] == 2  # momentum, 2 steps of decay
+    fresh = Linear(params_of(tmp_path, "momentum"), "cpu")
+    evaluating = runner(tmp_path, mode="eval", optimizer="momentum", checkpoint_path=ckpt(tmp_path, 2))
+    assert evaluating.model.optimizer.state_dict()["state"] == {}
+    assert evaluating.model.lr_scheduler.state_dict() == fresh.lr_scheduler.state_dict()
+
+
+def test_a_checkpoint_whose_weights_fit_but_not_its_optimizer_is_refused_with_torchs_reason(tmp_path):
+    runner(tmp_path, max_steps=2).execute()
+    state = load_checkpoint(ckpt(tmp_path, 2))
+    groups = state["optimizer"]["param_groups"]
+    state["optimizer"]["param_groups"] = groups + groups  # the same settings: another group count
+    torch.save(state, ckpt(tmp_path, 2))
+    with pytest.raises(UserError) as error:
+        runner(tmp_path, max_steps=4)
+    assert str(error.value) == (f"{ckpt(tmp_path, 2)}: does not fit this model: the weights fit, the rest does "
+                                f"not: loaded state dict has a different number of parameter groups (a checkpoint "
+                                f"of another model or config?)")
+
+
+def test_a_resumed_run_stopped_before_its_first_checkpoint_names_the_one_it_started_from(tmp_path):
+    runner(tmp_path, max_steps=2).execute()
+    run = runner(tmp_path, {1: NonFiniteGradient("weight", math.nan)}, max_steps=6)
+    with pytest.raises(NonFiniteLossError) as error:
+        run.execute()
+    assert str(error.value) == (f"step 3: the gradient of weight is nan; training stopped, the last good "
+                                f"checkpoint is {ckpt(tmp_path, 2)}")
+    run = runner(tmp_path, {1: lambda steps: (sigint(steps), sigint(steps))}, max_steps=6)
+    with pytest.raises(Interrupted) as stopped:
+        run.execute()
+    assert str(stopped.value) == (f"interrupted by SIGINT at step 2 of 6, before this run's first checkpoint; the "
+                                  f"same command starts again from {ckpt(tmp_path, 2)} (step 2)")
+
+
+def test_a_run_started_from_checkpoint_path_says_a_rerun_would_start_there_again(tmp_path):
+    runner(tmp_path, max_steps=2).execute()
+    run = runner(tmp_path, {1: sigint}, max_steps=6, checkpoint_path=ckpt(tmp_path, 2))
+    with pytest.raises(Interrupted) as stopped:
+        run.execute()
+    assert str(stopped.value) == (f"interrupted by SIGINT at step 3 of 6; saved {ckpt(tmp_path, 3)}: to resume from "
+                                  f"it, run the same command without --checkpoint_path (with it, the run starts from "
+                                  f"{ckpt(tmp_path, 2)} again)")
+
+
+def test_a_data_parallel_process_trains_on_its_share_of_each_global_batch(tmp_path):
+    from common.pytorch.data_order import epoch_batches
+    from common.pytorch.distributed import World
+
+    run = runner(tmp_path, max_steps=2, batch=2, seed=3)
+    run.world = World(0, 2)  # rank 0 of 2 (its steps need no process group: they are scripted)
+    seen, train = [], run.steps.train
+    run.steps.train = lambda batch: seen.append(batch[1].tolist()) or train(batch)
+    run.execute()
+    shares = [b[1].tolist() for b in epoch_batches(run.train_loader, 3, 0, 0, World(0, 2))][:2]
+    alone = [b[1].tolist() for b in epoch_batches(run.train_loader, 3, 0)][:2]
+    assert seen == shares and seen != alone
+    assert load_checkpoint(ckpt(tmp_path, 2))["data_order"] == {"epoch": 0, "batch": 2, "global_batch": 4}
+
+
+def test_the_steps_of_a_data_parallel_process_train_the_model_in_ddp(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from common.pytorch import runner as runner_module
+    from common.pytorch.distributed import SINGLE, World
+
+    wrapped = []
+    monkeypatch.setattr(runner_module, "wrap", lambda module, device: wrapped.append((module, device)) or "in ddp")
+    cpu = torch.device("cpu")
+    alone = Linear(params_of(tmp_path), "cpu")
+    module = alone.model
+    FrameworkSteps(SimpleNamespace(model=alone, device=cpu, world=SINGLE))
+    assert alone.model is module and wrapped == []
+    parallel = Linear(params_of(tmp_path), "cpu")
+    module = parallel.model
+    FrameworkSteps(SimpleNamespace(model=parallel, device=cpu, world=World(1, 2)))
+    assert parallel.model == "in ddp" and wrapped == [(module, cpu)]
