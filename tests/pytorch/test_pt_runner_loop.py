@@ -682,11 +682,20 @@ def test_a_run_started_from_checkpoint_path_says_a_rerun_would_start_there_again
                                   f"{ckpt(tmp_path, 2)} again)")
 
 
-def test_a_data_parallel_process_trains_on_its_share_of_each_global_batch(tmp_path):
+def test_a_data_parallel_process_trains_on_its_share_of_each_global_batch(tmp_path, monkeypatch):
+    from common.pytorch import runner as runner_module
     from common.pytorch.data_order import epoch_batches
     from common.pytorch.distributed import World
 
-    run = runner(tmp_path, max_steps=2, batch=2, seed=3)
+    timed = []
+
+    class Window(runner_module.StepWindow):
+        def add(self, samples, waiting, total):
+            timed.append((samples, waiting, total))
+            super().add(samples, waiting, total)
+
+    monkeypatch.setattr(runner_module, "StepWindow", Window)
+    run = runner(tmp_path / "0", max_steps=2, batch=2, seed=3)
     run.world = World(0, 2)  # rank 0 of 2 (its steps need no process group: they are scripted)
     seen, train = [], run.steps.train
     run.steps.train = lambda batch: seen.append(batch[1].tolist()) or train(batch)
@@ -694,7 +703,14 @@ def test_a_data_parallel_process_trains_on_its_share_of_each_global_batch(tmp_pa
     shares = [b[1].tolist() for b in epoch_batches(run.train_loader, 3, 0, 0, World(0, 2))][:2]
     alone = [b[1].tolist() for b in epoch_batches(run.train_loader, 3, 0)][:2]
     assert seen == shares and seen != alone
-    assert load_checkpoint(ckpt(tmp_path, 2))["data_order"] == {"epoch": 0, "batch": 2, "global_batch": 4}
+    assert load_checkpoint(ckpt(tmp_path / "0", 2))["data_order"] == {"epoch": 0, "batch": 2, "global_batch": 4}
+    # the rate counts the global batch; waiting for a batch is part of a step's time, which is seconds here
+    assert [samples for samples, _, _ in timed] == [4, 4]
+    assert all(0 <= waiting <= total < 60 for _, waiting, total in timed)
+    other = runner(tmp_path / "1", max_steps=2, batch=2, seed=3)
+    other.world = World(1, 2)  # rank 1 writes nothing: rank 0 saves and logs to TensorBoard for both
+    other.execute()
+    assert not os.path.exists(tmp_path / "1")
 
 
 def test_the_steps_of_a_data_parallel_process_train_the_model_in_ddp(tmp_path, monkeypatch):
@@ -714,3 +730,46 @@ def test_the_steps_of_a_data_parallel_process_train_the_model_in_ddp(tmp_path, m
     module = parallel.model
     FrameworkSteps(SimpleNamespace(model=parallel, device=cpu, world=World(1, 2)))
     assert parallel.model == "in ddp" and wrapped == [(module, cpu)]
+
+
+def test_keys_no_code_reads_are_warned_once_by_the_end_of_the_first_step(tmp_path, caplog):
+    from common.params import load_vendor_params
+
+    path = tmp_path / "params.yaml"
+    path.write_text(f"model:\n  widht: 3\noptimizer:\n  optimizer_type: sgd\n  learning_rate: 0.1\nrunconfig:\n"
+                    f"  model_dir: {tmp_path / 'model'}\n  max_steps: 3\n  log_steps: 1\n")
+    params = load_vendor_params(str(path), lambda params: None)  # the vendor's form: its keys are tracked
+    steps = type("Steps", (ScriptedTrain,), {"script": {}, "scale": None})
+    loader = lambda params: DataLoader(dataset(), batch_size=4)  # noqa: E731
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        Runner(argparse.Namespace(mode="train", device="cpu", checkpoint_path=None), params, Linear, loader, loader,
+               steps).execute()
+    logged = [message for _, message in zoo_log(caplog)]
+    warned = [i for i, message in enumerate(logged) if "never read" in message]
+    assert [logged[i] for i in warned] == [f"{path}:2: 'model.widht' is never read by the model or data code"]
+    assert logged[warned[0] + 1].startswith("| Train Device=cpu Step=1 ")  # before the first step's line
+
+
+class StopsFetching(TensorDataset):
+    """The data of a DataLoader whose workers got the terminal's Ctrl-C as well: the ninth example
+    read raises the signal, then fails as a worker that quit."""
+
+    def __init__(self):
+        super().__init__(*dataset().tensors)
+        self.read = 0
+
+    def __getitem__(self, index):
+        self.read += 1
+        if self.read == 9:
+            sigint(None)
+            raise RuntimeError("DataLoader worker exited unexpectedly")
+        return super().__getitem__(index)
+
+
+def test_a_signal_that_also_stops_the_data_loader_ends_the_run_as_a_signal_does(tmp_path):
+    run = runner(tmp_path)
+    run.train_loader = DataLoader(StopsFetching(), batch_size=4)
+    with pytest.raises(Interrupted) as stopped:
+        run.execute()
+    assert str(stopped.value) == (f"interrupted by SIGINT at step 2 of 5; saved {ckpt(tmp_path, 2)}: the same "
+                                  f"command resumes from there")
