@@ -670,6 +670,7 @@ def test_a_resumed_run_stopped_before_its_first_checkpoint_names_the_one_it_star
         run.execute()
     assert str(stopped.value) == (f"interrupted by SIGINT at step 2 of 6, before this run's first checkpoint; the "
                                   f"same command starts again from {ckpt(tmp_path, 2)} (step 2)")
+    assert stopped.value.signum == signal.SIGINT
 
 
 def test_a_run_started_from_checkpoint_path_says_a_rerun_would_start_there_again(tmp_path):
@@ -773,3 +774,45 @@ def test_a_signal_that_also_stops_the_data_loader_ends_the_run_as_a_signal_does(
         run.execute()
     assert str(stopped.value) == (f"interrupted by SIGINT at step 2 of 5; saved {ckpt(tmp_path, 2)}: the same "
                                   f"command resumes from there")
+
+
+def test_a_run_holds_model_dirs_lock_while_it_runs_and_a_data_parallel_rank_1_takes_none(tmp_path):
+    import json
+
+    from common import runlock
+    from common.pytorch.distributed import World
+
+    held = []
+    run = runner(tmp_path, {1: lambda steps: held.append(json.loads(open(runlock.lock_path(str(tmp_path))).read()))},
+                 max_steps=1)
+    run.execute()
+    assert [(record["pid"], record["mode"]) for record in held] == [(os.getpid(), "train")]
+    assert not os.path.exists(runlock.lock_path(str(tmp_path)))  # released at the end
+    rank_1 = runner(tmp_path, max_steps=2)
+    rank_1.world = World(1, 2)
+    other = runlock.RunLock(str(tmp_path), "train")  # rank 0's, for both processes
+    other.acquire()
+    try:
+        rank_1.execute()
+    finally:
+        other.release()
+    assert rank_1.global_step == 2
+
+
+def test_a_data_parallel_process_runs_on_its_local_ranks_gpu(tmp_path, monkeypatch):
+    from common.pytorch.distributed import World
+
+    class Built(Exception):
+        pass
+
+    def model_fn(params, device):
+        devices.append(device)
+        raise Built  # far enough: no GPU to build on here
+
+    devices = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    loader = lambda params: DataLoader(dataset(), batch_size=4)  # noqa: E731
+    with pytest.raises(Built):
+        Runner(argparse.Namespace(mode="train", device="gpu", checkpoint_path=None), params_of(tmp_path), model_fn,
+               loader, loader, world=World(1, 2, 1))
+    assert devices == [torch.device("cuda", 1)]
