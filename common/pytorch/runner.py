@@ -267,8 +267,15 @@ class Runner:
                 raise UserError(f"{self.model_dir}: no checkpoint_<step>.mdl to evaluate; train first")
             # one must read, or the run fails before anything is written; evaluate_all skips the others
             # that do not, with a warning each
-            last_readable(checkpoints[::-1], self.model_dir, warn=False)
-            return None
+            errors = []
+            for _, path in reversed(checkpoints):  # the newest first
+                try:
+                    load_checkpoint(path)
+                    return None
+                except UnreadableCheckpoint as e:
+                    errors.append(e)
+            raise UserError(f"{self.model_dir}: no checkpoint reads, nothing to evaluate ({len(errors)} tried; the "
+                            f"newest: {errors[0]})")
         if self.args.checkpoint_path:
             self._restore(self.args.checkpoint_path, weights_only=self.mode not in TRAINS)
             return self.args.checkpoint_path

@@ -640,9 +640,11 @@ def test_an_eval_restore_takes_neither_the_optimizer_nor_the_schedule(tmp_path):
     saved = load_checkpoint(ckpt(tmp_path, 2))
     assert saved["optimizer"]["state"] and saved["lr_scheduler"]["last_epoch"] == 2  # momentum, 2 steps of decay
     fresh = Linear(params_of(tmp_path, "momentum"), "cpu")
-    evaluating = runner(tmp_path, mode="eval", optimizer="momentum", checkpoint_path=ckpt(tmp_path, 2))
-    assert evaluating.model.optimizer.state_dict()["state"] == {}
-    assert evaluating.model.lr_scheduler.state_dict() == fresh.lr_scheduler.state_dict()
+    for path in (ckpt(tmp_path, 2), None):  # --checkpoint_path, or model_dir's newest
+        evaluating = runner(tmp_path, mode="eval", optimizer="momentum", checkpoint_path=path)
+        assert evaluating.checkpoint == ckpt(tmp_path, 2)
+        assert evaluating.model.optimizer.state_dict()["state"] == {}
+        assert evaluating.model.lr_scheduler.state_dict() == fresh.lr_scheduler.state_dict()
 
 
 def test_a_checkpoint_whose_weights_fit_but_not_its_optimizer_is_refused_with_torchs_reason(tmp_path):
@@ -816,3 +818,40 @@ def test_a_data_parallel_process_runs_on_its_local_ranks_gpu(tmp_path, monkeypat
         Runner(argparse.Namespace(mode="train", device="gpu", checkpoint_path=None), params_of(tmp_path), model_fn,
                loader, loader, world=World(1, 2, 1))
     assert devices == [torch.device("cuda", 1)]
+
+
+def test_eval_all_with_no_checkpoint_that_reads_names_the_newest_and_writes_nothing(tmp_path):
+    runner(tmp_path, max_steps=4).execute()
+    for step in (2, 4):
+        with open(ckpt(tmp_path, step), "r+b") as f:
+            f.truncate(100)
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(UserError) as error:
+        runner(tmp_path, mode="eval_all")
+    reason = "not a readable checkpoint (not a torch.save archive: truncated, damaged or another format)"
+    assert str(error.value) == (f"{tmp_path}: no checkpoint reads, nothing to evaluate (2 tried; the newest: "
+                                f"{ckpt(tmp_path, 4)}: {reason})")
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+class WithVendorLoss(Linear):
+    """Linear holding a vendor metric that reports under a key the eval reports already."""
+
+    name = "eval/loss"
+
+    def __init__(self, params, device):
+        from common.pytorch.metrics import AccuracyMetric
+
+        super().__init__(params, device)
+        self.vendor_metric = AccuracyMetric(name=self.name)
+
+
+def test_a_vendor_metric_reporting_as_the_loss_or_a_models_metric_is_refused(tmp_path):
+    runner(tmp_path, max_steps=2).execute()
+    for name in ("eval/loss", "accuracy"):
+        model = type("Model", (WithVendorLoss,), {"name": name})
+        with pytest.raises(UserError) as error:
+            runner(tmp_path, mode="eval", model=model)
+        key = name.removeprefix("eval/")
+        assert str(error.value) == (f"AccuracyMetric {name!r} reports as {key!r}, which the eval reports "
+                                    f"already (the loss or one of the model's metrics); give it another name")
