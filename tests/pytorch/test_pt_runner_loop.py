@@ -855,3 +855,28 @@ def test_a_vendor_metric_reporting_as_the_loss_or_a_models_metric_is_refused(tmp
         key = name.removeprefix("eval/")
         assert str(error.value) == (f"AccuracyMetric {name!r} reports as {key!r}, which the eval reports "
                                     f"already (the loss or one of the model's metrics); give it another name")
+
+
+def test_a_data_parallel_eval_adds_up_the_loss_the_examples_and_every_metrics_sums(tmp_path, monkeypatch, caplog):
+    from common.pytorch import runner as runner_module
+    from common.pytorch.distributed import World
+
+    runner(tmp_path, max_steps=2).execute()
+    run = runner(tmp_path, mode="eval", model=WithVendorMetric)
+    run.world = World(0, 2)
+    accuracy, vendor = run.model.metrics["accuracy"], run.cb_metrics["vendor_accuracy"]
+    accuracy.correct, accuracy.total = 2, 5
+    vendor.total_correct, vendor.total_weight, vendor._num_updates = 1.0, 4.0, 1
+    handed = []
+
+    def sum_across(arrays, world):  # the other process: twice this one's, and one more
+        handed.append(([np.asarray(a).tolist() for a in arrays], world))
+        return [np.asarray(a) * 2 + 1 for a in arrays]
+
+    monkeypatch.setattr(runner_module, "sum_across", sum_across)
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        assert run._sum_across_processes(1.5, 3) == (4.0, 7)
+    assert handed == [([1.5, 3, 2, 5, 1.0, 4.0, 1], run.world)]
+    assert (accuracy.correct, accuracy.total) == (5, 11) and type(accuracy.correct) is int
+    assert (vendor.total_correct, vendor.total_weight, vendor._num_updates) == (3.0, 9.0, 3)
+    assert zoo_log(caplog) == [("INFO", "eval over 7 examples, shared by 2 processes")]
