@@ -227,9 +227,11 @@ def test_a_windows_rate_and_waiting_share_are_its_own_and_an_empty_window_gives_
     with caplog.at_level(logging.WARNING, logger="zoo"):
         assert window.end(1) == 0.0  # nothing timed (the first window)
         assert window.end(2) == 0.0  # nothing timed: no share of waiting either, no warning
-        window.add(samples=30, waiting=1.2, total=4.0)  # waiting exactly INPUT_BOUND_SHARE: not input-bound
+        window.add(samples=10, waiting=0.2, total=1.0)  # two steps: 30 samples, 1.2 s of 4 s waiting,
+        window.add(samples=20, waiting=1.0, total=3.0)  # exactly INPUT_BOUND_SHARE: not input-bound
         assert window.end(3) == 7.5
-        window.add(samples=30, waiting=3.0, total=4.0)
+        for _ in range(2):
+            window.add(samples=15, waiting=1.5, total=2.0)
         assert window.end(4) == 7.5
     assert [r.getMessage() for r in caplog.records if r.name == "zoo"] == [
         "input pipeline is the bottleneck: 75% of the step time up to step 4 went to waiting for data; raise "
