@@ -32,6 +32,11 @@ def dataset():
     return TensorDataset(x, torch.arange(EXAMPLES) % CLASSES)
 
 
+def loader(params):
+    """A run's data function: the dataset in batches of 4."""
+    return DataLoader(dataset(), batch_size=4)
+
+
 class Linear(PyTorchBaseModel):
     def __init__(self, params, device):
         torch.manual_seed(0)
@@ -415,7 +420,6 @@ def test_what_a_run_refuses_before_it_writes(tmp_path):
         with pytest.raises(UserError) as error:
             runner(tmp_path, **kwargs)
         assert str(error.value) == message
-    loader = lambda params: DataLoader(dataset(), batch_size=4)  # noqa: E731
     emulator = argparse.Namespace(mode="predict", device="emulator", checkpoint_path=None)
     with pytest.raises(UserError) as error:
         Runner(emulator, params_of(tmp_path), Generating, loader, loader)
@@ -536,7 +540,6 @@ def test_outputs_computed_in_bfloat16_come_out_float32_and_integers_stay(tmp_pat
     runner(tmp_path, max_steps=2).execute()
     args = argparse.Namespace(mode="predict", device="cpu", checkpoint_path=None)
     params = load_params(None, {**params_of(tmp_path), "mixed_precision": {"enabled": True, "dtype": "bfloat16"}})
-    loader = lambda params: DataLoader(dataset(), batch_size=4)  # noqa: E731
     run = Runner(args, params, Mixed, loader, loader)
     assert run.model.autocast_dtype == torch.bfloat16
     with np.load(run.execute()) as saved:
@@ -635,7 +638,6 @@ def test_an_eval_takes_its_batches_in_the_runs_order_and_in_a_data_parallel_run_
 
 def test_an_eval_restore_takes_neither_the_optimizer_nor_the_schedule(tmp_path):
     train = argparse.Namespace(mode="train", device="cpu", checkpoint_path=None)
-    loader = lambda params: DataLoader(dataset(), batch_size=4)  # noqa: E731
     Runner(train, params_of(tmp_path, "momentum", max_steps=2), Linear, loader, loader).execute()
     saved = load_checkpoint(ckpt(tmp_path, 2))
     assert saved["optimizer"]["state"] and saved["lr_scheduler"]["last_epoch"] == 2  # momentum, 2 steps of decay
@@ -743,7 +745,6 @@ def test_keys_no_code_reads_are_warned_once_by_the_end_of_the_first_step(tmp_pat
                     f"  model_dir: {tmp_path / 'model'}\n  max_steps: 3\n  log_steps: 1\n")
     params = load_vendor_params(str(path), lambda params: None)  # the vendor's form: its keys are tracked
     steps = type("Steps", (ScriptedTrain,), {"script": {}, "scale": None})
-    loader = lambda params: DataLoader(dataset(), batch_size=4)  # noqa: E731
     with caplog.at_level(logging.INFO, logger="zoo"):
         Runner(argparse.Namespace(mode="train", device="cpu", checkpoint_path=None), params, Linear, loader, loader,
                steps).execute()
@@ -813,7 +814,6 @@ def test_a_data_parallel_process_runs_on_its_local_ranks_gpu(tmp_path, monkeypat
 
     devices = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    loader = lambda params: DataLoader(dataset(), batch_size=4)  # noqa: E731
     with pytest.raises(Built):
         Runner(argparse.Namespace(mode="train", device="gpu", checkpoint_path=None), params_of(tmp_path), model_fn,
                loader, loader, world=World(1, 2, 1))
