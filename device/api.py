@@ -66,6 +66,7 @@ class CompileResult:
     placement: Placement
     cost: CostReport
     out_dir: Path | None = None  # where the report files were written, if anywhere
+    report_files: tuple[str, ...] = ()  # their names (device/report.py: systems.svg in weight streaming only)
 
     @property
     def training(self) -> bool:
@@ -113,7 +114,7 @@ def compile_graph(graph: Graph, *, mode: str, profile_name: str, execution_mode:
     result = CompileResult(graph, mode, execution_mode, profile, report, kernels, placement, cost)
     if out_dir is not None:
         result.out_dir = Path(out_dir)
-        write_report(result, result.out_dir)
+        result.report_files = tuple(write_report(result, result.out_dir))
     return result
 
 

@@ -47,7 +47,7 @@ from common.precision import compute_precision, loss_scaling
 from common.pytorch.base_model import PyTorchBaseModel, split_result
 from common.pytorch.data_order import epoch_batches
 from common.pytorch.metrics import CapturedMetricCalls, recording_metric_calls
-from common.pytorch.runner import TRAINS, DataFn, ModelFn, Runner, seed_everything
+from common.pytorch.runner import TRAINS, DataFn, ModelFn, Runner, data_loader, seed_everything
 from device.api import (DeviceCompileError, Graph, build_program, capture_torch, compile_graph,
                         load_torch_weights, render_report, torch_state, torch_weights, validate_and_match)
 
@@ -212,7 +212,7 @@ def compile_for_device(args, params: Mapping, model_fn: ModelFn, train_data_fn: 
     rc, device = params["runconfig"], params["device"]
     training = args.mode in TRAINS
     seed_everything(rc["seed"])
-    loader = train_data_fn(params) if training else eval_data_fn(params)
+    loader = data_loader(train_data_fn if training else eval_data_fn, params)
     model = model_for_capture(model_fn, params)
     graph, _ = capture_step(model, first_batch(loader, rc["seed"]), training, params)
     graph = mark_dynamic_batch(graph, loader)
@@ -229,7 +229,7 @@ def compile_for_device(args, params: Mapping, model_fn: ModelFn, train_data_fn: 
                            execution_mode=device["execution_mode"], out_dir=out_dir,
                            micro_batch_size=device["micro_batch_size"])
     print(render_report(result), end="", flush=True)
-    logger.info("compile report: %s (report.txt, report.json, ir.json, placement.svg)", out_dir)
+    logger.info("compile report: %s (%s)", out_dir, ", ".join(result.report_files))
     return result
 
 

@@ -79,6 +79,18 @@ def torch_device(flag: str, world: World = SINGLE) -> torch.device:
     return torch.device("cpu")
 
 
+def data_loader(data_fn: DataFn, params: Mapping) -> DataLoader:
+    """``data_fn(params)``, which must be a torch DataLoader: the runner replays its sampler and
+    settings in the order (seed, epoch) fixes, so that a resumed run reads what an unbroken one
+    would (common/pytorch/data_order.py)."""
+    loader = data_fn(params)
+    if not isinstance(loader, DataLoader):
+        raise UserError(f"{getattr(data_fn, '__qualname__', 'the data function')}(params) returned "
+                        f"{type(loader).__name__}; the runner takes a torch.utils.data.DataLoader (it replays the "
+                        f"loader's order to resume exactly)")
+    return loader
+
+
 def seed_everything(seed: int) -> None:
     """The global RNGs (weights init, dropout, user code); the data order has its own (data_order.py)."""
     torch.manual_seed(seed)
@@ -232,8 +244,8 @@ class Runner:
             raise UserError("--checkpoint_path does not go with --mode eval_all, which evaluates every "
                             "checkpoint in model_dir")
         seed_everything(self.runconfig["seed"])
-        self.train_loader = train_data_fn(params) if self.mode in TRAINS else None
-        self.eval_loader = eval_data_fn(params) if self.mode in EVALUATES else None
+        self.train_loader = data_loader(train_data_fn, params) if self.mode in TRAINS else None
+        self.eval_loader = data_loader(eval_data_fn, params) if self.mode in EVALUATES else None
         self.model = model_fn(params, self.device)
         if not isinstance(self.model, PyTorchBaseModel):
             raise TypeError(f"model_fn must return a PyTorchBaseModel, got {type(self.model).__name__}")

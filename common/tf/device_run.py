@@ -120,7 +120,7 @@ def compile(estimator, input_fn: Callable, validate_only: bool, mode: str) -> An
                            execution_mode=cfg.execution_mode, out_dir=out_dir,
                            micro_batch_size=cfg.micro_batch_size)
     print(render_report(result), end="", flush=True)
-    logger.info("compile report: %s (report.txt, report.json, ir.json, placement.svg)", out_dir)
+    logger.info("compile report: %s (%s)", out_dir, ", ".join(result.report_files))
     return result
 
 

@@ -293,6 +293,29 @@ def test_predict_writes_the_predict_step_of_a_generating_model(tmp_path, data_di
     assert "Traceback" not in err and "--device emulator" in err.strip().splitlines()[-1]
 
 
+def batches_in_a_list(params):
+    """A data function that returns its batches, not a DataLoader."""
+    return list(data.get_train_dataloader(params))
+
+
+@pytest.mark.parametrize("extra", [("--mode", "train"), ("--mode", "eval"), ("--mode", "train", "--compile_only")])
+def test_a_data_function_that_returns_no_dataloader_is_refused_in_one_line(tmp_path, data_dir, capsys, extra):
+    from common.pytorch.run import run
+
+    run_mnist(tmp_path / "trained", data_dir)  # a checkpoint for the eval
+    model_dir = tmp_path / ("trained" if "eval" in extra else "fresh")
+    before = sorted(model_dir.rglob("*"))
+    argv = ["--params", TINY, "--model_dir", str(model_dir), f"train_input.data_dir={data_dir}",
+            f"eval_input.data_dir={data_dir}", *extra]
+    with pytest.raises(SystemExit) as exit_info:
+        run(model.model_fn, batches_in_a_list, batches_in_a_list, utils.default_params, argv=argv)
+    assert exit_info.value.code == 2 and sorted(model_dir.rglob("*")) == before
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == (
+        "error: batches_in_a_list(params) returned list; the runner takes a torch.utils.data.DataLoader (it replays "
+        "the loader's order to resume exactly)")
+
+
 # --- base_model.py on its own: a two-weight model --------------------------------------------------
 
 class TwoWeights(PyTorchBaseModel):

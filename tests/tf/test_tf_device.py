@@ -33,10 +33,11 @@ def test_validate_only_reports_a_dynamic_batch(tf_mnist, tiny_args, tmp_path, ca
 
 def test_compile_only_writes_the_report(tf_mnist, tiny_args, tmp_path, capsys):
     tf_mnist.main(tiny_args("--compile_only", "mixed_precision.enabled=true"))
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "Estimated overall performance" in out and "samples/s" in out
     folder = tmp_path / "model" / "compile"
     assert sorted(os.listdir(folder)) == ["ir.json", "placement.svg", "report.json", "report.txt"]
+    assert f"compile report: {folder} (report.txt, report.json, ir.json, placement.svg)" in err
     report = json.loads((folder / "report.json").read_text())
     assert report["frontend"] == "tf" and report["precision"] == "bfloat16" and report["mode"] == "train"
     # 784*32+32 + 32*16+16 + 16*10+10 parameters of the tiny MLP
@@ -53,7 +54,10 @@ def test_too_large_for_pipelined_names_the_kernel_and_suggests_weight_streaming(
     assert "the largest kernel 'dense_1'" in err and "bytes" in err and "device.execution_mode=weight_streaming" in err
     assert not (tmp_path / "model").exists()
     tf_mnist.main(tiny_args(*big, "device.execution_mode=weight_streaming"))
-    assert (tmp_path / "model" / "compile" / "report.txt").exists()
+    folder = tmp_path / "model" / "compile"
+    assert sorted(os.listdir(folder)) == ["ir.json", "placement.svg", "report.json", "report.txt", "systems.svg"]
+    assert f"compile report: {folder} (report.txt, report.json, ir.json, placement.svg, systems.svg)" in (
+        capsys.readouterr().err)
 
 
 def test_train_and_eval_on_the_device_is_the_validators_error(tf_mnist, tiny_args, capsys):
