@@ -8,7 +8,10 @@ framework only; there this is a no-op.
 """
 
 import importlib.util
+import logging
 import os
+
+import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
 
@@ -22,3 +25,19 @@ if importlib.util.find_spec("torch") is not None:
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true",
                      help="rewrite tests/golden/ from the models' current lowered graphs")
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was():
+    """A run's set-up (common/cli.py: setup_logging) points the root logger at the sys.stderr of
+    the moment, in a test the capture stream that closes with it, and may leave the "zoo" logger
+    at INFO: after each test, drop the handlers that basicConfig added and put the levels back, so
+    that a later test's log line meets no closed stream ("Logging error") and no stray level."""
+    root, zoo = logging.getLogger(), logging.getLogger("zoo")
+    handlers, levels = list(root.handlers), (root.level, zoo.level)
+    yield
+    for handler in list(root.handlers):
+        if type(handler) is logging.StreamHandler and handler not in handlers:  # pytest's own are subclasses
+            root.removeHandler(handler)
+    root.setLevel(levels[0])
+    zoo.setLevel(levels[1])
