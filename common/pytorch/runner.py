@@ -85,9 +85,10 @@ def data_loader(data_fn: DataFn, params: Mapping) -> DataLoader:
     would (common/pytorch/data_order.py)."""
     loader = data_fn(params)
     if not isinstance(loader, DataLoader):
-        raise UserError(f"{getattr(data_fn, '__qualname__', 'the data function')}(params) returned "
-                        f"{type(loader).__name__}; the runner takes a torch.utils.data.DataLoader (it replays the "
-                        f"loader's order to resume exactly)")
+        name = getattr(data_fn, "__qualname__", None)  # a functools.partial or a callable object has none
+        raise UserError(f"{f'{name}(params)' if name else 'the data function'} returned {type(loader).__name__}; "
+                        f"the runner takes a torch.utils.data.DataLoader (it replays the loader's order to resume "
+                        f"exactly)")
     return loader
 
 

@@ -20,7 +20,7 @@ from common.params import load_params
 from common.pytorch import device_run
 from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.data_order import epoch_batches
-from common.pytorch.metrics import Accuracy
+from common.pytorch.metrics import Accuracy, AccuracyMetric
 
 FEATURES, CLASSES = 5, 3
 
@@ -353,7 +353,8 @@ class PooledModel(Model):
 
 
 def sentences(params):
-    return DataLoader(Sentences(), batch_size=4, shuffle=True, collate_fn=padded)
+    """With seed 3, the first batch of epoch 0 is 7 long; of epoch 1, 6; of seed None, 6."""
+    return DataLoader(Sentences(), batch_size=2, shuffle=True, collate_fn=padded)
 
 
 def device_args(mode="train", validate_only=False, compile_only=False):
@@ -408,7 +409,7 @@ def test_compile_only_compiles_the_eval_datas_first_batch_with_the_device_settin
         logger.removeHandler(handler)
         logger.setLevel(level)
     length = next(iter(epoch_batches(sentences(params), 3, epoch=0)))[0].shape[1]  # what training draws first
-    assert [result.graph.values[name].shape for name in result.graph.inputs] == [(4, length), (4,)]
+    assert [result.graph.values[name].shape for name in result.graph.inputs] == [(2, length), (2,)]
     assert result.execution_mode == "weight_streaming" and result.cost.micro_batch_size == 2
     assert sorted(os.listdir(tmp_path / "compile")) == ["ir.json", "placement.svg", "report.json", "report.txt",
                                                         "systems.svg"]
@@ -458,7 +459,7 @@ def test_the_emulator_captures_training_s_first_batch():
     params = params_of(runconfig={"seed": 3})
     steps = emulator_steps(PooledModel(params, "cpu"), params, "train", sentences(params))
     length = next(iter(epoch_batches(sentences(params), 3, epoch=0)))[0].shape[1]  # what training draws first
-    assert [steps.graph.values[name].shape for name in steps.graph.inputs] == [(4, length), (4,)]
+    assert [steps.graph.values[name].shape for name in steps.graph.inputs] == [(2, length), (2,)]
 
 
 def test_the_emulator_compiles_with_the_devices_micro_batch_size(caplog):
@@ -477,6 +478,46 @@ def test_the_emulator_compiles_with_the_devices_micro_batch_size(caplog):
         f"compiled for the emulator: {len(ours.kernels)} kernels, weight_streaming, profile wse2, float32 compute "
         f"(estimated {ours.cost.samples_per_s:.0f} samples/s on the device)")
     assert f"{ours.cost.samples_per_s:.0f}" != f"{largest.cost.samples_per_s:.0f}"
+
+
+@pytest.mark.parametrize("clipping", [{"max_gradient_norm": 1.5}, {"max_gradient_value": 0.5}])
+def test_the_capture_takes_the_compute_format_the_clipping_and_the_loss_scaling_of_the_params(clipping):
+    params = load_params(None, {"optimizer": {"optimizer_type": "adam", "learning_rate": 0.01, **clipping,
+                                              "loss_scaling_factor": "dynamic", "initial_loss_scale": 1024,
+                                              "steps_per_increase": 7},
+                                "mixed_precision": {"enabled": True, "dtype": "bfloat16"}})
+    model = Model(params, "cpu")
+    training, _ = device_run.capture_step(model, batch(), True, params)
+    evaluation, _ = device_run.capture_step(model, batch(), False, params)
+    assert training.precision == evaluation.precision == "bfloat16"
+    spec = training.optimizer
+    assert (spec.max_gradient_norm, spec.max_gradient_value) == (clipping.get("max_gradient_norm"),
+                                                                 clipping.get("max_gradient_value"))
+    assert (spec.loss_scale, spec.initial_loss_scale, spec.steps_per_increase) == ("dynamic", 1024, 7)
+    assert evaluation.optimizer is None
+
+
+class Measured(Model):
+    """A model that calls a vendor metric in training too (no ``if not self.model.training`` guard)."""
+
+    def __init__(self, params, device):
+        super().__init__(params, device)
+        self.accuracy_metric = AccuracyMetric(name="eval/measured_accuracy")
+
+    def __call__(self, batch):
+        x, y = batch
+        logits = self.model(x)
+        self.accuracy_metric(labels=y, predictions=logits.argmax(-1))
+        return F.cross_entropy(logits, y), {"logits": logits}
+
+
+def test_a_training_capture_drops_the_models_metric_calls_and_an_eval_capture_keeps_them():
+    model = Measured(params_of(), "cpu")
+    training, training_calls = device_run.capture_step(model, batch(), True, params_of())
+    evaluation, eval_calls = device_run.capture_step(model, batch(), False, params_of())
+    assert training_calls.outputs == {} and sorted(training.outputs) == ["logits"]
+    assert sorted(eval_calls.outputs) == ["cb_metric:0:0", "cb_metric:0:1"]
+    assert sorted(evaluation.outputs) == ["cb_metric:0:0", "cb_metric:0:1", "logits"]
 
 
 def test_the_emulators_loss_scale_is_none_without_a_scaler():

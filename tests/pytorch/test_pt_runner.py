@@ -1,6 +1,7 @@
 """The shared PyTorch runner, driven through pytorch/mnist's run.py on generated IDX data."""
 
 import contextlib
+import functools
 import logging
 import os
 from pathlib import Path
@@ -314,6 +315,17 @@ def test_a_data_function_that_returns_no_dataloader_is_refused_in_one_line(tmp_p
     assert "Traceback" not in err and err.strip().splitlines()[-1] == (
         "error: batches_in_a_list(params) returned list; the runner takes a torch.utils.data.DataLoader (it replays "
         "the loader's order to resume exactly)")
+
+
+def test_a_data_function_without_a_name_is_called_the_data_function():
+    from common.pytorch.runner import data_loader
+
+    unnamed = functools.partial(batches_in_a_list)
+    with pytest.raises(UserError) as error:
+        data_loader(unnamed, tiny_params())
+    assert str(error.value).startswith("the data function returned list; the runner takes a torch.utils.data.")
+    loader = data.get_eval_dataloader(tiny_params())
+    assert data_loader(lambda params: loader, tiny_params()) is loader
 
 
 # --- base_model.py on its own: a two-weight model --------------------------------------------------

@@ -17,6 +17,8 @@ from common.errors import NonFiniteGradient, NonFiniteLossError, UserError
 from common.interrupt import Interrupted
 from common.params import load_params
 from common.pytorch.base_model import PyTorchBaseModel
+from common.pytorch import checkpoint as checkpoint_module
+from common.pytorch import runner as runner_module
 from common.pytorch.checkpoint import list_checkpoints, load_checkpoint
 from common.pytorch.metrics import Accuracy, Metric
 from common.pytorch.runner import FrameworkSteps, Runner
@@ -144,6 +146,21 @@ def test_checkpoint_steps_0_saves_at_the_end_and_steps_counts_on_from_the_checkp
         assert done.execute() is None
     assert done.steps.trained == [] and ("INFO", "already at step 7 (max_steps 7): nothing to train") in \
         zoo_log(caplog)
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_a_run_reads_its_starting_checkpoint_once(tmp_path, monkeypatch, mode):
+    runner(tmp_path, max_steps=2).execute()
+    reads = []
+
+    def counted(path):
+        reads.append(path)
+        return load_checkpoint(path)
+
+    monkeypatch.setattr(checkpoint_module, "load_checkpoint", counted)
+    monkeypatch.setattr(runner_module, "load_checkpoint", counted)
+    started = runner(tmp_path, mode=mode, max_steps=3)
+    assert started.global_step == 2 and reads == [ckpt(tmp_path, 2)]  # a GPT-J checkpoint is 24 GB: not twice
 
 
 def test_train_and_eval_evaluates_at_each_checkpoint_and_returns_the_last(tmp_path):
