@@ -303,8 +303,9 @@ def batches_in_a_list(params):
 def test_a_data_function_that_returns_no_dataloader_is_refused_in_one_line(tmp_path, data_dir, capsys, extra):
     from common.pytorch.run import run
 
-    run_mnist(tmp_path / "trained", data_dir)  # a checkpoint for the eval
-    model_dir = tmp_path / ("trained" if "eval" in extra else "fresh")
+    model_dir = tmp_path / "model_dir"
+    if "eval" in extra:
+        run_mnist(model_dir, data_dir)  # a checkpoint to evaluate
     before = sorted(model_dir.rglob("*"))
     argv = ["--params", TINY, "--model_dir", str(model_dir), f"train_input.data_dir={data_dir}",
             f"eval_input.data_dir={data_dir}", *extra]

@@ -891,7 +891,7 @@ def test_a_data_parallel_eval_adds_up_the_loss_the_examples_and_every_metrics_su
         return [np.asarray(a) * 2 + 1 for a in arrays]
 
     monkeypatch.setattr(runner_module, "sum_across", sum_across)
-    caplog.clear()  # the runs above may have logged, where an earlier test left the zoo's logger at INFO
+    caplog.clear()  # only the records of the sum below
     with caplog.at_level(logging.INFO, logger="zoo"):
         assert run._sum_across_processes(1.5, 3) == (4.0, 7)
     assert handed == [([1.5, 3, 2, 5, 1.0, 4.0, 1], run.world)]
