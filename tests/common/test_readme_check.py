@@ -177,6 +177,45 @@ def test_on_the_measuring_kind_of_machine_every_figure_holds_exactly(tmp_path, c
     assert "step 500 test loss: the README says 0.130" in capsys.readouterr().err
 
 
+BOUNDARY_RUN = """\
+import argparse, os
+from common.summaries import ScalarWriter
+parser = argparse.ArgumentParser()
+parser.add_argument("--model_dir")
+args, _ = parser.parse_known_args()
+evaluate = ScalarWriter(os.path.join(args.model_dir, "eval"))
+evaluate.scalars(8, {"lm_perplexity": 2232.3496, "loss": 7.7101})
+evaluate.close()
+"""
+
+
+@pytest.mark.parametrize("perplexity, status", [
+    ("2232.3", 0),  # as the run prints it
+    ("2232.4", 0),  # 2232.3496 is 2e-6 of itself below 2232.35: a run's last float32 bits decide that digit
+    ("2232.2", 1),  # 0.15 off: 7e-5 of it, a change of the result
+    ("2232.5", 1),
+])
+def test_on_the_measuring_kind_of_machine_a_figure_on_its_rounding_boundary_holds_either_way(
+        tmp_path, capsys, perplexity, status):
+    script = tmp_path / "boundary_run.py"
+    script.write_text(BOUNDARY_RUN)
+    path = tmp_path / "README.md"
+    path.write_text(textwrap.dedent(f"""\
+        # T5
+
+            $ python {script} --mode train_and_eval  # measured on {machine()}
+
+        | step | test perplexity | test loss |
+        |---|---|---|
+        | 8 | {perplexity} | 7.710 |
+        """))
+    assert main([str(path)]) == status
+    if status:
+        assert f"step 8 test perplexity: the README says {perplexity}, " in capsys.readouterr().err
+    assert main(["--update", str(path)]) == 0
+    assert "| 8 | 2232.3 | 7.710 |" in path.read_text()  # --update writes what this run prints
+
+
 @pytest.mark.parametrize("row, status", [
     ("| 500 | 97.22 % | 0.150 | 0.02 |", 0),  # within another CPU's rounding: 0.56 points, 0.021, 0.015
     ("| 500 | 95.00 % | 0.129 | 0.00534 |", 1),  # 2.78 points of accuracy
