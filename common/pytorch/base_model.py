@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 import torch
 
-from common.errors import NonFiniteGradient, UserError
+from common.errors import NonFiniteGradient, UserError, where
 from common.precision import loss_scaling
 from common.pytorch.metrics import Metric
 from common.pytorch.optim import ScheduledLR, build_optimizer
@@ -40,13 +40,18 @@ logger = logging.getLogger("zoo")
 _AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def split_result(result: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """``__call__``'s loss or (loss, outputs) as (loss, outputs)."""
-    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], Mapping):
+def split_result(result: Any, model: Any = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``__call__``'s loss or (loss, outputs) as (loss, outputs); anything else is one line
+    naming ``model``'s ``__call__`` (file:line) and what it returned."""
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.Tensor) \
+            and isinstance(result[1], Mapping):
         return result[0], dict(result[1])
     if isinstance(result, torch.Tensor):
         return result, {}
-    raise TypeError(f"a model's __call__ returns the loss or (loss, outputs: dict), got {type(result).__name__}")
+    got = f"({', '.join(type(r).__name__ for r in result)})" if isinstance(result, tuple) else type(result).__name__
+    who = where(type(model).__call__) if model is not None else "a model's __call__"
+    raise UserError(f"{who} returned {got}; a model's __call__ returns the loss (a tensor) or (loss, outputs: "
+                    f"a dict of tensors)")
 
 
 class PyTorchBaseModel:
@@ -79,7 +84,8 @@ class PyTorchBaseModel:
         self.metrics: dict[str, Metric] = {}
 
     def __call__(self, batch: Any) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        raise NotImplementedError("a model subclasses PyTorchBaseModel and writes __call__(batch)")
+        raise UserError(f"{where(type(self))} writes no __call__(batch); a model "
+                        f"subclasses PyTorchBaseModel and writes __call__, which returns the loss or (loss, outputs)")
 
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.autocast_dtype is None:
@@ -98,7 +104,7 @@ class PyTorchBaseModel:
             self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         with self.autocast():
-            loss, _ = split_result(self(batch))
+            loss, _ = split_result(self(batch), self)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
             self.scaler.unscale_(self.optimizer)  # clip the true gradients
@@ -143,7 +149,7 @@ class PyTorchBaseModel:
     def eval_step(self, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         self.model.eval()
         with self.autocast():
-            return split_result(self(batch))
+            return split_result(self(batch), self)
 
     def get_state(self) -> dict[str, Any]:
         return {

@@ -47,7 +47,7 @@ from common.precision import compute_precision, loss_scaling
 from common.pytorch.base_model import PyTorchBaseModel, split_result
 from common.pytorch.data_order import epoch_batches
 from common.pytorch.metrics import CapturedMetricCalls, recording_metric_calls
-from common.pytorch.runner import TRAINS, DataFn, ModelFn, Runner, data_loader, seed_everything
+from common.pytorch.runner import TRAINS, DataFn, ModelFn, Runner, built_model, data_loader, seed_everything
 from device.api import (DeviceCompileError, Graph, build_program, capture_torch, compile_graph,
                         load_torch_weights, render_report, torch_state, torch_weights, validate_and_match)
 
@@ -95,7 +95,7 @@ class ModelStep:
         if self.training or not calls:
             return result
         self.metric_calls = CapturedMetricCalls(calls)
-        loss, outputs = split_result(result)
+        loss, outputs = split_result(result, self.model)
         return loss, {**outputs, **self.metric_calls.outputs}
 
 
@@ -171,16 +171,16 @@ def model_for_capture(model_fn: ModelFn, params: Mapping, memory: int | None = N
     """
     try:
         with torch.device("meta"), _quiet(logger):  # its log lines are those of the build that follows
-            model = model_fn(params, torch.device("meta"))
+            model = built_model(model_fn, params, torch.device("meta"))
     except UserError:
         raise
     except Exception:  # noqa: BLE001 - a model_fn that needs real tensors (a checkpoint it loads): build it on the CPU
-        return model_fn(params, torch.device("cpu"))
+        return built_model(model_fn, params, torch.device("cpu"))
     weights = {id(p): p for p in model.model.parameters()}
     needed = sum(p.numel() * p.element_size() for p in weights.values())
     memory = available_memory() if memory is None else memory
     if memory is None or needed <= memory // 2:
-        return model_fn(params, torch.device("cpu"))
+        return built_model(model_fn, params, torch.device("cpu"))
     buffers = [name for name, _ in model.model.named_buffers()]
     if buffers:
         raise UserError(f"the model's weights need {needed / 2**30:.1f} GiB, more than half of the "

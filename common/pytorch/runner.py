@@ -45,7 +45,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from common import runlock
-from common.errors import NonFiniteGradient, NonFiniteLossError, UserError
+from common.errors import NonFiniteGradient, NonFiniteLossError, UserError, where
 from common.interrupt import Interrupted, stop_between_steps
 from common.io import atomic_open
 from common.log import TrainMeter, eval_line
@@ -85,11 +85,19 @@ def data_loader(data_fn: DataFn, params: Mapping) -> DataLoader:
     would (common/pytorch/data_order.py)."""
     loader = data_fn(params)
     if not isinstance(loader, DataLoader):
-        name = getattr(data_fn, "__qualname__", None)  # a functools.partial or a callable object has none
-        raise UserError(f"{f'{name}(params)' if name else 'the data function'} returned {type(loader).__name__}; "
-                        f"the runner takes a torch.utils.data.DataLoader (it replays the loader's order to resume "
-                        f"exactly)")
+        raise UserError(f"{where(data_fn)} returned {type(loader).__name__}; the runner takes a "
+                        f"torch.utils.data.DataLoader (it replays the loader's order to resume exactly)")
     return loader
+
+
+def built_model(model_fn: ModelFn, params: Mapping, device: torch.device) -> PyTorchBaseModel:
+    """``model_fn(params, device)``, which must be a PyTorchBaseModel: the runner trains,
+    saves and restores through it (its model, optimizer, schedule and loss scale)."""
+    model = model_fn(params, device)
+    if not isinstance(model, PyTorchBaseModel):
+        raise UserError(f"{where(model_fn)} returned {type(model).__name__}; the runner takes a PyTorchBaseModel "
+                        f"(common/pytorch/base_model.py), which wraps the torch module with its optimizer")
+    return model
 
 
 def seed_everything(seed: int) -> None:
@@ -247,9 +255,7 @@ class Runner:
         seed_everything(self.runconfig["seed"])
         self.train_loader = data_loader(train_data_fn, params) if self.mode in TRAINS else None
         self.eval_loader = data_loader(eval_data_fn, params) if self.mode in EVALUATES else None
-        self.model = model_fn(params, self.device)
-        if not isinstance(self.model, PyTorchBaseModel):
-            raise TypeError(f"model_fn must return a PyTorchBaseModel, got {type(self.model).__name__}")
+        self.model = built_model(model_fn, params, self.device)
         self.global_step = 0
         self.data_state = None
         if self.mode == "predict" and args.device == "emulator" and hasattr(self.model, "predict_step"):

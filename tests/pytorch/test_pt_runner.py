@@ -314,19 +314,41 @@ def test_a_data_function_that_returns_no_dataloader_is_refused_in_one_line(tmp_p
     assert exit_info.value.code == 2 and sorted(model_dir.rglob("*")) == before
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.strip().splitlines()[-1] == (
-        "error: batches_in_a_list(params) returned list; the runner takes a torch.utils.data.DataLoader (it replays "
-        "the loader's order to resume exactly)")
+        f"error: batches_in_a_list ({__file__}:{batches_in_a_list.__code__.co_firstlineno}) returned list; the "
+        f"runner takes a torch.utils.data.DataLoader (it replays the loader's order to resume exactly)")
 
 
-def test_a_data_function_without_a_name_is_called_the_data_function():
+def test_a_data_function_bound_by_a_partial_is_named_by_the_function_it_binds():
     from common.pytorch.runner import data_loader
 
-    unnamed = functools.partial(batches_in_a_list)
+    bound = functools.partial(batches_in_a_list)
     with pytest.raises(UserError) as error:
-        data_loader(unnamed, tiny_params())
-    assert str(error.value).startswith("the data function returned list; the runner takes a torch.utils.data.")
+        data_loader(bound, tiny_params())
+    assert str(error.value).startswith(f"batches_in_a_list ({__file__}:{batches_in_a_list.__code__.co_firstlineno}) "
+                                       f"returned list; the runner takes a torch.utils.data.")
     loader = data.get_eval_dataloader(tiny_params())
     assert data_loader(lambda params: loader, tiny_params()) is loader
+
+
+def a_bare_module(params, device):
+    """A model_fn that returns the torch module, not a PyTorchBaseModel around it."""
+    return torch.nn.Linear(784, 10)
+
+
+@pytest.mark.parametrize("extra", [("--mode", "train"), ("--mode", "train", "--compile_only"),
+                                   ("--mode", "train", "--validate_only")])
+def test_a_model_function_that_returns_no_base_model_is_refused_in_one_line(tmp_path, data_dir, capsys, extra):
+    from common.pytorch.run import run
+
+    model_dir = tmp_path / "model_dir"
+    argv = ["--params", TINY, "--model_dir", str(model_dir), f"train_input.data_dir={data_dir}", *extra]
+    with pytest.raises(SystemExit) as exit_info:
+        run(a_bare_module, data.get_train_dataloader, data.get_eval_dataloader, utils.default_params, argv=argv)
+    assert exit_info.value.code == 2 and not model_dir.exists()
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == (
+        f"error: a_bare_module ({__file__}:{a_bare_module.__code__.co_firstlineno}) returned Linear; the runner takes "
+        f"a PyTorchBaseModel (common/pytorch/base_model.py), which wraps the torch module with its optimizer")
 
 
 # --- base_model.py on its own: a two-weight model --------------------------------------------------
@@ -353,14 +375,37 @@ def test_split_result_takes_the_loss_or_the_loss_and_its_outputs():
     outputs = {"logits": loss}
     got = split_result((loss, outputs))
     assert got == (loss, outputs) and got[1] is not outputs
-    for bad, kind in (((loss, [loss]), "tuple"), ([loss, outputs], "list"), ((loss, outputs, 1), "tuple"),
-                      (1.0, "float")):
-        with pytest.raises(TypeError) as error:
+    for bad, kind in (((loss, [loss]), "(Tensor, list)"), ([loss, outputs], "list"),
+                      ((loss, outputs, 1), "(Tensor, dict, int)"), ((1.0, outputs), "(float, dict)"), (1.0, "float")):
+        with pytest.raises(UserError) as error:
             split_result(bad)
-        assert str(error.value) == f"a model's __call__ returns the loss or (loss, outputs: dict), got {kind}"
-    with pytest.raises(NotImplementedError) as error:
-        PyTorchBaseModel(tiny_params(), torch.nn.Linear(1, 1))(None)
-    assert str(error.value) == "a model subclasses PyTorchBaseModel and writes __call__(batch)"
+        assert str(error.value) == (f"a model's __call__ returned {kind}; a model's __call__ returns the loss (a "
+                                    f"tensor) or (loss, outputs: a dict of tensors)")
+
+
+class ListOutputs(TwoWeights):
+    def __call__(self, batch):
+        return self.model(batch).sum(), [self.model(batch)]
+
+
+class NoCall(PyTorchBaseModel):
+    def __init__(self, params):
+        super().__init__(params, torch.nn.Linear(2, 1))
+
+
+def test_a_model_whose_call_returns_something_else_is_named_with_its_line():
+    model = ListOutputs(tiny_params())
+    line = ListOutputs.__call__.__code__.co_firstlineno
+    for step in (model.train_step, model.eval_step):
+        with pytest.raises(UserError) as error:
+            step(torch.ones(4, 2))
+        assert str(error.value) == (f"ListOutputs.__call__ ({__file__}:{line}) returned (Tensor, list); a model's "
+                                    f"__call__ returns the loss (a tensor) or (loss, outputs: a dict of tensors)")
+    with pytest.raises(UserError) as error:
+        NoCall(tiny_params()).train_step(torch.ones(4, 2))
+    assert str(error.value) == (f"NoCall ({__file__}:{NoCall.__init__.__code__.co_firstlineno - 1}) writes no "
+                                f"__call__(batch); a model subclasses PyTorchBaseModel and writes __call__, which "
+                                f"returns the loss or (loss, outputs)")
 
 
 def test_gradients_are_clipped_by_norm_or_by_value_not_both():

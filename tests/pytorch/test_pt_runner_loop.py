@@ -442,9 +442,13 @@ def test_what_a_run_refuses_before_it_writes(tmp_path):
         Runner(emulator, params_of(tmp_path), Generating, loader, loader)
     assert str(error.value) == ("--mode predict --device emulator: Generating predicts by generating (predict_step), "
                                 "which runs on the CPU or a GPU; drop --device emulator")
-    with pytest.raises(TypeError) as error:
-        runner(tmp_path, model=lambda params, device: torch.nn.Linear(2, 2))
-    assert str(error.value) == "model_fn must return a PyTorchBaseModel, got Linear"
+    bare = lambda params, device: torch.nn.Linear(2, 2)  # noqa: E731 - its line is the message's
+    with pytest.raises(UserError) as error:
+        runner(tmp_path, model=bare)
+    assert str(error.value) == (f"test_what_a_run_refuses_before_it_writes.<locals>.<lambda> ({__file__}:"
+                                f"{bare.__code__.co_firstlineno}) returned Linear; the runner "
+                                f"takes a PyTorchBaseModel (common/pytorch/base_model.py), which wraps the torch "
+                                f"module with its optimizer")
     assert os.listdir(tmp_path) == []
 
 

@@ -785,29 +785,6 @@ def test_the_run_precision_is_the_params_or_the_models_own_policy_and_never_two(
                                 "set_global_policy)")
 
 
-def test_where_names_a_function_by_its_file_and_line_and_anything_else_by_its_name():
-    import functools
-
-    from common.tf.estimator.graph import where
-
-    def wrapped(params):
-        return params
-
-    @functools.wraps(wrapped)
-    def decorated(*args):
-        return wrapped(*args)
-
-    class Fn:
-        def __call__(self, params):
-            return params
-
-    line = wrapped.__code__.co_firstlineno
-    expected = f"test_where_names_a_function_by_its_file_and_line_and_anything_else_by_its_name.<locals>.wrapped " \
-               f"({__file__}:{line})"
-    assert where(wrapped) == expected and where(decorated) == expected  # through functools.wraps
-    assert where(Fn()) == "Fn" and where(len) == "len" and where(functools.partial(wrapped, 1)) == "partial"
-
-
 def test_input_fn_gets_the_mode_when_it_takes_one():
     from common.tf.estimator.graph import call_input_fn
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 import keras
 import tensorflow as tf
 
-from common.errors import UserError
+from common.errors import UserError, where
 from common.tf.estimator.cs_estimator_spec import EstimatorSpec
 from common.tf.estimator.mode_keys import ModeKeys
 from common.tf.estimator.utils import summaries_enabled
@@ -25,14 +25,6 @@ logger = logging.getLogger("zoo")
 
 # mixed_precision.dtype -> the Keras dtype policy (fp32 variables, 16-bit compute)
 KERAS_POLICIES = {"bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
-
-
-def where(fn: Callable) -> str:
-    """``name (file:line)`` of a user function, for error messages."""
-    fn = inspect.unwrap(fn)
-    code = getattr(fn, "__code__", None)
-    name = getattr(fn, "__qualname__", None) or type(fn).__name__
-    return f"{name} ({code.co_filename}:{code.co_firstlineno})" if code else name
 
 
 @dataclass
