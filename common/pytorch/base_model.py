@@ -48,7 +48,10 @@ def split_result(result: Any, model: Any = None) -> tuple[torch.Tensor, dict[str
         return result[0], dict(result[1])
     if isinstance(result, torch.Tensor):
         return result, {}
-    got = f"({', '.join(type(r).__name__ for r in result)})" if isinstance(result, tuple) else type(result).__name__
+    def kind(value: Any) -> str:  # a capture's FakeTensor is a Tensor to the user
+        return "Tensor" if isinstance(value, torch.Tensor) else type(value).__name__
+
+    got = f"({', '.join(kind(r) for r in result)})" if isinstance(result, tuple) else kind(result)
     who = where(type(model).__call__) if model is not None else "a model's __call__"
     raise UserError(f"{who} returned {got}; a model's __call__ returns the loss (a tensor) or (loss, outputs: "
                     f"a dict of tensors)")

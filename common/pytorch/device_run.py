@@ -92,10 +92,10 @@ class ModelStep:
                 result = self.model(batch)
             finally:
                 module.training = was_training
+        loss, outputs = split_result(result, self.model)  # a wrong return named at the model's line
         if self.training or not calls:
             return result
         self.metric_calls = CapturedMetricCalls(calls)
-        loss, outputs = split_result(result, self.model)
         return loss, {**outputs, **self.metric_calls.outputs}
 
 

@@ -520,6 +520,21 @@ def test_a_training_capture_drops_the_models_metric_calls_and_an_eval_capture_ke
     assert sorted(evaluation.outputs) == ["cb_metric:0:0", "cb_metric:0:1", "logits"]
 
 
+class MeasuredInAList(Measured):
+    def __call__(self, batch):
+        loss, outputs = super().__call__(batch)
+        return loss, [outputs["logits"]]
+
+
+def test_a_capture_names_the_models_call_that_returns_neither_the_loss_nor_loss_and_outputs():
+    line = MeasuredInAList.__call__.__code__.co_firstlineno
+    for training in (False, True):
+        with pytest.raises(UserError) as error:
+            device_run.capture_step(MeasuredInAList(params_of(), "cpu"), batch(), training, params_of())
+        assert str(error.value) == (f"MeasuredInAList.__call__ ({__file__}:{line}) returned (Tensor, list); a model's "
+                                    f"__call__ returns the loss (a tensor) or (loss, outputs: a dict of tensors)")
+
+
 def test_the_emulators_loss_scale_is_none_without_a_scaler():
     loader = DataLoader(TensorDataset(*batch(8)), batch_size=4)
     dynamic = load_params(None, {"optimizer": {"optimizer_type": "adam", "learning_rate": 0.01,
