@@ -24,15 +24,13 @@ def where(fn: Callable) -> str:
     while isinstance(fn, functools.partial):
         fn = fn.func
     fn = inspect.unwrap(fn)
-    code = getattr(fn, "__code__", None)
-    if code is None and not inspect.isroutine(fn) and not isinstance(fn, type):
-        code = getattr(getattr(type(fn), "__call__", None), "__code__", None)  # an object with __call__
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
-    if code is not None:
-        return f"{name} ({code.co_filename}:{code.co_firstlineno})"
     if isinstance(fn, type):  # a class: where its source says ``class``
         try:
             return f"{name} ({inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]})"
         except (OSError, TypeError):  # defined in a shell, or built in
-            pass
-    return name
+            return name
+    # a function's own code, or an object's __call__'s (a builtin has neither; every class has a
+    # __call__, its metaclass's at least)
+    code = getattr(fn, "__code__", None) or getattr(type(fn).__call__, "__code__", None)
+    return f"{name} ({code.co_filename}:{code.co_firstlineno})" if code else name

@@ -60,8 +60,9 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                 ["tests/device/test_ops.py", "tests/device/test_kernels_numpy.py", "tests/device/test_kernels_tf.py",
                  "tests/device/test_reductions_numpy.py", "tests/device/test_vision_loss_kernels.py"]),
     "cost": (["device/cost.py"], ["tests/device/test_cost.py", "tests/device/test_report.py"]),
-    "params": (["common/params.py"],
-               ["tests/common/test_params.py", "tests/common/test_vendor_params.py", "tests/common/test_cli.py"]),
+    "params": (["common/params.py", "common/errors.py"],
+               ["tests/common/test_params.py", "tests/common/test_vendor_params.py", "tests/common/test_cli.py",
+                "tests/common/test_errors.py"]),
     "place": (["device/place.py"], ["tests/device/test_place.py", "tests/device/test_cost.py", "tests/device/test_report.py"]),
     # the runners last: other work lands there often
     # the runner's own tests (about 65 s, of tests/pytorch's 2,000+ tests and hours): not the model families'

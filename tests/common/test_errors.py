@@ -45,9 +45,11 @@ def test_a_class_is_named_by_its_class_line():
     assert where(CallableModelFn) == f"CallableModelFn ({__file__}:{CallableModelFn.__call__.__code__.co_firstlineno - 1})"
 
 
-def test_a_builtin_has_its_name_alone():
+def test_a_builtin_or_anything_else_has_its_name_alone():
     assert where(len) == "len"
     assert where(int) == "int"
+    assert where(42) == "int"  # not callable at all: what was handed in, by its type
+    assert where(type("Made", (), {})) == "Made"  # a class with no ``class`` line to point at
 
 
 def test_the_error_type_is_the_one_below_common_and_device():
