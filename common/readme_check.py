@@ -38,7 +38,8 @@ libraries pick kernels by memory alignment and load too), which moves a figure o
 lies on a rounding boundary (a perplexity of 2232.354 printed as 2232.4). So a figure
 holds there when the run's value, moved by at most ``SAME_MACHINE_SLACK`` (1e-5 of itself,
 about 20 such units; below half the last printed digit of a figure of 5 significant
-digits), prints as the README does. On another, a
+digits), prints as the README does; the table's summary line then names the figure and the
+digit this run printed. On another, a
 figure holds within what another CPU's rounding moves it by (``FOREIGN_TOLERANCE``: 1.5
 points of accuracy, 30 % or 0.02 of a loss), and the summary line says so; a model that
 no longer trains still fails there.
@@ -236,9 +237,10 @@ def formatted(value: float, printed: str) -> str:
     return f"{value:.{decimals}f}" + (match["percent"] or "")
 
 
-def check_table(table: Table, exact: bool = False) -> list[tuple[Figure, str | None]]:
-    """Run the table's command; (figure, what the run gives) for each figure that does not hold
-    (``exact``: each that differs at its printed precision, whatever machine measured it)."""
+def check_table(table: Table, exact: bool = False) -> list[tuple[Figure, str | None, bool]]:
+    """Run the table's command; (figure, what the run prints, whether the figure holds all the
+    same) for each figure the run does not print as the README does (``exact``: none holds, on
+    whatever machine measured it)."""
     with tempfile.TemporaryDirectory(prefix="readme_check_") as tmp:
         model_dir = os.path.join(tmp, "model")
         run_command(table.command, model_dir)
@@ -249,15 +251,15 @@ def check_table(table: Table, exact: bool = False) -> list[tuple[Figure, str | N
                 # a step logged twice (a resumed run) keeps its last value
                 scalars[logdir] = {tag: dict(points) for tag, points in read_scalars(folder).items()}
     here = table.machine is None or table.machine == machine()
-    wrong = []
+    differs = []
     for figure in table.figures:
         value = measured(figure, scalars)
         got = None if value is None else formatted(value, figure.printed)
-        if got == figure.printed:
-            continue
-        if value is None or exact or not (holds_here(figure, value) if here else holds_elsewhere(figure, value)):
-            wrong.append((figure, got))
-    return wrong
+        if got != figure.printed:
+            holds = value is not None and not exact and (holds_here(figure, value) if here
+                                                          else holds_elsewhere(figure, value))
+            differs.append((figure, got, holds))
+    return differs
 
 
 def update(path: str, table: Table, corrections: list[tuple[Figure, str | None]]) -> None:
@@ -300,11 +302,16 @@ def main(argv: list[str] | None = None) -> int:
                           f"--skip_long): {table.command}")
                     continue
                 started = time.monotonic()
-                wrong = check_table(table, exact=args.update)
+                differs = check_table(table, exact=args.update)
                 seconds = time.monotonic() - started
                 inside = os.path.abspath(path).startswith(ROOT + os.sep)
                 shown = os.path.relpath(os.path.abspath(path), ROOT) if inside else path
                 elsewhere = table.machine is not None and table.machine != machine()
+                wrong = [(figure, got) for figure, got, holds in differs if not holds]
+                # on the measuring kind of machine, a figure that holds though printed otherwise is on
+                # its rounding boundary: said, so that a user who sees the other digit knows why
+                boundary = [f"step {figure.step} {figure.column} prints {got} here" for figure, got, holds in differs
+                            if holds and not elsewhere]
                 for figure, got in wrong:
                     print(f"{shown}:{figure.line}: step {figure.step} {figure.column}: the README says "
                           f"{figure.printed}, `{table.command}` gives {got or 'nothing'}", file=sys.stderr)
@@ -314,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
                     failed += 1
                 note = f" (measured on {table.machine}; this is {machine()}: within another CPU's rounding)" \
                     if elsewhere and not args.update else ""
+                if boundary:
+                    note += f" ({'; '.join(boundary)}: on its rounding boundary, within the last float32 bits)"
                 print(f"{shown}:{table.line}: {len(table.figures) - len(wrong)} of {len(table.figures)} figures "
                       f"hold{note}{' (the others updated)' if wrong and args.update else ''}: {table.command}  "
                       f"[{seconds:.0f} s]")
