@@ -48,6 +48,7 @@ def split_result(result: Any, model: Any = None) -> tuple[torch.Tensor, dict[str
         return result[0], dict(result[1])
     if isinstance(result, torch.Tensor):
         return result, {}
+
     def kind(value: Any) -> str:  # a capture's FakeTensor is a Tensor to the user
         return "Tensor" if isinstance(value, torch.Tensor) else type(value).__name__
 
