@@ -2,6 +2,7 @@
 external memory and the multi-system table, and the refusals of device.micro_batch_size."""
 
 import math
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -169,3 +170,40 @@ def test_the_params_key_refuses_bad_values_in_one_line(value, tmp_path):
         load_params(str(path), {}, [f"device.micro_batch_size={value}"])
     assert "device.micro_batch_size" in str(info.value) and "\n" not in str(info.value)
     assert load_params(str(path), {}, ["device.micro_batch_size=8"])["device"]["micro_batch_size"] == 8
+
+
+def test_each_system_rows_iteration_is_its_passes_plus_a_bubble_per_tree_level(tmp_path):
+    """Every row of the multi-system table from the formula of device/README.md, worked here from its
+    inputs: ceil(batch / N) samples per system in passes of at most the micro-batch, per kernel and pass
+    the larger of its work on the pass's samples and its weights' transfer (training: 3x the fp32 weight
+    bytes), plus the bubble (the first kernel's weights and the last one's gradients over the external
+    link) once and once more per level of the tree (ceil(log2 N): 0, 1, 2, 3, 4 levels)."""
+    result = compile_graph(mlp_graph(batch=64, sizes=(784, 2048, 2048, 10)), mode="train", profile_name="tiny",
+                           execution_mode="weight_streaming", micro_batch_size=24, out_dir=tmp_path)
+    cost, link = result.cost, result.profile.external_link_bytes_s
+    working = [(k, c) for k, c in zip(result.kernels, cost.kernels) if c.bound_by != "free"]
+    bubble = (working[0][0].weight_bytes + working[-1][0].weight_bytes) / link
+    assert cost.bubble_s == pytest.approx(bubble, rel=1e-12)
+    tree_levels = {1: 0, 2: 1, 4: 2, 8: 3, 16: 4}
+    # the passes per system: 64 = 24 + 24 + 16; 32 = 24 + 8; then one pass of 16, 8, 4
+    passes = {1: [24, 24, 16], 2: [24, 8], 4: [16], 8: [8], 16: [4]}
+    lines = (tmp_path / "report.txt").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Systems (weight streaming"))
+    one = None
+    for row, line in zip(cost.systems, lines[start + 2:start + 7]):
+        n = row["systems"]
+        iteration = bubble * (1 + tree_levels[n])
+        for k, c in working:
+            work_per_sample = max(c.compute_s, c.sram_s, c.fabric_s) / 64
+            iteration += sum(max(work_per_sample * m, 3 * k.weight_bytes / link) for m in passes[n])
+        samples = min(64 / iteration, n * cost.transmission_samples_per_s)
+        one = one or samples
+        assert (row["batch_per_system"], row["micro_batches"]) == (sum(passes[n]), len(passes[n]))
+        assert row["iteration_s"] == pytest.approx(iteration, rel=1e-12)
+        assert row["samples_per_s"] == pytest.approx(samples, rel=1e-12)
+        # the report's row: systems, batch per system, micro-batches, iteration, samples/s, tokens/s, speed-up
+        cells = re.split(r"\s{2,}", line.strip())
+        assert cells[:3] == [str(n), str(sum(passes[n])), str(len(passes[n]))]
+        assert (cells[4], cells[6]) == (f"{samples:,.1f}", f"{samples / one:.2f}x")
+    # the tree's four levels are a quarter of the 16-system row's iteration: a level more or less shows
+    assert 4 * bubble > 0.2 * cost.systems[-1]["iteration_s"]
