@@ -9,7 +9,8 @@ common.port.script). It prints every finding with its file:line and the change t
 in the order to make them, then notes: what it could not determine, and the compile
 estimate.
 
-Exit status: 0 ready (no findings), 1 findings, 2 the input could not be read.
+Exit status: 0 ready (no findings), 1 findings, 2 the input could not be read, 3 the check
+itself failed (one line naming the error and the check's own file and line, no traceback).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from common.port.findings import FINDINGS, READY, STAGES, UNREADABLE, Finding, Note, Unreadable, ordered
+from common.port.findings import (CHECK_FAILED, FINDINGS, READY, STAGES, UNREADABLE, Finding, Note, Unreadable,
+                                  ordered)
 from common.port.source import Source
 
 FRAMEWORK_NAMES = {"pytorch": "PyTorch", "tf": "TensorFlow/Keras"}
@@ -322,5 +324,24 @@ def run(args: argparse.Namespace) -> int:
     except Unreadable as e:
         print(f"error: {e}", file=sys.stderr)
         return UNREADABLE
+    except Exception as e:  # noqa: BLE001 - a defect of the check: one line, and not exit 1 ("findings")
+        print(f"error: {internal_error(e, args.path)}", file=sys.stderr)
+        return CHECK_FAILED
     sys.stdout.write(render(report))
     return report.status
+
+
+def internal_error(error: Exception, path: str) -> str:
+    """What a failure of the check's own code says: the error and the innermost line of the zoo's
+    code it came from, so that it can be reported; nothing about the user's code is claimed."""
+    import traceback
+
+    from common.port.capture import one_line
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    zoo_code = tuple(os.path.join(root, d) + os.sep for d in ("common", "device", "zoo_base"))
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith(zoo_code)]
+    where = f" at {os.path.relpath(frames[-1].filename, root)}:{frames[-1].lineno}" if frames else ""
+    return (f"zoo port check {path} stopped on an error of its own{where} ({one_line(error)}), not a finding "
+            "about your code; please report it with the file checked (--no-capture reads the code without "
+            "building the model)")

@@ -29,8 +29,9 @@ STAGES: dict[str, str] = {
 KIND_ORDER = ("missing_file", "import_failed", "no_model_fn", "missing_function", "signature", "no_base_model",
               "no_data_fn", "no_input_fn", "no_defaults", "no_runner", "own_training_loop")
 
-# exit statuses of `zoo port check` (issue 17): ready, findings to fix, could not read the input
-READY, FINDINGS, UNREADABLE = 0, 1, 2
+# exit statuses of `zoo port check` (issue 17): ready, findings to fix, could not read the input, and
+# the check itself failed (a defect of the check, not of the user's code: no findings to read into it)
+READY, FINDINGS, UNREADABLE, CHECK_FAILED = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)

@@ -436,14 +436,7 @@ def plan_torch_batch(reader: Reader, construction: Construction, module, slice_o
 def _torch_dataset_shape(src: Source, dataset: ast.AST | None, line: int, slice_of):
     """(shape, dtype, where) of one example of the DataLoader's data set, when it can be read."""
     if isinstance(dataset, ast.Name):
-        scope = src.enclosing(dataset, ast.FunctionDef, ast.AsyncFunctionDef) or src.tree
-        assigns = [n for n in _scope_statements(scope) if isinstance(n, ast.Assign) and n.lineno < line and
-                   any(isinstance(t, ast.Name) and t.id == dataset.id for t in n.targets)]
-        if not assigns and scope is not src.tree:
-            assigns = [n for n in _scope_statements(src.tree) if isinstance(n, ast.Assign) and
-                       any(isinstance(t, ast.Name) and t.id == dataset.id for t in n.targets)]
-        if assigns:
-            dataset = max(assigns, key=lambda n: n.lineno).value
+        dataset = _assigned(src, dataset, line)[0]
     if not isinstance(dataset, ast.Call):
         return None, "float32", ""
     name = src.call_name(dataset)
@@ -460,12 +453,26 @@ def _torch_dataset_shape(src: Source, dataset: ast.AST | None, line: int, slice_
                                                      f"({src.shown}:{dataset.lineno})"
     if name == "torch.utils.data.TensorDataset" and dataset.args:
         first = dataset.args[0]
-        dims = _tensor_dims(src, first, line, slice_of)
+        dims, dtype, made = _tensor_dims(src, first, line, slice_of)
         if dims:
-            dtype = "float64" if "np." in src.segment(first, 400) or "numpy" in src.segment(first, 400) or \
-                src.call_name(first) == "torch.from_numpy" else "float32"
-            return dims[1:], dtype, f"features {dims[1:]} from {src.segment(first)} ({src.shown}:{dataset.lineno})"
+            return dims[1:], dtype, f"features {dims[1:]} from {made} ({src.shown}:{dataset.lineno})"
     return None, "float32", ""
+
+
+def _assigned(src: Source, name: ast.Name, line: int) -> tuple[ast.AST | None, int]:
+    """(value, line) of the latest ``name = value`` before ``line`` in the function that uses the
+    name, else at the module's top level (which has run before any function is called); (None, 0)
+    when there is none. What the data code hands on by a name is read at its assignment."""
+    scope = src.enclosing(name, ast.FunctionDef, ast.AsyncFunctionDef) or src.tree
+    assigns = [n for n in _scope_statements(scope) if isinstance(n, ast.Assign) and n.lineno < line and
+               any(isinstance(t, ast.Name) and t.id == name.id for t in n.targets)]
+    if not assigns and scope is not src.tree:
+        assigns = [n for n in _scope_statements(src.tree) if isinstance(n, ast.Assign) and
+                   any(isinstance(t, ast.Name) and t.id == name.id for t in n.targets)]
+    if not assigns:
+        return None, 0
+    stmt = max(assigns, key=lambda n: n.lineno)
+    return stmt.value, stmt.lineno
 
 
 def _transform_size(src: Source, transform: ast.AST | None, line: int):
@@ -487,37 +494,56 @@ def _transform_size(src: Source, transform: ast.AST | None, line: int):
 
 
 def _tensor_dims(src: Source, node: ast.AST, line: int, slice_of):
-    """The dims of ``torch.randn(N, d, ...)`` / ``torch.from_numpy(np.random.rand(N, d))`` and the like,
-    through the names they were assigned to."""
+    """(dims, dtype, the expression that made it) of ``torch.randn(N, d, ...)``,
+    ``torch.from_numpy(np.random.rand(N, d))`` and the like, each name followed to its latest
+    assignment before ``line`` (``x = torch.randn(...)``; ``TensorDataset(x, y)``); (None, ...)
+    where the dims cannot be read. The dtype is the last conversion applied (``.float()``,
+    ``.double()``, ``.astype(np.float32)``, ``dtype=``), else numpy's float64 for numpy data,
+    else torch's float32."""
+    dtype = None  # set by the outermost conversion met on the way in
     for _ in range(8):
         if isinstance(node, ast.Name):
-            scope = src.enclosing(node, ast.FunctionDef, ast.AsyncFunctionDef) or src.tree
-            assigns = [n for n in _scope_statements(scope) if isinstance(n, ast.Assign) and n.lineno < line and
-                       any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)]
-            if not assigns:
-                return None
-            stmt = max(assigns, key=lambda n: n.lineno)
-            node, line = stmt.value, stmt.lineno
+            node, line = _assigned(src, node, line)
+            if node is None:
+                return None, "float32", ""
         elif isinstance(node, ast.Call) and src.call_name(node) in ("torch.from_numpy", "torch.tensor",
                                                                    "torch.as_tensor") and node.args:
+            dtype = dtype or _dtype_named(src, keyword(node, "dtype"))
             node = node.args[0]
         elif isinstance(node, ast.Call) and src.call_name(node) in (".float", ".astype", ".double") and \
                 isinstance(node.func, ast.Attribute):
+            conversion = {".float": "float32", ".double": "float64"}.get(src.call_name(node)) or \
+                _dtype_named(src, keyword(node, "dtype", 0))
+            dtype = dtype or conversion
             node = node.func.value
         else:
             break
     if not isinstance(node, ast.Call):
-        return None
+        return None, "float32", ""
     name = src.call_name(node)
     if name in ("torch.randn", "torch.rand", "torch.zeros", "torch.ones", "torch.empty", "numpy.random.rand",
                 "numpy.random.randn", "numpy.zeros", "numpy.ones"):
         args = node.args[0].elts if len(node.args) == 1 and isinstance(node.args[0], (ast.Tuple, ast.List)) \
             else node.args
+        dtype = dtype or _dtype_named(src, keyword(node, "dtype")) or (
+            "float64" if name.startswith("numpy.") else "float32")
         try:
-            return tuple(int(slice_of(src).value(a, line)) for a in args)
+            return tuple(int(slice_of(src).value(a, line)) for a in args), dtype, src.segment(node)
         except (Undetermined, TypeError, ValueError):
-            return None
-    return None
+            return None, "float32", ""
+    return None, "float32", ""
+
+
+def _dtype_named(src: Source, node: ast.AST | None) -> str | None:
+    """"float32" or "float64" for a dtype argument that names one (``torch.float64``, ``np.float32``,
+    ``"float64"``, numpy's ``float``), else None."""
+    if node is None:
+        return None
+    text = src.segment(node).strip("'\"")
+    if text == "float":  # Python's float as a numpy dtype
+        return "float64"
+    return {"float32": "float32", "float": "float32", "float64": "float64", "double": "float64"}.get(
+        text.rsplit(".", 1)[-1])  # torch.float is float32
 
 
 def _first_layer(module):
@@ -855,7 +881,9 @@ def _keras_optimizer(compile_call, slice_of):
     if compile_call is None:
         return None, "no optimizer"
     src, call = compile_call
-    node = keyword(call, "optimizer", 0)
+    node, line = keyword(call, "optimizer", 0), call.lineno
+    if isinstance(node, ast.Name):  # opt = keras.optimizers.SGD(...); model.compile(optimizer=opt)
+        node, line = _assigned(src, node, line)
     name, lr, momentum = None, 0.001, 0.0
     value = literal(node, NOT_LITERAL)
     if isinstance(value, str):
@@ -863,9 +891,9 @@ def _keras_optimizer(compile_call, slice_of):
     elif isinstance(node, ast.Call):
         name = src.call_name(node).rsplit(".", 1)[-1].lower()
         try:
-            lr = float(slice_of(src).value(keyword(node, "learning_rate", 0), call.lineno)) \
+            lr = float(slice_of(src).value(keyword(node, "learning_rate", 0), line)) \
                 if keyword(node, "learning_rate", 0) is not None else (0.01 if name == "sgd" else 0.001)
-            momentum = float(slice_of(src).value(keyword(node, "momentum"), call.lineno)) \
+            momentum = float(slice_of(src).value(keyword(node, "momentum"), line)) \
                 if keyword(node, "momentum") is not None else 0.0
         except (Undetermined, TypeError, ValueError) as e:
             return None, f"optimizer's settings not determined ({e})"
