@@ -3,6 +3,13 @@
     | Train Device=cpu Step=50 Loss=0.12345 Rate=12345.67 samples/sec (5%, 0:01:02 left)
     | Eval Device=cpu Step=100 accuracy=0.97500 loss=0.08123
 
+and, while an eval or predict works through its batches, a progress line at each tenth of
+them and at least every 30 seconds (``EvalProgress``; none in its first seconds, so a short
+eval prints its final line alone):
+
+    eval on cpu: 40 of 100 batches, 3.21 batches/sec (40%, 0:00:18 left)
+    predict on emulator: 37 batches, 1.50 batches/sec          (the number of batches unknown)
+
 and, when a signal stops training (common/interrupt.py), the one line that says where it
 stopped and where the same command resumes:
 
@@ -76,6 +83,54 @@ class TrainMeter:
             resume = (f"to resume from it, run the same command without --checkpoint_path (with it, the run "
                       f"starts from {self.start_checkpoint} again)")
         return f"{head}; {where}: {resume}"
+
+
+# An eval's or predict's progress line is due at each tenth of its batches and PROGRESS_SECONDS
+# after the previous one; none comes in its first QUIET_SECONDS (a short eval logs no progress)
+# nor at its last batch (the final line follows at once).
+PROGRESS_SECONDS = 30.0
+QUIET_SECONDS = 5.0
+
+
+def clock() -> float:
+    """The progress lines' clock, in seconds (a test replaces it)."""
+    return time.monotonic()
+
+
+class EvalProgress:
+    """The progress lines of an eval or predict loop over ``total`` batches (None: unknown, as
+    for a dataset without a length); ``batch_done()`` after each batch logs when a line is due."""
+
+    def __init__(self, what: str, device: str, total: int | None):
+        self.what, self.device = what, device
+        self.total = total if total is not None and total > 0 else None
+        self.done = 0
+        self._t0 = self._last = clock()
+        self._tenths = 0  # tenths of the total that a line is already due for
+
+    def batch_done(self) -> None:
+        self.done += 1
+        now = clock()
+        due = now - self._last >= PROGRESS_SECONDS
+        if self.total is not None:
+            tenths = self.done * 10 // self.total
+            due = due or tenths > self._tenths
+            self._tenths = max(tenths, self._tenths)
+            if self.done >= self.total:
+                return
+        if due and now - self._t0 >= QUIET_SECONDS:
+            self._last = now
+            logger.info(self.line(now))
+
+    def line(self, now: float) -> str:
+        elapsed = max(now - self._t0, 1e-9)
+        rate = self.done / elapsed
+        head = f"{self.what} on {self.device}: "
+        if self.total is None:
+            return f"{head}{self.done} batches, {rate:.2f} batches/sec"
+        left = elapsed / self.done * (self.total - self.done)
+        return (f"{head}{self.done} of {self.total} batches, {rate:.2f} batches/sec "
+                f"({self.done / self.total:.0%}, {_clock(left)} left)")
 
 
 def eval_line(device: str, step: int, metrics: dict[str, float]) -> str:

@@ -15,3 +15,15 @@ def assert_log(records, expected):
     for (level, message), (want_level, want) in zip(records, expected):
         assert level == want_level, (level, message)
         assert message == want if isinstance(want, str) else want.match(message), (message, want)
+
+
+class TickingClock:
+    """A clock for common.log's progress lines that moves on ``tick`` seconds at each reading
+    (``monkeypatch.setattr(common.log, "clock", TickingClock(10))``), or only when moved by hand."""
+
+    def __init__(self, tick=0.0):
+        self.now, self.tick = 0.0, tick
+
+    def __call__(self):
+        self.now += self.tick
+        return self.now

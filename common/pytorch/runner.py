@@ -48,7 +48,7 @@ from common import runlock
 from common.errors import NonFiniteGradient, NonFiniteLossError, UserError, where
 from common.interrupt import Interrupted, stop_between_steps
 from common.io import atomic_open
-from common.log import TrainMeter, eval_line
+from common.log import EvalProgress, TrainMeter, eval_line
 from common.params import report_unused, save_params
 from common.precision import check_precision, compute_precision
 from common.pytorch.base_model import PyTorchBaseModel
@@ -157,6 +157,18 @@ def eval_batches(loader: DataLoader, seed: int, eval_steps: int | None, world: W
     """The eval set in a fixed order (a shuffled eval loader is shuffled the same way every time);
     in a data-parallel run, this process's share of its batches (data_order.eval_shard)."""
     return eval_shard(loader, seed, eval_steps, world)
+
+
+def eval_batch_count(loader: DataLoader, eval_steps: int | None, world: World = SINGLE) -> int | None:
+    """How many batches ``eval_batches`` gives this process, for the progress lines: None where
+    the loader has no length and no eval_steps bounds it (an iterable dataset)."""
+    try:
+        count = len(loader)
+    except TypeError:  # an IterableDataset without __len__
+        count = None
+    if eval_steps is not None:
+        count = eval_steps if count is None else min(count, eval_steps)
+    return None if count is None else len(range(world.rank, count, world.size))
 
 
 class StepWindow:
@@ -459,7 +471,9 @@ class Runner:
             if self.world.distributed:
                 summed_state(metric)  # a metric the processes cannot add up is refused before the eval
         total_loss, examples = 0.0, 0
-        for batch in eval_batches(self.eval_loader, self.runconfig["seed"], self.runconfig["eval_steps"], self.world):
+        eval_steps = self.runconfig["eval_steps"]
+        progress = EvalProgress("eval", self.device_name, eval_batch_count(self.eval_loader, eval_steps, self.world))
+        for batch in eval_batches(self.eval_loader, self.runconfig["seed"], eval_steps, self.world):
             loss, outputs = self.steps.eval(batch)
             size = batch_size(batch)
             total_loss += loss * size
@@ -468,6 +482,7 @@ class Runner:
                 batch = to_numpy(batch)
                 for metric in model.metrics.values():
                     metric.update(outputs, batch)
+            progress.batch_done()
         if self.world.distributed:
             total_loss, examples = self._sum_across_processes(total_loss, examples)
         if examples == 0:
@@ -528,6 +543,7 @@ class Runner:
         predict_dataloader = getattr(self.model, "predict_dataloader", None)
         loader = predict_dataloader() if predict_dataloader is not None else self.eval_loader
         limit = None if predict_dataloader is not None else self.runconfig["eval_steps"]  # every prompt
+        progress = EvalProgress("predict", self.device_name, eval_batch_count(loader, limit))
         for batch in eval_batches(loader, self.runconfig["seed"], limit):
             if predict_step is not None:
                 outputs = predict_step(to_device(batch, self.device))
@@ -538,6 +554,7 @@ class Runner:
                                 "(loss, {name: tensor}) to have outputs to write")
             for name, value in outputs.items():
                 collected.setdefault(name, []).append(value)
+            progress.batch_done()
         if not collected:
             raise UserError("eval data yielded no batches to predict on")
         arrays = {name: np.concatenate(values) for name, values in collected.items()}  # (N, ...) each

@@ -209,11 +209,9 @@ def _predict(estimator, input_fn: Callable, checkpoint_path: str | None, max_bat
     """Predictions of the eval input, stacked per key, to model_dir/predictions.npz: its path and arrays."""
     batches: dict[str, list[np.ndarray]] = {}
     predictions = estimator.predict(input_fn, checkpoint_path=checkpoint_path, yield_single_examples=False,
-                                    on_ready=write_params)
+                                    max_batches=max_batches, on_ready=write_params)
     with contextlib.closing(predictions):
-        for i, batch in enumerate(predictions):
-            if max_batches is not None and i >= max_batches:
-                break
+        for batch in predictions:
             for key, value in batch.items():
                 batches.setdefault(key, []).append(value)
     if not batches:

@@ -39,7 +39,7 @@ import tensorflow as tf
 
 from common.errors import NonFiniteGradient, NonFiniteLossError, UserError
 from common.interrupt import Interrupted, stop_between_steps
-from common.log import TrainMeter, eval_line
+from common.log import EvalProgress, TrainMeter, eval_line
 from common.params import fill_zoo_sections
 from common.summaries import ScalarWriter
 from common.tf.estimator import checkpoints
@@ -51,6 +51,15 @@ from common.tf.estimator.tf_logs import quiet_tf_logs
 from common.tf.optim import NON_FINITE
 
 logger = logging.getLogger("zoo")
+
+
+def batch_count(run: GraphSession, steps: int | None) -> int | None:
+    """How many batches a loop of at most ``steps`` (None: the whole dataset) runs over ``run``'s
+    dataset, for the progress lines: None where tf.data does not know its cardinality."""
+    cardinality = int(run.session.run(run.built.cardinality)) if run.built.cardinality is not None else -2
+    if cardinality < 0:  # tf.data.INFINITE_CARDINALITY or UNKNOWN_CARDINALITY
+        return steps
+    return cardinality if steps is None else min(steps, cardinality)
 
 
 def predictions_of(batch: dict[str, np.ndarray], single_examples: bool) -> Iterator[dict[str, np.ndarray]]:
@@ -290,8 +299,10 @@ class CerebrasEstimator:
     # --- predict ---------------------------------------------------------------------
 
     def predict(self, input_fn: Callable, checkpoint_path: str | None = None, yield_single_examples: bool = True,
-                *, on_ready: Callable[[], Any] | None = None) -> Iterator[dict[str, np.ndarray]]:
-        """Predictions of one checkpoint over the input, one dict per example (or per batch)."""
+                *, max_batches: int | None = None,
+                on_ready: Callable[[], Any] | None = None) -> Iterator[dict[str, np.ndarray]]:
+        """Predictions of one checkpoint over the input (its first ``max_batches`` batches, where
+        given), one dict per example (or per batch)."""
         path = self.checkpoint_to_load(checkpoint_path)
         if path is None:
             raise UserError(f"model_dir {self.model_dir} has no checkpoint to predict with: train first, or pass "
@@ -302,11 +313,13 @@ class CerebrasEstimator:
             run.restore(path)
             predict_step = backend.predict_step(run)
             self.ready_model_dir(on_ready)
-            while True:
+            progress = EvalProgress("predict", self.config.device, batch_count(run, max_batches))
+            while max_batches is None or progress.done < max_batches:
                 try:
                     batch = predict_step()
                 except tf.errors.OutOfRangeError:
                     return
+                progress.batch_done()
                 yield from predictions_of(batch, yield_single_examples)
         finally:
             run.close()
@@ -441,6 +454,7 @@ class Evaluator:
             self.estimator.ready_model_dir(on_ready)
             self.writer = ScalarWriter(self.logdir)
         batches = 0
+        progress = EvalProgress("eval", device, batch_count(run, self.steps))
         while self.steps is None or batches < self.steps:
             try:
                 self.eval_step()
@@ -449,6 +463,7 @@ class Evaluator:
             except tf.errors.DataLossError as e:
                 raise damaged_input("eval", batches + 1, e, None) from None
             batches += 1
+            progress.batch_done()
         if batches == 0:
             raise UserError("the eval dataset yielded no batch (fewer examples than eval_input.batch_size with "
                             "drop_last: true?)")
