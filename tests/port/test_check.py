@@ -1,7 +1,9 @@
-"""``zoo port check``'s command: what it prints and its exit status when the check itself fails."""
+"""``zoo port check`` on a zoo folder's params, and its exit status when the check itself fails."""
 
 import ast
 import os
+
+import pytest
 
 from common import zoo
 from common.port import check as port_check
@@ -23,3 +25,31 @@ def test_an_error_of_the_checks_own_code_is_one_line_and_not_the_findings_status
     assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err
     assert "AttributeError: 'Name' object has no attribute 'func'" in err and "not a finding about your code" in err
     assert " at common/port/check.py:" in err  # the innermost line of the zoo's own code, not the test's
+
+
+def copy_with_drop_last_false(folder: str, section: str, dst) -> int:
+    """``folder`` copied to ``dst`` with ``section``'s drop_last set false in configs/params.yaml;
+    the line it is on."""
+    import shutil
+
+    shutil.copytree(os.path.join(zoo.ROOT, folder), dst)
+    config = dst / "configs" / "params.yaml"
+    lines = config.read_text().splitlines(keepends=True)
+    start = lines.index(f"{section}:\n")
+    line = next(i for i in range(start, len(lines)) if lines[i].strip() == "drop_last: true")
+    lines[line] = lines[line].replace("drop_last: true", "drop_last: false")
+    config.write_text("".join(lines))
+    return line + 1
+
+
+@pytest.mark.parametrize("folder, batching", [("pytorch/mnist", "DataLoader("), ("tf/mnist", ".batch(")])
+@pytest.mark.parametrize("section", ["train_input", "eval_input"])
+def test_drop_last_false_in_a_folders_params_is_a_finding_at_its_line(folder, batching, section, tmp_path):
+    line = copy_with_drop_last_false(folder, section, tmp_path / "model")
+    report = port_check.check(str(tmp_path / "model"), capture=False)
+    assert [(f.kind, f.where()) for f in report.findings] == [("no_drop_last", f"configs/params.yaml:{line}")]
+    data = (tmp_path / "model" / "data.py").read_text().splitlines()
+    reads = next(i for i, text in enumerate(data, 1) if '=input_params["drop_last"]' in text)
+    batched = max(i for i, text in enumerate(data[:reads], 1) if batching in text)  # the call's first line
+    assert f"data.py:{batched} batches with it" in report.findings[0].message
+    assert report.findings[0].fix == "set it to true" and report.status == 1
