@@ -207,3 +207,19 @@ def test_each_system_rows_iteration_is_its_passes_plus_a_bubble_per_tree_level(t
         assert (cells[4], cells[6]) == (f"{samples:,.1f}", f"{samples / one:.2f}x")
     # the tree's four levels are a quarter of the 16-system row's iteration: a level more or less shows
     assert 4 * bubble > 0.2 * cost.systems[-1]["iteration_s"]
+
+
+def test_an_eval_compile_keeps_only_the_weights_in_external_memory(tmp_path):
+    """Forward only: no gradients accumulate and the optimizer never runs, so the store holds the fp32
+    weights alone, though the graph names adam; training adds adam's two slots and the accumulators."""
+    sizes = (784, 2048, 2048, 10)
+    weights = 4 * sum(a * b + b for a, b in zip(sizes, sizes[1:]))  # fp32 kernels and biases
+    for mode, expected in [("eval", weights), ("train", weights + 2 * weights + weights)]:
+        result = compile_graph(mlp_graph(batch=64, sizes=sizes, optimizer_kind="adam"), mode=mode,
+                               profile_name="tiny", execution_mode="weight_streaming", out_dir=tmp_path / mode)
+        memory = result.cost.external_memory
+        assert memory["weights"] == weights and sum(memory.values()) == expected, mode
+        lines = (tmp_path / mode / "report.txt").read_text().splitlines()
+        line = lines[next(i for i, x in enumerate(lines) if x.startswith("External memory")) + 1]
+        assert line.startswith(f"  {expected / 2**20:.1f} MiB ({expected:,} bytes): weights ")
+        assert ("optimizer" in line, "gradients" in line) == ((mode == "train",) * 2)
