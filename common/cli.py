@@ -19,7 +19,8 @@ from typing import Any, Callable, Mapping, Sequence
 from common.errors import UserError
 from common.io import not_written
 from common.interrupt import Interrupted, raise_on_signals
-from common.params import MODES, defaults_form, load_params, load_vendor_params
+from common.params import (MODES, Typed, defaults_form, load_params, load_vendor_params, parse_override,
+                           read_params_file, shown)
 from common.runlock import release_all
 
 
@@ -134,9 +135,58 @@ def effective_params(args: argparse.Namespace, default_params_fn: Callable, mode
                  if getattr(args, flag) is not None]
     model_dir = default_model_dir(framework, model_folder, path)
     if defaults_form(default_params_fn) == "vendor":
-        return load_vendor_params(path, default_params_fn, [*overrides, *args.overrides], mode=mode,
-                                  model_dir=model_dir)
-    return load_params(path, default_params_fn(), [*overrides, *args.overrides], model_dir=model_dir)
+        params = load_vendor_params(path, default_params_fn, [*overrides, *args.overrides], mode=mode,
+                                    model_dir=model_dir)
+        defaults = None  # set_defaults fills what the file leaves out: every value the file gives is the user's
+    else:
+        defaults = default_params_fn()
+        params = load_params(path, defaults, [*overrides, *args.overrides], model_dir=model_dir)
+    from common.data.mnist.resolve import check_set_data_dirs  # numpy: not before the command line is checked
+
+    check_set_data_dirs(params, set_by_user(params, path, args.overrides, defaults))
+    args.run_model_dir = dict.get(params["runconfig"], "model_dir")  # for guarded's line on a stop during start-up
+    return params
+
+
+def set_by_user(params: Mapping, path: str, overrides: Sequence[str],
+                defaults: Mapping | None) -> Callable[[tuple], str | None]:
+    """``where(key_path)``: where the user set that key (the params file's ``file:line``, or the
+    command line's override), or None where it holds its default value (``defaults``: the
+    zoo's form's schema; None: every value a file gives is the user's). Where common/params.py
+    names a key's origin in its errors: the last override of the key or of a section above it
+    wins over the file, which gives the line of each key it sets."""
+    in_file = read_params_file(path)[1] if os.path.isfile(path) else {}
+    on_command_line = {parse_override(text)[0]: f"command line '{shown(text)}'" for text in overrides}
+
+    def where_set(key_path: tuple) -> str | None:
+        origin = next((on_command_line[key_path[:n]] for n in range(len(key_path), 0, -1)
+                       if key_path[:n] in on_command_line), in_file.get(key_path))
+        if origin is None or defaults is None:
+            return origin
+        default: Any = defaults
+        for key in key_path:
+            default = default.get(key) if isinstance(default, Mapping) else None
+        default = default.default if isinstance(default, Typed) else default
+        value: Any = params
+        for key in key_path:
+            value = dict.get(value, key) if isinstance(value, Mapping) else None
+        return None if value == default else origin
+
+    return where_set
+
+
+def _restart(args: argparse.Namespace, latest_checkpoint: Callable[[str], str | None] | None) -> str:
+    """Where the same training command starts from, for the line of a stop before the loop began."""
+    if getattr(args, "checkpoint_path", None):
+        return f"; the same command starts again from {args.checkpoint_path}"
+    model_dir = getattr(args, "run_model_dir", None)
+    try:
+        newest = latest_checkpoint(model_dir) if model_dir and latest_checkpoint is not None else None
+    except (UserError, OSError):  # a damaged TF state file: the run's next start names it
+        newest = None
+    if newest is None:
+        return ""
+    return f"; the same command resumes from {newest}, the newest checkpoint in {model_dir}"
 
 
 def setup_logging(verbose: bool) -> None:
@@ -144,10 +194,15 @@ def setup_logging(verbose: bool) -> None:
                         format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S", force=True)
 
 
-def guarded(body: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> Any:
+def guarded(body: Callable[[argparse.Namespace], Any], args: argparse.Namespace,
+            latest_checkpoint: Callable[[str], str | None] | None = None) -> Any:
     """Run ``body(args)``; bad input becomes one ``error:`` line and a non-zero exit, and a
     Ctrl-C or SIGTERM one line saying where the run stopped, with the shell's status (130,
-    143). The model_dir lock (common/runlock.py) is released however the run ends."""
+    143). The model_dir lock (common/runlock.py) is released however the run ends.
+
+    ``latest_checkpoint(model_dir)``: the framework's newest checkpoint there (or None); a
+    training run stopped before its loop began says the same command resumes from it only
+    when there is one (model_dir is known once effective_params has loaded the params)."""
     try:
         with raise_on_signals():
             return body(args)
@@ -168,7 +223,7 @@ def guarded(body: Callable[[argparse.Namespace], Any], args: argparse.Namespace)
         if not line:
             line = f"interrupted by {signal.Signals(signum).name} during --mode {args.mode}"
             if args.mode in ("train", "train_and_eval"):
-                line += "; the same command resumes from the newest checkpoint in model_dir"
+                line += _restart(args, latest_checkpoint)
         print(line, file=sys.stderr)
         raise SystemExit(128 + signum) from None
     finally:

@@ -30,6 +30,7 @@ from common.cli import effective_params, guarded, parse_command_line, setup_logg
 from common.errors import UserError
 from common.params import TrackedDict, report_unused
 from common.pytorch import distributed
+from common.pytorch.checkpoint import latest_checkpoint
 from common.pytorch.runner import DataFn, FrameworkSteps, ModelFn, Runner, StepsFn
 from common.pytorch.runner import StepWindow, seed_everything  # noqa: F401  (imported from here by tools and tests)
 
@@ -72,7 +73,7 @@ def run(model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn, default_
         report_unused(params)  # vendor-form params: keys of the file nobody read (once; training reports early)
         return result
 
-    return guarded(body, args)
+    return guarded(body, args, latest_checkpoint)
 
 
 def _data_parallel(args, params, model_fn, train_data_fn, eval_data_fn, world: distributed.World) -> Any:

@@ -121,7 +121,13 @@ def run(model_fn: Callable, train_input_fn: Callable, eval_input_fn: Callable, d
     args = parse_command_line(argv, prog=f"{os.path.relpath(model_folder)}/run.py")
     setup_logging(args.verbose)
     return guarded(lambda a: _run(a, model_fn, train_input_fn, eval_input_fn, default_params_fn, model_folder,
-                                  predictions_done), args)
+                                  predictions_done), args, _latest_checkpoint)
+
+
+def _latest_checkpoint(model_dir: str) -> str | None:
+    from common.tf.estimator.checkpoints import latest_checkpoint
+
+    return latest_checkpoint(model_dir)
 
 
 def _run(args, model_fn, train_input_fn, eval_input_fn, default_params_fn: Callable, model_folder: str,

@@ -1,5 +1,9 @@
 """resolve_mnist: which MNIST-layout folder a run reads. Nothing is downloaded at run time:
-a data_dir that holds no MNIST falls back to the embedded digits, with one log line."""
+a data_dir that holds no MNIST falls back to the embedded digits, with one log line.
+
+check_set_data_dirs: the runners' check, before any data loads, that a data_dir the user set
+exists where ``dataset: auto`` would otherwise fall back: a mistyped path is an error, not
+a run on the embedded digits (the default data_dir, absent, still falls back)."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import logging
 import os
 import shlex
 from pathlib import Path
+from typing import Callable, Mapping
 
 from common.data.mnist.embedded import embedded_digits
 from common.data.mnist.layout import ALL_FILES, DATASETS, MnistLocation, missing_files, mnist_location
@@ -64,6 +69,25 @@ def resolve_mnist(data_dir: str, dataset: str = "auto") -> MnistLocation:
         PREPARE_COMMAND.format(shlex.quote(os.path.abspath(data_dir)) if data_dir else "<data_dir>"),
     )
     return location
+
+
+def check_set_data_dirs(params: Mapping, where_set: Callable[[tuple], str | None]) -> None:
+    """Each section of ``params`` with ``dataset: auto`` whose data_dir the user set and that
+    does not exist: a UserError naming the key, the path and ``where_set((section, "data_dir"))``
+    (a params file's ``file:line``, or the command line's override; None for a data_dir left
+    at its default, which falls back to the embedded digits as before)."""
+    for section, values in dict.items(params):  # dict's own: a vendor-form read counts no key as read
+        if not isinstance(values, Mapping) or dict.get(values, "dataset") != "auto":
+            continue
+        data_dir = dict.get(values, "data_dir")
+        if not isinstance(data_dir, (str, os.PathLike)) or not os.fspath(data_dir) or os.path.exists(data_dir):
+            continue
+        where = where_set((section, "data_dir"))
+        if where is None:
+            continue
+        raise UserError(f"{where}: {section}.data_dir {os.fspath(data_dir)} does not exist; with dataset: auto the run "
+                        f"would read the embedded UCI digits instead. Correct the path, prepare MNIST there "
+                        f"(python datasets/prepare_mnist.py), or set {section}.dataset: uci_digits")
 
 
 def _mnist_root(data_dir: str) -> str | None:
