@@ -30,7 +30,9 @@ named *.ckpt or *.ckpt-N a TF checkpoint. Converting from Hugging Face prints th
 keys to set (model.hidden_size=... model.num_heads=...). Converting to Hugging Face takes
 the sizes from the weights and the rest of the config (number of heads, epsilon,
 activation, dropout) from --params FILE, by default the params_train.yaml the runner wrote
-beside the checkpoint. Refused in one line: a Hugging Face model of another type or a
+beside the checkpoint, and the special token ids (GPT-2's bos/eos <|endoftext|>, T5's pad, eos
+and decoder start, BERT's pad) from the meta.json of its train_input.data_dir, else the zoo's
+tokenizers' (common/hf.py token_ids). Refused in one line: a Hugging Face model of another type or a
 config the zoo's models do not compute (another activation, relative positions, an untied
 GPT-2 head), weights of another size than the config says, a GPT-J-style model (parallel
 attention, untied head, rotary positions) to Hugging Face's GPT-2, and PyTorch <-> TF
@@ -218,9 +220,10 @@ def _convert_named(src: str, dst: str, source: str, target: str, params: str | N
             raise UserError(f"{e}; PyTorch <-> TF of other models: the zoo does not define the mapping of names "
                             "and layouts (a Linear's weight is (out, in), a Dense kernel (in, out))") from None
     if target == "hf":
+        params = params or hf.params_beside(src)
         if keys is None:
-            keys = hf.keys_for(family, weights, params or hf.params_beside(src), src)
-        return hf.write_hf(dst, family, weights, keys)
+            keys = hf.keys_for(family, weights, params, src)
+        return hf.write_hf(dst, family, weights, keys, params)
     if target == "tf":
         step = re.search(r"-(\d+)$", dst)
         prefix = hf.write_tf_checkpoint(dst, family, weights, int(step.group(1)) if step else 0)

@@ -15,7 +15,9 @@ folder's params; T5's are Hugging Face's T5Config names):
 - ``write_hf(path, family, weights, keys)``: config.json and model.safetensors that
   ``BertForPreTraining.from_pretrained`` / ``GPT2LMHeadModel.from_pretrained`` read. The
   tied output projections (BERT's ``cls.predictions.decoder``, GPT-2's ``lm_head``) are not
-  stored, as save_pretrained does not store them.
+  stored, as save_pretrained does not store them. The special token ids (``token_ids``) are
+  those of the data the model trained on where its meta.json is there, else the zoo's
+  tokenizers' (GPT-2's <|endoftext|> is 0, not the 50256 transformers would assume).
 - ``read_zoo(path)``: a zoo checkpoint of either framework, its family told by its names.
 - ``write_tf_checkpoint(prefix, family, weights, step)``: a TF checkpoint by the TF models'
   variable names, written by a v1 Saver from variables of those names in a small graph (no
@@ -173,12 +175,13 @@ def _t5_keys_from_config(config: dict, where: str) -> dict:
 _T5_FIXED = {"tie_word_embeddings": True}
 
 
-def _config_from_keys(family: str, keys: dict) -> dict:
+def _config_from_keys(family: str, keys: dict, token_ids: dict) -> dict:
     if family == "t5":
         return {"architectures": [ARCHITECTURE[family]], "model_type": family, "is_encoder_decoder": True,
-                "tie_word_embeddings": True, "pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0,
+                "tie_word_embeddings": True, **token_ids,
                 **{hf_key: keys[zoo_key] for zoo_key, hf_key in _T5_KEYS.items()}}
-    config = {"architectures": [ARCHITECTURE[family]], "model_type": family, "tie_word_embeddings": True}
+    config = {"architectures": [ARCHITECTURE[family]], "model_type": family, "tie_word_embeddings": True,
+              **token_ids}
     config.update({hf_key: keys[zoo_key] for zoo_key, hf_key in KEYS[family].items()})
     if family == "bert":
         config["position_embedding_type"] = "absolute"
@@ -188,8 +191,59 @@ def _config_from_keys(family: str, keys: dict) -> dict:
     return config
 
 
-def write_hf(path: str, family: str, weights: dict[str, np.ndarray], keys: dict) -> str:
-    """config.json + model.safetensors in the directory ``path`` (made if missing); a line saying what."""
+# --- special token ids: what the zoo's data marks text with -----------------------------------
+
+# The ids each family's config names, as the zoo's tokenizers (common/data/text/) give them where
+# no data says otherwise. GPT-2's byte-level BPE has one special token, <|endoftext|>, trained in
+# first: id 0 (it ends every document and pads the last window; GPT-2 has no BOS of its own and
+# starts a text after <|endoftext|>, so bos = eos). T5's span-corruption unigram: <pad> 0, </s> 1,
+# the decoder started from <pad>. BERT's WordPiece: [PAD] 0. Without them in config.json,
+# transformers falls back to its GPT-2 ids (50256), outside a smaller vocabulary.
+DEFAULT_TOKEN_IDS = {"gpt2": {"bos_token_id": 0, "eos_token_id": 0},
+                     "t5": {"pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0},
+                     "bert": {"pad_token_id": 0}}
+OPENAI_GPT2_VOCAB, OPENAI_END_OF_TEXT = 50257, 50256  # the published GPT-2 BPE's size and its <|endoftext|>
+# Hugging Face config key <- the key of the data's meta.json (datasets/prepare_gpt2.py, prepare_seq2seq.py)
+_META_TOKEN_IDS = {"gpt2": {"bos_token_id": "eot_id", "eos_token_id": "eot_id"},
+                   "t5": {"pad_token_id": "pad_id", "eos_token_id": "eos_id",
+                          "decoder_start_token_id": "decoder_start_id"}}
+
+
+def token_ids(family: str, vocab_size: int, params_path: str | None) -> tuple[dict, str]:
+    """(the special token ids for the config, where they come from): the meta.json of the params'
+    train_input.data_dir where it is there (the data the model was trained on), else the zoo's
+    tokenizer's ids (DEFAULT_TOKEN_IDS); a GPT-2 of the published vocab of 50,257 without its
+    data, the published <|endoftext|>, 50256."""
+    from common.params import read_params_file
+
+    data_dir = None
+    if params_path is not None and family in _META_TOKEN_IDS:
+        train_input = read_params_file(params_path)[0].get("train_input")
+        data_dir = train_input.get("data_dir") if isinstance(train_input, dict) else None
+    meta_path = os.path.join(data_dir, "meta.json") if isinstance(data_dir, str) else None
+    if meta_path is not None and os.path.isfile(meta_path):
+        try:
+            with open(meta_path, encoding="utf-8") as f:
+                meta = json.load(f)
+            ids = {hf_key: int(meta[key]) for hf_key, key in _META_TOKEN_IDS[family].items()}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UserError(f"{meta_path}: unreadable ({type(e).__name__}: {e}); the special token ids of "
+                            f"{params_path}'s data are read from it") from None
+        for hf_key, key in _META_TOKEN_IDS[family].items():
+            if not 0 <= ids[hf_key] < vocab_size:
+                raise UserError(f"{meta_path}: {key} {ids[hf_key]} is outside the model's vocab of {vocab_size:,}: "
+                                "not the data this model was trained on")
+        return ids, meta_path
+    if family == "gpt2" and vocab_size == OPENAI_GPT2_VOCAB:
+        return {"bos_token_id": OPENAI_END_OF_TEXT, "eos_token_id": OPENAI_END_OF_TEXT}, \
+            "the published GPT-2 vocab's <|endoftext|>"
+    return dict(DEFAULT_TOKEN_IDS[family]), "the zoo's tokenizer"
+
+
+def write_hf(path: str, family: str, weights: dict[str, np.ndarray], keys: dict,
+             params_path: str | None = None) -> str:
+    """config.json + model.safetensors in the directory ``path`` (made if missing); a line saying what.
+    The special token ids come from ``params_path``'s data where it is there (see token_ids)."""
     from common.weights_io import _torch, save_safetensors
     from common.io import atomic_open
 
@@ -203,6 +257,7 @@ def write_hf(path: str, family: str, weights: dict[str, np.ndarray], keys: dict)
         raise UserError("model.tie_word_embeddings false: transformers 5 ties every T5's head to the shared "
                         "embedding, so an untied head does not convert to Hugging Face's T5")
     check_weights(family, weights, keys, "the weights")
+    ids, ids_from = token_ids(family, int(keys["vocab_size"]), params_path)
     tensors = {}
     for name, array in weights.items():
         transpose = family == "gpt2" and gpt2_names.hf_transposed(name)
@@ -210,9 +265,10 @@ def write_hf(path: str, family: str, weights: dict[str, np.ndarray], keys: dict)
     os.makedirs(path, exist_ok=True)
     save_safetensors(tensors, os.path.join(path, WEIGHTS), {"format": "pt"})
     with atomic_open(os.path.join(path, CONFIG), "w") as f:
-        f.write(json.dumps(_config_from_keys(family, keys), indent=2, sort_keys=True) + "\n")
-    return (f"{path}: {ARCHITECTURE[family]} ({len(tensors)} tensors in {WEIGHTS}, {CONFIG}); "
-            f"{ARCHITECTURE[family]}.from_pretrained({path!r}) reads it")
+        f.write(json.dumps(_config_from_keys(family, keys, ids), indent=2, sort_keys=True) + "\n")
+    named = ", ".join(f"{k} {v}" for k, v in ids.items())
+    return (f"{path}: {ARCHITECTURE[family]} ({len(tensors)} tensors in {WEIGHTS}, {CONFIG}; {named}, from "
+            f"{ids_from}); {ARCHITECTURE[family]}.from_pretrained({path!r}) reads it")
 
 
 # --- checks: the weights against the model keys --------------------------------------------------

@@ -368,3 +368,95 @@ def test_what_hugging_faces_gpt2_cannot_hold_and_other_models(tmp_path, capsys):
     assert "mlp.pt: holds no BERT, GPT-2 or T5 weight" in err and "the zoo does not define the mapping" in err
     err = one_error_line(capsys, tmp_path / "mlp.pt", tmp_path / "hf_out")
     assert "mlp.pt: holds no BERT, GPT-2 or T5 weight" in err
+
+
+# --- special token ids -----------------------------------------------------------------------------
+
+@pytest.fixture
+def transformers_warnings():
+    """The warnings transformers logs while the test runs; warning_once forgets what it said before."""
+    import logging
+
+    records = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    logging.Logger.warning_once.cache_clear()
+    library = logging.getLogger("transformers")
+    library.addHandler(handler)
+    yield records
+    library.removeHandler(handler)
+
+
+def test_gpt2_to_hugging_face_names_the_zoos_end_of_text_and_loads_without_a_warning(tmp_path,
+                                                                                     transformers_warnings):
+    hf_gpt2(tmp_path / "hf", vocab_size=4096)  # the zoo's default vocab (pytorch/gpt2's params.yaml)
+    line = convert(str(tmp_path / "hf"), str(tmp_path / "gpt2.mdl"))
+    params = params_file(tmp_path, model_overrides(line))
+    line = convert(str(tmp_path / "gpt2.mdl"), str(tmp_path / "back"), params=params)
+    assert "bos_token_id 0, eos_token_id 0, from the zoo's tokenizer" in line
+    config = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert config["bos_token_id"] == config["eos_token_id"] == 0  # <|endoftext|>, the BPE's only special token
+    transformers_warnings.clear()
+    back = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path / "back"))
+    assert [r.getMessage() for r in transformers_warnings] == []
+    assert back.config.bos_token_id == back.config.eos_token_id == back.generation_config.eos_token_id == 0
+    assert back.config.vocab_size == 4096
+
+
+def test_the_zoos_gpt2_tokenizer_gives_end_of_text_the_id_the_config_names():
+    from common.data.text.tokenizer import END_OF_TEXT, train_byte_bpe
+    from common.hf import DEFAULT_TOKEN_IDS
+
+    tokenizer = train_byte_bpe([["a few words of text", "and a few more words"]], vocab_size=300)
+    assert DEFAULT_TOKEN_IDS["gpt2"] == {"bos_token_id": tokenizer.token_to_id(END_OF_TEXT),
+                                         "eos_token_id": tokenizer.token_to_id(END_OF_TEXT)}
+
+
+def meta_params(tmp_path, meta: dict) -> str:
+    """A params file whose train_input.data_dir holds ``meta`` as its meta.json."""
+    (tmp_path / "data").mkdir(parents=True)
+    (tmp_path / "data" / "meta.json").write_text(json.dumps(meta))
+    path = tmp_path / "params_train.yaml"
+    path.write_text(f"train_input:\n  data_dir: {tmp_path / 'data'}\nmodel:\n  vocab_size: 4096\n")
+    return str(path)
+
+
+def test_special_token_ids_come_from_the_trained_datas_meta_else_the_tokenizers(tmp_path):
+    from common.hf import token_ids
+
+    gpt2 = meta_params(tmp_path / "gpt2", {"vocab_size": 4000, "max_seq_length": 128, "eot_id": 7})
+    assert token_ids("gpt2", 4096, gpt2) == ({"bos_token_id": 7, "eos_token_id": 7},
+                                             str(tmp_path / "gpt2" / "data" / "meta.json"))
+    reversal = meta_params(tmp_path / "t5", {"pad_id": 0, "eos_id": 2, "decoder_start_id": 1})  # <pad> <s> </s>
+    assert token_ids("t5", 4096, reversal)[0] == {"pad_token_id": 0, "eos_token_id": 2, "decoder_start_token_id": 1}
+    assert token_ids("gpt2", 4096, None) == ({"bos_token_id": 0, "eos_token_id": 0}, "the zoo's tokenizer")
+    assert token_ids("gpt2", 50257, None)[0] == {"bos_token_id": 50256, "eos_token_id": 50256}  # OpenAI's BPE
+    assert token_ids("t5", 4096, None)[0] == {"pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0}
+    assert token_ids("bert", 3796, gpt2)[0] == {"pad_token_id": 0}  # [PAD]; BERT's data keeps no meta ids
+    with pytest.raises(UserError, match=r"meta.json: eot_id 7 is outside the model's vocab of 5: not the data"):
+        token_ids("gpt2", 5, gpt2)
+    (tmp_path / "gpt2" / "data" / "meta.json").write_text('{"vocab_size": 4000}')
+    with pytest.raises(UserError, match=r"meta.json: unreadable \(KeyError: 'eot_id'\); the special token ids of"):
+        token_ids("gpt2", 4096, gpt2)
+
+
+@pytest.mark.parametrize("family", ["bert", "t5"])
+def test_bert_and_t5_to_hugging_face_name_their_special_ids(tmp_path, family, transformers_warnings):
+    from common.hf import read_hf, write_hf
+
+    if family == "bert":
+        net = hf_bert(tmp_path / "hf")
+    else:
+        torch.manual_seed(0)
+        net = transformers.T5ForConditionalGeneration(transformers.T5Config(
+            vocab_size=40, d_model=16, d_kv=4, d_ff=24, num_layers=1, num_heads=4, decoder_start_token_id=0))
+        net.save_pretrained(str(tmp_path / "hf"))
+    _, weights, keys = read_hf(str(tmp_path / "hf"))
+    line = write_hf(str(tmp_path / "back"), family, weights, keys)
+    config = json.loads((tmp_path / "back" / "config.json").read_text())
+    wanted = {"bert": {"pad_token_id": 0}, "t5": {"pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0}}
+    assert {k: v for k, v in config.items() if k.endswith("_token_id")} == wanted[family]
+    assert "from the zoo's tokenizer" in line
+    transformers_warnings.clear()
+    type(net).from_pretrained(str(tmp_path / "back"))
+    assert [r.getMessage() for r in transformers_warnings] == []
