@@ -104,11 +104,37 @@ def parse_command_line(argv: Sequence[str] | None = None, prog: str | None = Non
     for flag, (_, why) in VENDOR_FLAGS.items():
         if getattr(args, "vendor_" + flag.lstrip("-")) not in (None, False):
             print(f"{prog or 'run.py'}: {flag} is ignored: {why}", file=sys.stderr)
+    _check_counts(args, prog)
+    return args
+
+
+def _check_counts(args: argparse.Namespace, prog: str | None) -> None:
     for flag in ("max_steps", "steps", "eval_steps"):
         value = getattr(args, flag)
         if value is not None and value <= 0:
             raise SystemExit(f"{prog or 'run.py'}: error: --{flag} must be positive, got {value}")
-    return args
+
+
+def refuse_early(prog_of: Callable[[str], str]) -> None:
+    """Where this process is ``python <folder>/run.py ...``: the errors of its command line that
+    need no framework (a misspelt --mode, a flag's value of the wrong type), one line and status
+    2 as parse_command_line gives them, before torch or TensorFlow loads (a second, not the
+    framework's import). Each runner calls it before its framework's first import;
+    ``prog_of(folder)`` is the name its usage lines give the run.py of ``folder``.
+
+    Only the runner's own flags, written out whole, are checked here: a folder's own flags
+    (extra_args_parser_fn), an abbreviated flag and --help wait for the whole parser."""
+    script = sys.argv[0] if sys.argv else ""
+    if os.path.basename(script) != "run.py" or not os.path.isfile(script):
+        return  # imported by a test or a tool, whose command line is not a run's
+    argv = sys.argv[1:]
+    if any(a.startswith("-h") or (len(a) > 2 and "--help".startswith(a)) for a in argv):
+        return
+    prog = prog_of(os.path.dirname(os.path.abspath(script)))
+    parser = build_parser(prog)
+    parser.allow_abbrev = False  # an abbreviation may name a folder's own flag
+    args, _ = parser.parse_known_intermixed_args(argv)
+    _check_counts(args, prog)
 
 
 def default_model_dir(framework: str, model_folder: str, params_path: str) -> str:

@@ -26,13 +26,22 @@ import logging
 import os
 from typing import Any, Callable
 
-from common.cli import effective_params, guarded, parse_command_line, setup_logging
-from common.errors import UserError
-from common.params import TrackedDict, report_unused
-from common.pytorch import distributed
-from common.pytorch.checkpoint import latest_checkpoint
-from common.pytorch.runner import DataFn, FrameworkSteps, ModelFn, Runner, StepsFn
-from common.pytorch.runner import StepWindow, seed_everything  # noqa: F401  (imported from here by tools and tests)
+from common import threads
+from common.cli import effective_params, guarded, parse_command_line, refuse_early, setup_logging
+
+
+def _prog(model_folder: str) -> str:
+    return f"{os.path.basename(model_folder)}/run.py"
+
+
+refuse_early(_prog)  # `--mode trian` refused before torch loads
+
+from common.errors import UserError  # noqa: E402
+from common.params import TrackedDict, report_unused  # noqa: E402
+from common.pytorch import distributed  # noqa: E402
+from common.pytorch.checkpoint import latest_checkpoint  # noqa: E402
+from common.pytorch.runner import DataFn, FrameworkSteps, ModelFn, Runner, StepsFn  # noqa: E402
+from common.pytorch.runner import StepWindow, seed_everything  # noqa: E402, F401  (imported from here by tools and tests)
 
 
 def run(model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn, default_params_fn: Callable,
@@ -44,7 +53,7 @@ def run(model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn, default_
     values land in ``params["runconfig"]``, as the vendor's runner put them."""
     model_folder = os.path.dirname(os.path.abspath(inspect.getfile(model_fn)))
     extra = list(extra_args_parser_fn()) if extra_args_parser_fn is not None else []
-    args = parse_command_line(argv, prog=f"{os.path.basename(model_folder)}/run.py", parents=extra)
+    args = parse_command_line(argv, prog=_prog(model_folder), parents=extra)
     setup_logging(args.verbose)
 
     def body(args):
@@ -56,6 +65,7 @@ def run(model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn, default_
                 distributed.refuse_on_device(world, "--device emulator")
             if not world.is_main:  # rank 0 logs the run; the others their warnings and errors
                 logging.getLogger("zoo").setLevel(logging.WARNING)
+        threads.start_up()  # torch's CPU threads: how many, from the cores free now
         params = effective_params(args, default_params_fn, model_folder, "pytorch")
         _add_extra_args(params, args, extra)
         for key in ("train_distribute", "num_devices"):

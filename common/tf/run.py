@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from common.cli import effective_params, guarded, parse_command_line, setup_logging
+from common.cli import effective_params, guarded, parse_command_line, refuse_early, setup_logging
 from common.errors import UserError
 from common.precision import check_precision
 from common.io import atomic_open
@@ -93,6 +93,11 @@ def _import_tensorflow_quietly() -> None:
             sys.stderr.flush()
 
 
+def _prog(model_folder: str) -> str:
+    return f"{os.path.relpath(model_folder)}/run.py"
+
+
+refuse_early(_prog)  # `--mode trian` refused before TensorFlow loads
 if not _verbose_requested(sys.argv[1:]):
     _import_tensorflow_quietly()
 
@@ -118,7 +123,7 @@ def run(model_fn: Callable, train_input_fn: Callable, eval_input_fn: Callable, d
     predict has written predictions.npz (``arrays``: its contents): it writes the model's own
     files (tf/gpt2's completions) and may return figures, which are logged."""
     model_folder = os.path.dirname(os.path.abspath(inspect.getfile(model_fn)))
-    args = parse_command_line(argv, prog=f"{os.path.relpath(model_folder)}/run.py")
+    args = parse_command_line(argv, prog=_prog(model_folder))
     setup_logging(args.verbose)
     return guarded(lambda a: _run(a, model_fn, train_input_fn, eval_input_fn, default_params_fn, model_folder,
                                   predictions_done), args, _latest_checkpoint)

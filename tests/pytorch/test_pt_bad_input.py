@@ -203,3 +203,21 @@ def test_the_real_entry_point(tmp_path, data_dir):
     assert bad.stderr.strip().splitlines()[-1] == ("error: command line 'model.dropout=2': 'model.dropout' must be "
                                                      "in [0, 1), got 2.0")
     assert "Traceback" not in bad.stderr
+
+
+# run.py as `python pytorch/mnist/run.py ...` runs it, reporting its exit status and whether torch was imported
+RUN_AS_MAIN = ("import runpy, sys\n"
+               "sys.argv = sys.argv[1:]\n"
+               "try:\n"
+               "    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+               "except SystemExit as e:\n"
+               "    print(e.code, 'torch' in sys.modules)\n")
+
+
+def test_a_misspelt_mode_is_refused_before_torch_loads(tmp_path):
+    done = subprocess.run([sys.executable, "-c", RUN_AS_MAIN, os.path.join(MNIST, "run.py"), "--mode", "trian",
+                           "--run_name", "x", "model.dropout=0"],  # an unknown flag is left to the whole parser
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.stdout == "2 False\n", done.stderr
+    assert done.stderr == ("mnist/run.py: error: argument -m/--mode: invalid choice: 'trian' (choose from 'train', "
+                           "'eval', 'eval_all', 'train_and_eval', 'predict') (see --help)\n")
