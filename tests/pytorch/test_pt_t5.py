@@ -108,7 +108,8 @@ def test_padded_source_tokens_change_nothing():
     torch.testing.assert_close(moved[[0, 2]], before[[0, 2]], rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("variant", [(), ("model.feed_forward_proj=gated-gelu",)], ids=["relu", "gated_gelu"])
+@pytest.mark.parametrize("variant", [(), ("model.feed_forward_proj=gated-gelu",), ("model.layer_norm_epsilon=0.5",)],
+                         ids=["relu", "gated_gelu", "epsilon_0.5"])  # an epsilon as large as the mean squares
 def test_the_logits_are_hugging_faces(variant):
     """The same weights in transformers' T5ForConditionalGeneration give the same logits. (Its
     head is always the shared embedding in transformers 5, so the untied head is tested below.)"""
@@ -127,6 +128,51 @@ def test_the_logits_are_hugging_faces(variant):
     with torch.no_grad():
         expected = theirs(input_ids=source, attention_mask=mask, decoder_input_ids=target).logits
         torch.testing.assert_close(net(source, mask, target), expected, rtol=1e-5, atol=1e-5)
+
+
+
+# --- the RMS norm: epsilon inside the square root ------------------------------------------------
+
+RMS_EPSILON = 0.5  # beside inputs of magnitude 0.1 (mean squares ~0.01), so where it is added shows
+
+
+def rms_case(seed=0):
+    """(x, weight, r): small inputs (2, 3, 8), a scale that is not ones, and the weights of a loss."""
+    rng = np.random.default_rng(seed)
+    x = (0.1 * rng.standard_normal((2, 3, 8))).astype(np.float32)
+    return x, rng.uniform(0.5, 1.5, 8).astype(np.float32), rng.standard_normal((2, 3, 8)).astype(np.float32)
+
+
+def rms_reference(x, weight, eps):
+    """T5's RMS norm in float64: x / sqrt(mean(x^2) + eps) * weight over the last axis."""
+    x = x.astype(np.float64)
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * weight
+
+
+def test_the_rms_norm_adds_epsilon_inside_the_square_root():
+    x, weight, _ = rms_case()
+    norm = model.T5LayerNorm(8, RMS_EPSILON)
+    with torch.no_grad():
+        norm.weight.copy_(torch.from_numpy(weight))
+        y = norm(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(y, rms_reference(x, weight, RMS_EPSILON), rtol=1e-6, atol=0)
+
+
+def test_the_rms_norm_on_the_emulator_adds_epsilon_inside_the_square_root():
+    """The norm as the emulator runs it (captured): sum(rms(x) * r), and the scale's gradient, sum(x_hat * r)."""
+    from device.capture.torch import capture, weights_of
+    from device.runtime.program import Program
+
+    x, weight, r = rms_case(1)
+    norm = model.T5LayerNorm(8, RMS_EPSILON)
+    with torch.no_grad():
+        norm.weight.copy_(torch.from_numpy(weight))
+    batch = [torch.from_numpy(x), torch.from_numpy(r)]
+    graph = capture(lambda b: (norm(b[0]) * b[1]).sum(), norm, batch)
+    loss, grads = Program(graph, weights_of(norm, graph), seed=0).gradients([x, r])
+    expected = rms_reference(x, weight, RMS_EPSILON)
+    np.testing.assert_allclose(loss, (expected * r).sum(), rtol=1e-5)
+    np.testing.assert_allclose(grads["weight"], (expected / weight * r).sum(axis=(0, 1)), rtol=1e-5)
 
 
 def test_an_untied_head_is_its_own_weight_and_unscaled():

@@ -227,8 +227,9 @@ def hf_key(tf_name: str) -> str:
     return re.sub(r"\.(kernel|embedding)$", ".weight", name)
 
 
-@pytest.mark.parametrize("variant", [(), ("model.feed_forward_proj=gated-gelu", "model.tie_word_embeddings=false")],
-                         ids=["v1.0", "gated-untied"])
+@pytest.mark.parametrize("variant", [(), ("model.feed_forward_proj=gated-gelu", "model.tie_word_embeddings=false"),
+                                     ("model.layer_norm_epsilon=0.5",)],
+                         ids=["v1.0", "gated-untied", "epsilon-0.5"])  # an epsilon as large as the mean squares
 def test_logits_equal_hugging_faces_t5_with_its_weights(variant):
     """A random Hugging Face T5ForConditionalGeneration of the tiny sizes, its weights loaded
     into the TF graph by the name mapping: the same logits."""
@@ -259,6 +260,49 @@ def test_logits_equal_hugging_faces_t5_with_its_weights(variant):
     got = net(features)
     scale = np.abs(expected).max()
     np.testing.assert_allclose(got / scale, expected / scale, rtol=0, atol=1e-5)
+
+
+
+# --- the RMS norm: epsilon inside the square root ------------------------------------------------
+
+RMS_EPSILON = 0.5  # beside inputs of magnitude 0.1 (mean squares ~0.01), so where it is added shows
+
+
+def rms_case(seed=0):
+    """(x, weight, r): small inputs (2, 3, 8), a scale that is not ones, and the weights of a loss."""
+    rng = np.random.default_rng(seed)
+    x = (0.1 * rng.standard_normal((2, 3, 8))).astype(np.float32)
+    return x, rng.uniform(0.5, 1.5, 8).astype(np.float32), rng.standard_normal((2, 3, 8)).astype(np.float32)
+
+
+def rms_reference(x, weight, eps):
+    """T5's RMS norm in float64: x / sqrt(mean(x^2) + eps) * weight over the last axis."""
+    x = x.astype(np.float64)
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * weight
+
+
+def test_the_rms_norm_adds_epsilon_inside_the_square_root_in_tf_and_on_the_emulator():
+    """rms_norm in TF, then captured and run by the emulator: sum(rms(x) * r) and the scale's gradient,
+    sum(x_hat * r)."""
+    from device.capture import tf as capture_tf
+    from device.runtime.program import Program
+
+    x, weight, r = rms_case()
+    with tf.Graph().as_default() as graph:
+        xs, rs = v1.placeholder(tf.float32, x.shape), v1.placeholder(tf.float32, r.shape)
+        y = model.rms_norm(xs, {"layer_norm_epsilon": RMS_EPSILON}, "norm")
+        loss = tf.reduce_sum(y * rs)
+        with v1.Session() as session:
+            session.run(v1.global_variables_initializer())
+            v1.global_variables()[0].load(weight, session)
+            got = session.run(y, {xs: x})
+            ir = capture_tf.capture(graph, inputs=[xs, rs], loss=loss)
+            weights = capture_tf.read_weights(session, ir)
+    expected = rms_reference(x, weight, RMS_EPSILON)
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=0)
+    emulated, grads = Program(ir, weights, seed=0).gradients([x, r])
+    np.testing.assert_allclose(emulated, (expected * r).sum(), rtol=1e-5)
+    np.testing.assert_allclose(grads["norm/weight"], (expected / weight * r).sum(axis=(0, 1)), rtol=1e-5)
 
 
 # --- data, training, predict -----------------------------------------------------------------------
