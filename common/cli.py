@@ -176,11 +176,12 @@ def effective_params(args: argparse.Namespace, default_params_fn: Callable, mode
 
 def set_by_user(params: Mapping, path: str, overrides: Sequence[str],
                 defaults: Mapping | None) -> Callable[[tuple], str | None]:
-    """``where(key_path)``: where the user set that key (the params file's ``file:line``, or the
-    command line's override), or None where it holds its default value (``defaults``: the
-    zoo's form's schema; None: every value a file gives is the user's). Where common/params.py
-    names a key's origin in its errors: the last override of the key or of a section above it
-    wins over the file, which gives the line of each key it sets."""
+    """``where_set(key_path)``: where the user set that key (the params file's ``file:line``, or
+    the command line's override), or None where it holds its default value (``defaults``: the
+    zoo's form's schema; None: every value a file gives is the user's; a path is its default
+    however written, ``data/mnist`` for ``./data/mnist``). As common/params.py names a key's
+    origin in its errors: the last override of the key or of a section above it wins over the
+    file, which gives the line of each key it sets."""
     in_file = read_params_file(path)[1] if os.path.isfile(path) else {}
     on_command_line = {parse_override(text)[0]: f"command line '{shown(text)}'" for text in overrides}
 
@@ -196,6 +197,8 @@ def set_by_user(params: Mapping, path: str, overrides: Sequence[str],
         value: Any = params
         for key in key_path:
             value = dict.get(value, key) if isinstance(value, Mapping) else None
+        if isinstance(value, str) and isinstance(default, str) and value and default:
+            value, default = os.path.normpath(value), os.path.normpath(default)
         return None if value == default else origin
 
     return where_set

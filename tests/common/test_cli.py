@@ -99,6 +99,7 @@ def test_the_default_data_dir_absent_and_a_set_one_that_exists_or_is_not_read_un
     assert mnist_params(tmp_path, "train_input:\n  data_dir: ./data/mnist\n")["train_input"]["data_dir"] == \
         "./data/mnist"
     assert mnist_params(tmp_path, "train_input:\n  dataset: auto\n")["eval_input"]["data_dir"] == "./data/mnist"
+    assert mnist_params(tmp_path, "", "eval_input.data_dir=data/mnist")["eval_input"]["data_dir"] == "data/mnist"
     (tmp_path / "there").mkdir()
     assert mnist_params(tmp_path, "train_input:\n  data_dir: there\n")["train_input"]["data_dir"] == "there"
     params = mnist_params(tmp_path, "train_input:\n  data_dir: nope\n  dataset: uci_digits\n")
