@@ -6,6 +6,7 @@ nothing in model_dir touched. Never a silent restart from step 0, never a traceb
 One 4-step run (checkpoints 2 and 4) is shared; each test damages a copy of it.
 """
 
+import glob
 import logging
 import os
 import shutil
@@ -140,6 +141,16 @@ def test_the_emulator_falls_back_too(tf_mnist, mnist_dir, model_dir, capsys):
     metrics = tf_mnist.main(_argv(mnist_dir, model_dir, "--mode", "eval", "--device", "emulator"))
     assert metrics["global_step"] == 2
     assert len(_warnings_naming(capsys.readouterr().err, INDEX_4)) == 1
+
+
+def test_train_resumes_from_the_newest_checkpoint_whose_files_are_there(tf_mnist, mnist_dir, model_dir, capsys):
+    for name in glob.glob(str(model_dir / "model.ckpt-4.*")):  # the state file still names step 4
+        os.remove(name)
+    tf_mnist.main(_argv(mnist_dir, model_dir, "runconfig.max_steps=6"))
+    err = capsys.readouterr().err
+    assert "from step 2 to 6" in err and len(_warnings_naming(err, INDEX_4)) == 1
+    assert checkpoints.list_checkpoints(str(model_dir)) == [str(model_dir / "model.ckpt-4"),
+                                                            str(model_dir / "model.ckpt-6")]
 
 
 def _saved(model_dir, steps):
@@ -351,3 +362,27 @@ def test_the_state_files_latest_counts_and_an_absolute_name_elsewhere_is_kept(tm
                                           f'all_model_checkpoint_paths: "model.ckpt-2"\n'
                                           f'all_model_checkpoint_paths: "{other}"\n')
     assert checkpoints.list_checkpoints(str(model_dir)) == [ckpt_2, other]
+
+
+@pytest.mark.parametrize("gone", ["*", "data-*", "index"], ids=["every file", "the data", "the index"])
+def test_listing_and_latest_skip_a_named_checkpoint_whose_files_are_gone(tmp_path, gone):
+    from common.convert import listing
+
+    model_dir = tmp_path / "model"
+    ckpt_2, ckpt_4 = _saved(model_dir, [2, 4])
+    for name in glob.glob(glob.escape(ckpt_4) + "." + gone):
+        os.remove(name)
+    assert 'model_checkpoint_path: "model.ckpt-4"' in (model_dir / "checkpoint").read_text()  # still named
+    assert checkpoints.list_checkpoints(str(model_dir)) == [ckpt_2]
+    assert checkpoints.latest_checkpoint(str(model_dir)) == ckpt_2
+    assert listing(str(model_dir))[0] == f"{ckpt_2}: TF checkpoint, 1 variables"  # zoo convert model_dir
+
+
+def test_a_checkpoint_lacking_one_of_its_data_shards_is_not_there(tmp_path):
+    (ckpt_2,) = _saved(tmp_path / "model", [2])
+    assert checkpoints.files_present(ckpt_2)
+    os.rename(f"{ckpt_2}.data-00000-of-00001", f"{ckpt_2}.data-00000-of-00002")  # shard 1 of 2 missing
+    assert not checkpoints.files_present(ckpt_2)
+    (tmp_path / "model" / "model.ckpt-2.data-00001-of-00002").write_bytes(b"")
+    assert checkpoints.files_present(ckpt_2)
+    assert not checkpoints.files_present(str(tmp_path / "model" / "model.ckpt-3"))

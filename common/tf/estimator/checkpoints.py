@@ -54,9 +54,20 @@ def list_checkpoints(model_dir: str) -> list[str]:
     """The checkpoints the state file of ``model_dir`` names, oldest first, as absolute prefixes.
 
     An unreadable state file is an error (it is written atomically, so it is damaged only by
-    hand or by the disk); entries whose files are gone are skipped.
+    hand or by the disk); entries whose files are gone (the .index, or any .data shard) are
+    skipped, so that the latest is the newest whose files are there.
     """
-    return [path for path in _named_in_state(model_dir) if os.path.isfile(path + ".index")]
+    return [path for path in _named_in_state(model_dir) if files_present(path)]
+
+
+def files_present(prefix: str) -> bool:
+    """Whether the checkpoint's .index and each of its N .data-K-of-N shards are there (whether
+    they read through is checkpoint_problem's question)."""
+    if not os.path.isfile(prefix + ".index"):
+        return False
+    shards = (re.search(r"\.data-\d{5}-of-(\d{5})$", name) for name in glob.glob(glob.escape(prefix) + ".data-*"))
+    totals = {int(match.group(1)) for match in shards if match}
+    return any(all(os.path.isfile(f"{prefix}.data-{k:05d}-of-{total:05d}") for k in range(total)) for total in totals)
 
 
 def _named_in_state(model_dir: str) -> list[str]:
