@@ -41,7 +41,8 @@ from common.params import TrackedDict, report_unused  # noqa: E402
 from common.pytorch import distributed  # noqa: E402
 from common.pytorch.checkpoint import latest_checkpoint  # noqa: E402
 from common.pytorch.runner import DataFn, FrameworkSteps, ModelFn, Runner, StepsFn  # noqa: E402
-from common.pytorch.runner import StepWindow, seed_everything  # noqa: E402, F401  (imported from here by tools and tests)
+# imported from here by tools and tests
+from common.pytorch.runner import StepWindow, seed_everything  # noqa: E402, F401
 
 
 def run(model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn, default_params_fn: Callable,
