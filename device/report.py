@@ -107,15 +107,17 @@ def render_text(result) -> str:
         lines.append(f"  tokens/s                  {_num(cost.tokens_per_s)}   ({cost.tokens_per_sample:,} tokens per "
                      "sample)")
     if result.execution_mode == "weight_streaming":
-        lines.append(f"  iteration bubble          {_si(cost.bubble_s)}s   (the first kernel's weights and the "
-                     "last one's gradients cross the external link with nothing to overlap)")
+        crossing = ("the first kernel's weights and the last one's gradients cross" if result.training
+                    else "the first kernel's weights cross")  # forward only: no gradients
+        lines.append(f"  iteration bubble          {_si(cost.bubble_s)}s   ({crossing} the external link with "
+                     "nothing to overlap)")
         if cost.micro_batches:
             passes = "pass" if cost.micro_batches == 1 else "passes"
+            accumulate = ", the gradients accumulate in the external store" if result.training else ""
             lines.append(f"  micro-batch               {cost.micro_batch_size:,} samples x {cost.micro_batches:,} "
                          f"{passes} per batch of {cost.batch_size:,}   (device.micro_batch_size, or the largest whose "
-                         "activations fit beside a weight tile; every pass streams the weights again, the "
-                         "gradients accumulate in the external store)")
-        lines += _external_memory(cost) + _systems_table(cost)
+                         f"activations fit beside a weight tile; every pass streams the weights again{accumulate})")
+        lines += _external_memory(cost, result.training) + _systems_table(cost)
     free = sum(1 for c in cost.kernels if c.bound_by == "free")
     lines += ["", f"Kernels (estimates for one batch of {cost.batch_size}"
                   + (f"; {free} free layout kernels not listed)" if free else ")"),
@@ -147,12 +149,13 @@ def render_text(result) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _external_memory(cost) -> list[str]:
+def _external_memory(cost, training: bool) -> list[str]:
     if not cost.external_memory:
         return []
     memory = cost.external_memory
     parts = ", ".join(f"{name} {_bytes(n)}" for name, n in memory.items() if n)
-    return ["", "External memory (weight streaming: the store that holds the weights and runs the optimizer, fp32)",
+    store = "holds the weights and runs the optimizer" if training else "holds the weights"
+    return ["", f"External memory (weight streaming: the store that {store}, fp32)",
             f"  {_bytes(sum(memory.values()))} ({sum(memory.values()):,} bytes): {parts}"]
 
 
@@ -399,7 +402,8 @@ def _streaming_body(result, left: float, top: float, fw: float, fh: float):
     legend = [(KIND_COLOURS.get(r.kind, "#999999"),
                f"{i + 1}. {r.name} ({r.kind}): all {r.pes:,} PEs for {_si(times[r.name].time_s)}s, "
                f"bound by {times[r.name].bound_by}") for i, r in enumerate(placed)]
-    legend.append(("#d0d0d0", f"bubble: {_si(cost.bubble_s)}s, weights and gradients on the external link"))
+    crossing = "weights and gradients" if result.training else "weights"  # forward only: no gradients
+    legend.append(("#d0d0d0", f"bubble: {_si(cost.bubble_s)}s, {crossing} on the external link"))
     return out + labels, legend
 
 

@@ -220,6 +220,13 @@ def test_an_eval_compile_keeps_only_the_weights_in_external_memory(tmp_path):
         memory = result.cost.external_memory
         assert memory["weights"] == weights and sum(memory.values()) == expected, mode
         lines = (tmp_path / mode / "report.txt").read_text().splitlines()
-        line = lines[next(i for i, x in enumerate(lines) if x.startswith("External memory")) + 1]
-        assert line.startswith(f"  {expected / 2**20:.1f} MiB ({expected:,} bytes): weights ")
-        assert ("optimizer" in line, "gradients" in line) == ((mode == "train",) * 2)
+        at = next(i for i, x in enumerate(lines) if x.startswith("External memory"))
+        assert lines[at + 1].startswith(f"  {expected / 2**20:.1f} MiB ({expected:,} bytes): weights ")
+        assert ("optimizer" in lines[at + 1], "gradients" in lines[at + 1]) == ((mode == "train",) * 2)
+        assert ("runs the optimizer" in lines[at]) == (mode == "train")
+        # nor does the rest of the text speak of gradients in eval (the bubble, the micro-batches, the
+        # bubble's legend), but for the per-kernel memory table's column
+        told = [x.split()[0] for i, x in enumerate(lines) if "gradient" in x and i != at + 1]
+        assert told == (["iteration", "micro-batch", "kernel"] if mode == "train" else ["kernel"])
+        legend = "weights and gradients on the external link" if mode == "train" else "s, weights on the external"
+        assert legend in (tmp_path / mode / "placement.svg").read_text()
