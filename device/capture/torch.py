@@ -38,7 +38,9 @@ Known differences from torch, by design of the IR:
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import linecache
 import math
 import operator
 import os
@@ -129,11 +131,11 @@ def capture(step_fn: Callable, module: torch.nn.Module, batch, *, optimizer: tor
     modes = {m: m.training for m in module.modules()}
     module.train()
     try:
-        with _every_frame(), warnings.catch_warnings():
-            # nn.LSTM / GRU / RNN re-assign their list of weights on every call: export warns, but the
-            # capture reads those weights by their parameter names
-            warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights")
-            exported = torch.export.export(wrapper, tuple(batch), strict=False)
+        try:
+            exported = _export(wrapper, batch)
+        except _NeedsTheBatch:  # an if or assert on the data: its branches are the first batch's
+            wrapper.checks.run_eagerly(wrapper, batch)
+            exported = _export(wrapper, batch)
     except UserError:
         raise
     except Exception as e:  # noqa: BLE001 - any tracing failure is the user's step: say so in one line
@@ -171,6 +173,7 @@ class _Step(torch.nn.Module):
         # not a submodule even when it is an nn.Module: names come from `module` alone
         object.__setattr__(self, "step_fn", step_fn)
         self.batch_type = batch_type
+        self.checks = _HostChecks()
         # export keeps only `forward` frames in node stack traces, plus registered anchors;
         # annotate_fn registers its function as one (the wrapper it returns only tags
         # metadata and is not needed), so that a loss written in step_fn gets its own line
@@ -189,7 +192,8 @@ class _Step(torch.nn.Module):
         for key, value in outputs.items():
             if not isinstance(value, torch.Tensor):
                 raise UserError(f"step_fn output {key!r} must be a tensor; got {type(value).__name__}")
-        return result, {str(k): v for k, v in outputs.items()}
+        checked = {f"{_CHECK_KEY}{i}": condition for i, (condition, _, _) in enumerate(self.checks.conditions)}
+        return result, {**{str(k): v for k, v in outputs.items()}, **checked}
 
 
 @contextlib.contextmanager
@@ -219,6 +223,161 @@ def _every_frame():
         yield
     finally:
         tracer._filter_traceback_frames = original
+
+
+def _export(wrapper: _Step, batch) -> torch.export.ExportedProgram:
+    with _every_frame(), wrapper.checks.tracing(), _ctc_loss_whole(), warnings.catch_warnings():
+        # nn.LSTM / GRU / RNN re-assign their list of weights on every call: export warns, but the
+        # capture reads those weights by their parameter names
+        warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights")
+        return torch.export.export(wrapper, tuple(batch), strict=False)
+
+
+# ---- the host's checks on the data ----
+
+_CHECK_KEY = "\0host_check:"  # the step's outputs under this prefix are the checks' conditions, not outputs
+
+
+class _NeedsTheBatch(Exception):
+    """An if or assert on a tensor's value met while tracing: the step must run on the batch first."""
+
+
+class _HostChecks:
+    """``bool(tensor)`` on the data in the step (``if labels.max() >= vocab: raise ...``,
+    ``assert (lengths > 0).all()``), which torch.export cannot trace.
+
+    Such a check belongs to the host. The step runs once eagerly on the capture's batch, recording
+    each such bool by the user's line; the export then takes the branch that batch took, and each
+    condition becomes a ``host_check`` node that refuses, at the user's line, a later batch on which
+    the condition has the other value. The eager run leaves the module's buffers and the random
+    generators as it found them.
+    """
+
+    def __init__(self):
+        self.values: dict[tuple[str, int], list[bool]] | None = None  # the eager run's, per user line
+        self.conditions: list[tuple[torch.Tensor, bool, SourceLoc]] = []  # (traced condition, value, line)
+
+    def run_eagerly(self, wrapper: _Step, batch) -> None:
+        buffers = [(b, b.detach().clone()) for b in wrapper.module.buffers()]
+        rng, np_rng = torch.get_rng_state(), np.random.get_state()
+        values: dict[tuple[str, int], list[bool]] = {}
+        original = torch.Tensor.__bool__
+
+        def recorded(tensor):
+            value = original(tensor)
+            file, line, _ = _user_frame()
+            values.setdefault((file, line), []).append(value)
+            return value
+
+        torch.Tensor.__bool__ = recorded
+        try:
+            with torch.no_grad():
+                wrapper(*batch)
+        except UserError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the step fails on its own batch: the user's line, one line
+            raise UserError(_export_failure(e).replace("torch.export could not capture the training step",
+                                                       "the step fails on the batch it is captured with")) from e
+        finally:
+            torch.Tensor.__bool__ = original
+            torch.set_rng_state(rng)
+            np.random.set_state(np_rng)
+            with torch.no_grad():
+                for buffer, value in buffers:
+                    buffer.copy_(value)
+        self.values = values
+
+    @contextlib.contextmanager
+    def tracing(self):
+        original = torch.Tensor.__bool__
+        seen: dict[tuple[str, int], int] = {}
+        self.conditions = []
+
+        def traced(tensor):
+            from torch._subclasses.fake_tensor import is_fake
+            if not is_fake(tensor) or getattr(tensor, "constant", None) is not None:
+                return original(tensor)  # a value known while tracing
+            file, line, code = _user_frame()
+            if not _is_check(file, line):
+                return original(tensor)  # a branch of the computation: refused as torch.export refuses it
+            if self.values is None:
+                raise _NeedsTheBatch()
+            index = seen[(file, line)] = seen.get((file, line), -1) + 1
+            taken = self.values.get((file, line), [])
+            if index >= len(taken):
+                raise UserError(f"{file}:{line}: {code}: the step tests a tensor's value here more often while being "
+                                "captured than it did on the batch: it cannot be captured as one static graph")
+            self.conditions.append((tensor, taken[index], SourceLoc("bool(Tensor)", file, line, code)))
+            return taken[index]
+
+        torch.Tensor.__bool__ = traced
+        try:
+            yield
+        finally:
+            torch.Tensor.__bool__ = original
+
+
+def _is_check(file: str, line: int) -> bool:
+    """Is the test at ``file:line`` an ``assert``, or an ``if`` whose whole body raises (and has no else)?
+    Only such a test is the host's: any other branch on the data changes what the step computes."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return False
+    for statement in ast.walk(tree):
+        if isinstance(statement, ast.Assert) or (
+                isinstance(statement, ast.If) and not statement.orelse
+                and all(isinstance(s, ast.Raise) for s in statement.body)):
+            if statement.test.lineno <= line <= (statement.test.end_lineno or statement.test.lineno):
+                return True
+    return False
+
+
+def _user_frame() -> tuple[str, int, str]:
+    """The innermost frame of the running Python stack that is the user's code: (file, line, its text)."""
+    for frame in reversed(traceback.extract_stack()):
+        real = os.path.realpath(frame.filename)
+        if not frame.filename.startswith("<") and not any(real.startswith(d + os.sep) for d in _INTERNAL_DIRS):
+            return frame.filename, frame.lineno or 0, (frame.line or "").strip()
+    return "<unknown>", 0, ""
+
+
+# ---- audio: CTC kept whole ----
+
+_CTC_REDUCTIONS = ("none", "mean", "sum")
+_ctc_loss_function = torch.nn.functional.ctc_loss  # torch's, which the capture's own op runs eagerly
+
+
+@torch.library.custom_op("zoo_device::ctc_loss", mutates_args=())
+def _ctc_loss_op(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: torch.Tensor,
+                 target_lengths: torch.Tensor, blank: int, reduction: str, zero_infinity: bool) -> torch.Tensor:
+    """F.ctc_loss as one op while the capture traces: torch's own has no fake kernel (its alignment
+    table's size is read from the target lengths), so export cannot trace it."""
+    return _ctc_loss_function(log_probs, targets, input_lengths, target_lengths, blank, reduction, zero_infinity)
+
+
+@_ctc_loss_op.register_fake
+def _ctc_loss_shape(log_probs, targets, input_lengths, target_lengths, blank, reduction, zero_infinity):
+    return log_probs.new_empty((log_probs.shape[1],) if reduction == "none" else ())
+
+
+@contextlib.contextmanager
+def _ctc_loss_whole():
+    """F.ctc_loss (which nn.CTCLoss calls) is the capture's one op while tracing; another form (unbatched
+    log_probs) is torch's, refused as before."""
+    def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean", zero_infinity=False):
+        if log_probs.dim() != 3 or reduction not in _CTC_REDUCTIONS:
+            return _ctc_loss_function(log_probs, targets, input_lengths, target_lengths, blank, reduction,
+                                      zero_infinity)
+        lengths = [t if isinstance(t, torch.Tensor) else torch.as_tensor(t, dtype=torch.long)
+                   for t in (input_lengths, target_lengths)]
+        return _ctc_loss_op(log_probs, targets, *lengths, int(blank), reduction, bool(zero_infinity))
+
+    torch.nn.functional.ctc_loss = ctc_loss
+    try:
+        yield
+    finally:
+        torch.nn.functional.ctc_loss = _ctc_loss_function
 
 
 # what torch.export's refusals mean, in the user's words
@@ -372,6 +531,9 @@ class _Lowering:
 
     def run(self, output_keys: list[str]) -> None:
         self._placeholders()
+        checks = self._checks(output_keys)
+        for node in list(self.env):
+            self._check(node, checks)
         for node in self.ep.graph.nodes:
             if node.op != "call_function" or str(node.target) in _IGNORED:
                 continue
@@ -393,6 +555,7 @@ class _Lowering:
                 if result is None:
                     result = self._unsupported(node)
                 self.env[node] = self._adopt_name(result, first_new)
+            self._check(node, checks)
         self._outputs(output_keys)
 
     def _placeholders(self) -> None:
@@ -438,9 +601,30 @@ class _Lowering:
         returned = self.ep.graph.output_node().args[0]
         user = [arg for arg, spec in zip(returned, self.ep.graph_signature.output_specs)
                 if spec.kind == OutputKind.USER_OUTPUT]
-        names = [self.tensor(arg) for arg in user]
-        self.g.loss = names[0]
-        self.g.outputs = dict(zip(output_keys, names[1:]))
+        outputs = [(key, arg) for key, arg in zip(output_keys, user[1:]) if not key.startswith(_CHECK_KEY)]
+        self.g.loss = self.tensor(user[0])
+        self.g.outputs = {key: self.tensor(arg) for key, arg in outputs}
+
+    def _checks(self, output_keys: list[str]) -> dict[torch.fx.Node, list[tuple[bool, SourceLoc]]]:
+        """The FX node of each host check's condition -> (the value it must have, where the user wrote it)."""
+        returned = self.ep.graph.output_node().args[0]
+        user = [arg for arg, spec in zip(returned, self.ep.graph_signature.output_specs)
+                if spec.kind == OutputKind.USER_OUTPUT]
+        checks: dict[torch.fx.Node, list[tuple[bool, SourceLoc]]] = {}
+        for key, arg in zip(output_keys, user[1:]):
+            if key.startswith(_CHECK_KEY):
+                _, expected, loc = self.wrapper.checks.conditions[int(key.removeprefix(_CHECK_KEY))]
+                checks.setdefault(arg, []).append((expected, loc))
+        return checks
+
+    def _check(self, node: torch.fx.Node, checks: dict) -> None:
+        """A host_check node right after the condition it checks, so that a batch is refused there."""
+        if node not in checks or node not in self.env:
+            return  # a condition known at capture time (no data in it) holds for every batch
+        for expected, loc in checks[node]:
+            self.loc, self.hint = loc, f"check_{loc.line}"
+            condition = self.tensor(node)
+            self.emit("host_check", [condition], (), "bool", expected=expected, code=loc.call)
 
     def _getitem(self, node: torch.fx.Node) -> None:
         source, index = node.args
@@ -685,8 +869,6 @@ def _elementwise(op: str, swap: bool = False):
 def _div(self: _Lowering, node, self_, other, rounding_mode=None, **_):
     if rounding_mode == "floor":
         return _floor_divide(self, node, self_, other)
-    if rounding_mode == "trunc" and self.out(node)[1] in ("int32", "int64"):
-        return _truncated(self, node, self_, other, "quotient")
     if rounding_mode is not None:
         return self.decline(f"rounding_mode={rounding_mode!r} (only None and 'floor')")
     return _elementwise("div")(self, node, self_, other)
@@ -741,18 +923,15 @@ def _clamp(self: _Lowering, node, self_, min=None, max=None, **_):
     x = self.tensor(self_, dtype)
     bounds = [b for b in (min, max) if b is not None]
     if bounds and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds):
-        # one clamp node: its gradient is torch's on the bounds too (maximum's would split a tie);
-        # integer values (a QA head's start and end positions) keep integer bounds: exact, no float
-        number = int if dtype in ("int32", "int64") else float
-        attrs = {k: number(v) for k, v in (("min", min), ("max", max)) if v is not None}
+        # one clamp node: its gradient is torch's on the bounds too (maximum's would split a tie)
+        attrs = {k: float(v) for k, v in (("min", min), ("max", max)) if v is not None}
         return self.emit("clamp", [x], self.shape(x), dtype, **attrs)
-    # tensor bounds (aten.clamp.Tensor): selects, as torch's clamp_backward: x keeps the gradient
-    # where min <= x <= max, a bound takes it where it won; exact on integers
-    for bound, beyond in ((min, "less"), (max, "greater")):
-        if bound is not None:
-            b = self.tensor(bound, dtype)
-            shape = _broadcast(self.shape(x), self.shape(b))
-            x = self.emit("where", [self.emit(beyond, [x, b], shape, "bool"), b, x], shape, dtype)
+    if min is not None:
+        x = self.binary("maximum", x, self.tensor(min, dtype))
+    if max is not None:
+        # min(x, m) == -max(-x, -m)
+        negated = self.binary("maximum", self.emit("neg", [x], self.shape(x), dtype), self.tensor(-max, dtype))
+        x = self.emit("neg", [negated], self.shape(negated), dtype)
     return x
 
 
@@ -761,9 +940,11 @@ def _hardtanh(self: _Lowering, node, self_, min_val=-1, max_val=1):
 
 
 def _minimum(self: _Lowering, node, self_, other):
-    # its own record (not -max(-a, -b), which overflows at an integer dtype's smallest value)
     shape, dtype = self.out(node)
-    return self.emit("minimum", [self.tensor(self_, dtype), self.tensor(other, dtype)], shape, dtype)
+    a, b = self.tensor(self_, dtype), self.tensor(other, dtype)
+    # min(a, b) == -max(-a, -b)
+    negated = [self.emit("neg", [x], self.shape(x), dtype) for x in (a, b)]
+    return self.emit("neg", [self.binary("maximum", *negated)], shape, dtype)
 
 
 def _pow(self: _Lowering, node, self_, exponent):
@@ -1074,6 +1255,8 @@ def _batch_norm(self: _Lowering, node, input, weight, bias, running_mean, runnin
 
 def _convolution(self: _Lowering, node, input, weight, bias, stride, padding, dilation, transposed,
                  output_padding, groups):
+    if len(stride) == 1:  # audio: the 2-d convolution over a height of 1
+        return _conv1d(self, node, input, weight, bias, stride, padding, dilation, transposed, groups)
     if len(stride) != 2:
         return self.decline(f"{len(stride)}-d convolution (only 2-d)")
     if transposed:
@@ -1093,28 +1276,26 @@ def _convolution(self: _Lowering, node, input, weight, bias, stride, padding, di
 def _max_pool(self: _Lowering, node, self_, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     if _pair(dilation) != [1, 1]:
         return self.decline(f"dilation={dilation}")
+    if ceil_mode:
+        return self.decline("ceil_mode=True")
     shape, dtype = self.out(node, 0)
     pad = _pair(padding)
-    ceil = {"ceil_mode": True} if ceil_mode else {}  # GoogLeNet's pools: the output size rounds up
     y = self.emit("max_pool2d", [self.tensor(self_)], shape, dtype, kernel=_pair(kernel_size),
-                  strides=_pair(stride, kernel_size), padding=[[pad[0], pad[0]], [pad[1], pad[1]]], layout="NCHW",
-                  **ceil)
+                  strides=_pair(stride, kernel_size), padding=[[pad[0], pad[0]], [pad[1], pad[1]]], layout="NCHW")
     return y, None
 
 
 def _avg_pool(self: _Lowering, node, self_, kernel_size, stride=(), padding=0, ceil_mode=False,
               count_include_pad=True, divisor_override=None):
     pad = _pair(padding)
-    if divisor_override is not None:
-        return self.decline("divisor_override")
+    if pad != [0, 0] and not count_include_pad:
+        return self.decline("count_include_pad=False with padding")
+    if ceil_mode or divisor_override is not None:
+        return self.decline("ceil_mode or divisor_override")
     shape, dtype = self.out(node)
-    # explicit padding: the kernel divides by the whole window, zeros included (torch's default), or
-    # with count_include_pad=False by its input pixels; in ceil_mode never by what runs past the padding
-    count = {} if count_include_pad or pad == [0, 0] else {"count_include_pad": False}
-    ceil = {"ceil_mode": True} if ceil_mode else {}
+    # explicit padding: the kernel divides by the whole window, zeros included (torch's default)
     return self.emit("avg_pool2d", [self.tensor(self_)], shape, dtype, kernel=_pair(kernel_size),
-                     strides=_pair(stride, kernel_size), padding=[[pad[0], pad[0]], [pad[1], pad[1]]], layout="NCHW",
-                     **count, **ceil)
+                     strides=_pair(stride, kernel_size), padding=[[pad[0], pad[0]], [pad[1], pad[1]]], layout="NCHW")
 
 
 def _embedding(self: _Lowering, node, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
@@ -1377,10 +1558,6 @@ _LOWERINGS: dict[str, Callable] = {
     "aten.leaky_relu.default": _leaky_relu,
     "aten.clamp.default": _clamp,
     "aten.clamp_min.default": _clamp,
-    "aten.clamp_max.default": _clamp,
-    "aten.clamp.Tensor": _clamp,
-    "aten.clamp_min.Tensor": _clamp,
-    "aten.clamp_max.Tensor": _clamp,
     "aten.hardtanh.default": _hardtanh,
     "aten.dropout.default": _dropout,
     "aten.native_dropout.default": _dropout,
@@ -1557,37 +1734,6 @@ def _remainder(self: _Lowering, node, self_, other):
     else:
         quotient = self.emit("floor", [self.binary("div", a, b)], shape, dtype)
     return self.emit("sub", [a, self.binary("mul", quotient, b)], shape, dtype)
-
-
-# ---- integer arithmetic: truncating division and its remainder, exact on int32 / int64 ----
-
-def _truncated(self: _Lowering, node, self_, other, result: str):
-    """Integers: a / b rounded toward zero ("quotient", torch.div(rounding_mode="trunc")) or the
-    remainder with the dividend's sign ("remainder", torch.fmod), from floor_div, never a float.
-
-    q = a // b and r = a - q * b (r has b's sign); where r != 0 and r's sign is not a's (a and b
-    have opposite signs), the truncated quotient is q + 1 and the remainder r - b.
-    """
-    shape, dtype = self.out(node)
-    if dtype not in ("int32", "int64"):
-        return self.decline(f"{str(node.target)} of {dtype} values (integers only: exact there)")
-    a, b = self.tensor(self_, dtype), self.tensor(other, dtype)
-    quotient = self.emit("floor_div", [a, b], shape, dtype)
-    remainder = self.emit("sub", [a, self.binary("mul", quotient, b)], shape, dtype)
-    zero = self.scalar(0, dtype)
-    signs_differ = self.emit("not_equal", [self.emit("less", [remainder, zero], shape, "bool"),
-                                           self.emit("less", [a, zero], self.shape(a), "bool")], shape, "bool")
-    off = self.emit("logical_and", [self.emit("not_equal", [remainder, zero], shape, "bool"), signs_differ], shape,
-                    "bool")
-    if result == "quotient":
-        return self.emit("add", [quotient, self.emit("where", [off, self.scalar(1, dtype), zero], shape, dtype)],
-                         shape, dtype)
-    return self.emit("sub", [remainder, self.emit("where", [off, b, zero], shape, dtype)], shape, dtype)
-
-
-def _fmod(self: _Lowering, node, self_, other):
-    return _truncated(self, node, self_, other, "remainder")
-
 
 def _cumsum(self: _Lowering, node, self_, dim, dtype=None):
     shape, dtype = self.out(node)  # the dtype argument is the output's (bool and ints sum as int64)
@@ -1828,8 +1974,6 @@ _LOWERINGS.update({
     "aten.floor_divide.default": _floor_divide,
     "aten.remainder.Scalar": _remainder,
     "aten.remainder.Tensor": _remainder,
-    "aten.fmod.Tensor": _fmod,
-    "aten.fmod.Scalar": _fmod,
     "aten.cumsum.default": _cumsum,
     "aten.gather.default": _gather,
     "aten.index_select.default": _index_select,
@@ -1842,6 +1986,101 @@ _LOWERINGS.update({
     "aten.index_put.default": _index_put,
 })
 _LOWERINGS.update(_RECURRENT_LOWERINGS)  # nn.LSTM, nn.GRU, nn.RNN
+
+
+# ---- audio: conv1d, group norm, CTC; any and all for the host's checks ----
+
+def _conv1d(self: _Lowering, node, input, weight, bias, stride, padding, dilation, transposed, groups):
+    """(N, C, L) convolved as (N, C, 1, L) by the 2-d kernel over a height of 1: the same sums."""
+    if transposed:
+        return self.decline("transposed 1-d convolution")
+    shape, dtype = self.out(node)  # (N, O, L')
+    x, w = self.tensor(input), self.tensor(weight)
+    x = self.reshape(x, self.shape(x)[:2] + (1,) + self.shape(x)[2:])
+    w = self.reshape(w, self.shape(w)[:2] + (1,) + self.shape(w)[2:])
+    pad = int(padding[0]) if isinstance(padding, (list, tuple)) else int(padding)
+    grouped = {"groups": int(groups)} if groups != 1 else {}
+    y = self.emit("conv2d", [x, w], shape[:2] + (1,) + shape[2:], dtype, strides=[1, int(stride[0])],
+                  padding=[[0, 0], [pad, pad]], dilations=[1, int(_pair(dilation)[0])], layout="NCHW",
+                  weight_layout="OIHW", **grouped)
+    y = self.reshape(y, shape)
+    if bias is None:
+        return y
+    b = self.tensor(bias)
+    return self.emit("add", [y, self.reshape(b, self.shape(b) + (1,))], shape, dtype)
+
+
+def _group_norm(self: _Lowering, node, input, weight, bias, N, C, HxW, group, eps):
+    """Each example's channels in ``group`` groups, each normalised over its channels and positions:
+    the layer norm of (N, group, C / group * HxW), then the per-channel scale and shift."""
+    shape, dtype = self.out(node, 0)
+    per_group = int(C) // int(group) * int(HxW)
+    x = self.reshape(self.tensor(input), (shape[0], int(group), per_group))
+    gamma = self.constant(np.ones(per_group), dtype, f"{node.name}.gamma")
+    beta = self.constant(np.zeros(per_group), dtype, f"{node.name}.beta")
+    y = self.emit("layer_norm", [x, gamma, beta], self.shape(x), dtype, axes=[2], eps=float(eps))
+    y = self.reshape(y, shape)
+    channels = (int(C),) + (1,) * (len(shape) - 2)
+    if weight is not None:
+        y = self.emit("mul", [y, self.reshape(self.tensor(weight), channels)], shape, dtype)
+    if bias is not None:
+        y = self.emit("add", [y, self.reshape(self.tensor(bias), channels)], shape, dtype)
+    return y, None, None
+
+
+def _ctc_loss(self: _Lowering, node, log_probs, targets, input_lengths, target_lengths, blank, reduction,
+              zero_infinity):
+    """The ctc_loss record reads its targets as targets[targets_mask]: labels.masked_select(mask) (the
+    targets transformers' Wav2Vec2 passes, whose size is the data's) is its labels and mask; padded (N, S)
+    targets are masked below each target length; concatenated ones whole."""
+    shape, dtype = self.out(node)
+    lengths = self.tensor(target_lengths)
+    if isinstance(targets, torch.fx.Node) and str(targets.target) == "aten.masked_select.default":
+        labels, mask = (self.tensor(arg) for arg in targets.args)
+        both = _broadcast(self.shape(labels), self.shape(mask))  # masked_select broadcasts its two
+        labels, mask = (v if self.shape(v) == both else self.emit("broadcast_to", [v], both, self.dtype(v),
+                                                                  shape=list(both)) for v in (labels, mask))
+    else:
+        labels = self.tensor(targets)
+        if len(self.shape(labels)) == 2:
+            positions = self.constant(np.arange(self.shape(labels)[1])[None], "int64", f"{node.name}.positions")
+            column = self.reshape(lengths, self.shape(lengths) + (1,))
+            mask = self.emit("less", [positions, column], self.shape(labels), "bool")
+        else:
+            mask = self.constant(np.ones(self.shape(labels), dtype=bool), "bool", f"{node.name}.mask")
+    return self.emit("ctc_loss", [self.tensor(log_probs), labels, self.tensor(input_lengths), lengths, mask],
+                     shape, dtype, blank=int(blank), reduction=reduction, zero_infinity=bool(zero_infinity))
+
+
+def _all_or_any(kind: str):
+    """all(x) and any(x) of a bool (or number) tensor, over dims or all: the count of true values
+    against the count of values (all) or 0 (any), in int64: exact."""
+    def lower(self: _Lowering, node, self_, dim=None, keepdim=False):
+        shape, _ = self.out(node)
+        x = self.tensor(self_)
+        rank = len(self.shape(x))
+        dims = [dim] if isinstance(dim, int) else dim
+        axes = _axes(dims, rank)
+        if self.dtype(x) != "bool":
+            x = self.emit("not_equal", [x, self.scalar(0, self.dtype(x))], self.shape(x), "bool")
+        count = self.reduce("reduce_sum", self.cast(x, "int64"), axes, bool(keepdim))
+        if kind == "all":
+            size = math.prod(self.shape(x)[a] for a in axes)
+            return self.emit("equal", [count, self.scalar(size, "int64")], shape, "bool")
+        return self.emit("greater", [count, self.scalar(0, "int64")], shape, "bool")
+    return lower
+
+
+_LOWERINGS.update({
+    "aten.native_group_norm.default": _group_norm,
+    "zoo_device.ctc_loss.default": _ctc_loss,
+    "aten.all.default": _all_or_any("all"),
+    "aten.all.dim": _all_or_any("all"),
+    "aten.all.dims": _all_or_any("all"),
+    "aten.any.default": _all_or_any("any"),
+    "aten.any.dim": _all_or_any("any"),
+    "aten.any.dims": _all_or_any("any"),
+})
 
 
 def _first_names(module: torch.nn.Module) -> dict[int, str]:
@@ -1872,7 +2111,7 @@ def _named_tensors(module: torch.nn.Module):
 
 def _prune(graph: Graph) -> None:
     """Drop nodes that reach neither the loss nor an output, then unused params/state/constants."""
-    live = {graph.loss, *graph.outputs.values()}
+    live = {graph.loss, *graph.outputs.values(), *(n.outputs[0] for n in graph.nodes if n.op == "host_check")}
     kept = []
     for node in reversed(graph.nodes):
         if any(out in live for out in node.outputs):

@@ -13,6 +13,7 @@ import numpy as np
 from device.dtypes import FLOATS, FORMATS, round_to
 from device.ops.arrays import unbroadcast
 from device.ops.record import ANY, OpRecord, Shape, free, reads_nothing, same_shape
+from zoo_base.errors import UserError
 
 
 def _identity_backward(saved, grads, attrs, needs):
@@ -219,4 +220,26 @@ RECORDS = (
     _layout("pad", "x padded, pads one [before, after] per axis; mode constant (with value, default 0), reflect "
             "(mirrored without the edge), symmetric (with it) or edge (the edge repeated)",
             ("pads", "value?", "mode?"), _pad_shape, _pad_forward, _pad_backward),
+)
+
+
+# ---- the host's checks on the data ----
+
+
+def _host_check_forward(inputs, attrs, ctx):
+    value = bool(np.asarray(inputs[0]).reshape(()))
+    if value != attrs["expected"]:
+        raise UserError(f"`{attrs['code']}` is {value} on this batch and was {attrs['expected']} on the batch the "
+                        "step was captured with: the device runs the branch it captured, so it refuses this batch "
+                        "(the host checks this condition on every batch)")
+    return [np.asarray(value)], None
+
+
+RECORDS += (
+    # an if or assert on a tensor in the step (`if labels.max() >= vocab: raise`, `assert (n > 0).all()`): the
+    # capture follows the branch the first batch takes, the host checks every batch takes it; no PEs
+    _layout("host_check", "bool(condition), which must be expected (the captured branch): a batch where it is not "
+            "is refused at the user's line, naming the condition (code)", ("expected", "code"),
+            lambda shapes, attrs: [()], _host_check_forward, None, inputs=("condition",),
+            dtype=lambda dtypes, attrs: ["bool"]),
 )

@@ -277,54 +277,6 @@ CASES = [
          lambda i: torch.where(F.one_hot(i, 4)[:, :3].bool(), 0.9, 0.05).double(), "on-off-out-of-range"),
 ]
 
-# ---- integer arithmetic (exact in the int dtype, no gradient) and ceil-mode pools ----
-
-_BIG = np.array([[2**62 + 3, -(2**62) - 5, 7], [-9, 2**53 + 1, 0]])  # beyond float64's 53 bits
-
-CASES += [
-    # a QA head's start and end positions: clamp(0, ignored_index) on int64
-    Case("clamp", [np.array([-3, 0, 5, 8, 11, 2**40 + 1])], {"min": 0, "max": 8}, lambda x: torch.clamp(x, 0, 8),
-         "int64-positions", rtol=0, atol=0),
-    Case("clamp", [np.array([2**62 + 3, 2**62, -(2**62) - 1, 5])], {"min": -(2**62), "max": 2**62 + 1},
-         lambda x: torch.clamp(x, -(2**62), 2**62 + 1), "int64-wide", rtol=0, atol=0),
-    Case("clamp", [np.array([[-(2**31), 2**31 - 1, 5]], np.int32)], {"max": 6},
-         lambda x: torch.clamp(x, max=6), "int32-max-only", rtol=0, atol=0),
-    Case("add", [_BIG, np.array([1, -1, 2**40])], {}, lambda a, b: a + b, "int64", rtol=0, atol=0),
-    Case("sub", [_BIG, np.array([1, -1, 2**40])], {}, lambda a, b: a - b, "int64", rtol=0, atol=0),
-    Case("mul", [_BIG // 8, np.array([3, -3, 2**20])], {}, lambda a, b: a * b, "int64", rtol=0, atol=0),
-    Case("maximum", [_BIG, np.array([5, -(2**62), 7])], {}, T("maximum"), "int64", rtol=0, atol=0),
-    Case("minimum", [_BIG, np.array([5, -(2**62), 7])], {}, T("minimum"), "int64", rtol=0, atol=0),
-    # 8x8, kernel 3, stride 2: 4 windows a side in ceil mode (3 without); the last starts at 6, inside
-    Case("max_pool2d", [randn(2, 3, 8, 8)], {"kernel": 3, "strides": 2, "padding": [[0, 0], [0, 0]], "layout": "NCHW",
-                                             "ceil_mode": True},
-         lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True), "ceil"),
-    # 7x7: ceil mode changes nothing (the windows end at the input's end)
-    Case("max_pool2d", [randn(2, 3, 7, 7)], {"kernel": 3, "strides": 2, "layout": "NCHW", "ceil_mode": True},
-         lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True), "ceil-same-size"),
-    # 6x7 padded 1, kernel 2, stride 2: height 4 (a window would start in the bottom padding: dropped),
-    # width 5 in ceil mode against 4
-    Case("max_pool2d", [randn(2, 3, 6, 7)], {"kernel": 2, "strides": 2, "padding": [[1, 1], [1, 1]], "layout": "NCHW",
-                                             "ceil_mode": True},
-         lambda x: F.max_pool2d(x, 2, 2, padding=1, ceil_mode=True), "ceil-padded"),
-    # GoogLeNet's 3x3 / 2 pools in NHWC too
-    Case("max_pool2d", [randn(2, 8, 6, 3)], {"kernel": 3, "strides": 2, "padding": [[0, 0], [0, 0]], "layout": "NHWC",
-                                             "ceil_mode": True},
-         lambda x: nhwc(F.max_pool2d(nchw(x), 3, 2, ceil_mode=True)), "ceil-nhwc"),
-    # the divisor counts the input and the explicit padding, never what the last window runs past
-    Case("avg_pool2d", [randn(2, 3, 8, 7)], {"kernel": 3, "strides": 2, "padding": [[1, 1], [1, 1]], "layout": "NCHW",
-                                             "ceil_mode": True},
-         lambda x: F.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True), "ceil-count-pad"),
-    Case("avg_pool2d", [randn(2, 3, 8, 7)], {"kernel": 3, "strides": 2, "padding": [[1, 1], [1, 1]], "layout": "NCHW",
-                                             "ceil_mode": True, "count_include_pad": False},
-         lambda x: F.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True, count_include_pad=False), "ceil-inputs-only"),
-    Case("avg_pool2d", [randn(2, 3, 8, 8)], {"kernel": 3, "strides": 2, "layout": "NCHW", "ceil_mode": True},
-         lambda x: F.avg_pool2d(x, 3, 2, ceil_mode=True), "ceil-unpadded"),
-    Case("avg_pool2d", [randn(2, 3, 7, 7)], {"kernel": 3, "strides": 2, "padding": [[1, 1], [1, 1]], "layout": "NCHW",
-                                             "ceil_mode": True},
-         lambda x: F.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True), "ceil-same-size"),
-]
-
-
 # ---- vision and losses ----
 
 
@@ -409,6 +361,54 @@ CASES += [
          lambda z, y: F.cross_entropy(z.permute(0, 2, 1), y, reduction="sum"), "sum-last-axis"),
 ]
 
+
+# ---- audio: CTC ----
+
+
+def _log_probs(steps, batch, classes):
+    """(T, N, C) log-probabilities, as a log_softmax gives them (torch's CTC gradient assumes one made them)."""
+    z = randn(steps, batch, classes) * 2
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def _ctc(**kw):
+    """F.ctc_loss of the record's inputs: the targets as torch takes them, targets[targets_mask]."""
+    return lambda lp, y, il, tl, mask: F.ctc_loss(lp, y[mask], il, tl, **kw)
+
+
+_CTC_PADDED = np.array([[1, 2, 2, 3], [3, 1, 0, 0], [2, 2, 2, 0]])  # repeated labels need a blank between
+_CTC_LENGTHS = np.array([4, 2, 3])
+_CTC_HF = np.array([[4, 4, -100, -100], [1, 2, 3, 1], [-100, 2, -100, 5]])  # -100 anywhere: masked_select
+
+CASES += [
+    # padded targets (N, S): the frontend's mask keeps each row's first target_lengths[n]
+    Case("ctc_loss", [_log_probs(9, 3, 5), _CTC_PADDED, np.array([9, 7, 6]), _CTC_LENGTHS,
+                      np.arange(4)[None] < _CTC_LENGTHS[:, None]],
+         {"blank": 0, "reduction": "mean"},
+         lambda lp, y, il, tl, mask: F.ctc_loss(lp, y, il, tl), "padded-mean"),
+    # concatenated targets, blank the last class, a target of length 0
+    Case("ctc_loss", [_log_probs(6, 3, 4), np.array([0, 1, 1, 2, 0]), np.array([6, 5, 3]), np.array([3, 0, 2]),
+                      np.ones(5, dtype=bool)],
+         {"blank": 3, "reduction": "sum"}, _ctc(blank=3, reduction="sum"), "concatenated-sum"),
+    # transformers' Wav2Vec2: labels.masked_select(labels != -100); an example too long for its input (3
+    # steps cannot hold 4, 4 with a blank between) is infinite, zeroed with its gradient
+    Case("ctc_loss", [_log_probs(7, 3, 6), _CTC_HF, np.array([2, 7, 5]), np.array([2, 4, 2]), _CTC_HF != -100],
+         {"blank": 0, "reduction": "none", "zero_infinity": True},
+         _ctc(reduction="none", zero_infinity=True), "masked-none-zero-infinity"),
+    Case("ctc_loss", [_log_probs(7, 3, 6), _CTC_HF, np.array([6, 7, 5]), np.array([2, 4, 2]), _CTC_HF != -100],
+         {"blank": 0, "reduction": "mean", "zero_infinity": True}, _ctc(zero_infinity=True), "masked-mean"),
+    # torch's mean divides by each target length but at least 1: an empty target's loss counts whole
+    Case("ctc_loss", [_log_probs(5, 2, 3), np.array([[2, 1], [0, 0]]), np.array([5, 4]), np.array([2, 0]),
+                      np.array([[True, True], [False, False]])],
+         {"blank": 0, "reduction": "mean"}, _ctc(), "mean-empty-target"),
+]
+
+# ---- the host's checks on the data ----
+
+CASES += [
+    Case("host_check", [np.array(False)], {"expected": False, "code": "if labels.max() >= vocab:"},
+         lambda condition: condition),
+]
 
 def _is_float(x):
     return np.issubdtype(np.asarray(x).dtype, np.floating)
@@ -1404,29 +1404,42 @@ def test_cross_entropy_loss_over_no_weight_is_a_nan_of_the_logits_dtype():
     assert np.isnan(y) and y.dtype == np.float32
 
 
-# ---- integer arithmetic: exact in the int dtype ----
+# ---- audio: CTC; the host's checks ----
 
-_INTEGER_CASES = [c for c in CASES if c.name.startswith(("int64", "int32")) and c.op != "cast"]
+
+@pytest.mark.parametrize("change, message", [
+    ({2: np.array([9, 7, 10])}, r"input_lengths in \[7, 10\], expected \[1, 9\]"),
+    ({2: np.array([9, 0, 6])}, r"input_lengths in \[0, 9\], expected \[1, 9\]"),
+    ({3: np.array([4, 2, -1])}, "target_lengths has a negative value"),
+    ({3: np.array([4, 2, 4]), 4: np.ones((3, 4), dtype=bool)}, "target_lengths add up to 10 labels, the targets hold 12"),
+    ({3: np.array([4, 2, 5])}, "target_lengths add up to 11 labels, the targets hold 10"),  # a target past its row
+    ({1: _CTC_PADDED + 2}, r"targets out of range: values in \[3, 5\], expected \[0, 5\)"),
+])
+def test_ctc_refuses_lengths_and_labels_torch_refuses(change, message):
+    inputs = [_log_probs(9, 3, 5), _CTC_PADDED, np.array([9, 7, 6]), _CTC_LENGTHS,
+              np.arange(4)[None] < _CTC_LENGTHS[:, None]]
+    for index, value in change.items():
+        inputs[index] = value
+    if 3 in change and 4 not in change:  # the frontend's mask follows the lengths
+        inputs[4] = np.arange(4)[None] < np.asarray(change[3])[:, None]
+    with pytest.raises(UserError, match=message):
+        OPS["ctc_loss"].forward(inputs, {"blank": 0, "reduction": "mean"}, KernelContext())
 
 
 @needs_torch
-@pytest.mark.parametrize("case", _INTEGER_CASES, ids=[c.id for c in _INTEGER_CASES])
-def test_integer_arithmetic_is_exact_beyond_float_precision(case):
-    # assert_allclose compares in float64, which cannot tell 2 ** 62 + 3 from 2 ** 62: compared bit for bit
-    outputs, grads, _ = _run(case)
-    expected = case.reference(*[torch.tensor(x) for x in case.inputs])
-    assert outputs[0].dtype == np.asarray(case.inputs[0]).dtype
-    np.testing.assert_array_equal(outputs[0], expected.numpy())
-    assert grads is None  # integers carry no gradient
+def test_ctc_of_an_impossible_alignment_is_infinite_without_zero_infinity_as_torch():
+    # 2 steps cannot hold the labels 1, 1 (a blank must part them)
+    log_probs = _log_probs(2, 1, 3)
+    inputs = [log_probs, np.array([[1, 1]]), np.array([2]), np.array([2]), np.ones((1, 2), dtype=bool)]
+    (loss,), saved = OPS["ctc_loss"].forward(inputs, {"blank": 0, "reduction": "sum"}, KernelContext())
+    expected = F.ctc_loss(torch.tensor(log_probs), torch.tensor([[1, 1]]), [2], [2], reduction="sum")
+    assert np.isposinf(loss) and torch.isinf(expected)
 
 
-def test_clamp_of_integers_takes_integer_bounds_and_a_bound_beyond_the_dtype_clamps_nothing():
-    x = np.array([-(2**31), 5, 2**31 - 1], np.int32)
-    (y,), _ = OPS["clamp"].forward([x], {"min": -(2**40), "max": 2**40}, KernelContext())
-    assert y.dtype == np.int32
-    np.testing.assert_array_equal(y, x)
-    (y,), _ = OPS["clamp"].forward([x], {"min": 4.0}, KernelContext())  # an integral float bound is its integer
-    np.testing.assert_array_equal(y, [4, 5, 2**31 - 1])
-    with pytest.raises(UserError) as error:
-        OPS["clamp"].forward([x], {"max": 2.5}, KernelContext())
-    assert str(error.value) == "clamp of int32 values takes integer bounds, got 2.5"
+def test_a_host_check_passes_the_captured_value_and_refuses_the_other():
+    attrs = {"expected": True, "code": "assert (lengths > 0).all()"}
+    (y,), _ = OPS["host_check"].forward([np.array(True)], attrs, KernelContext())
+    assert y.dtype == bool and bool(y)
+    with pytest.raises(UserError, match=r"^`assert \(lengths > 0\).all\(\)` is False on this batch and was True "
+                                        "on the batch the step was captured with"):
+        OPS["host_check"].forward([np.array([False])], attrs, KernelContext())
