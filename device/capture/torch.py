@@ -869,6 +869,8 @@ def _elementwise(op: str, swap: bool = False):
 def _div(self: _Lowering, node, self_, other, rounding_mode=None, **_):
     if rounding_mode == "floor":
         return _floor_divide(self, node, self_, other)
+    if rounding_mode == "trunc" and self.out(node)[1] in ("int32", "int64"):
+        return _truncated(self, node, self_, other, "quotient")
     if rounding_mode is not None:
         return self.decline(f"rounding_mode={rounding_mode!r} (only None and 'floor')")
     return _elementwise("div")(self, node, self_, other)
@@ -923,15 +925,18 @@ def _clamp(self: _Lowering, node, self_, min=None, max=None, **_):
     x = self.tensor(self_, dtype)
     bounds = [b for b in (min, max) if b is not None]
     if bounds and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds):
-        # one clamp node: its gradient is torch's on the bounds too (maximum's would split a tie)
-        attrs = {k: float(v) for k, v in (("min", min), ("max", max)) if v is not None}
+        # one clamp node: its gradient is torch's on the bounds too (maximum's would split a tie);
+        # integer values (a QA head's start and end positions) keep integer bounds: exact, no float
+        number = int if dtype in ("int32", "int64") else float
+        attrs = {k: number(v) for k, v in (("min", min), ("max", max)) if v is not None}
         return self.emit("clamp", [x], self.shape(x), dtype, **attrs)
-    if min is not None:
-        x = self.binary("maximum", x, self.tensor(min, dtype))
-    if max is not None:
-        # min(x, m) == -max(-x, -m)
-        negated = self.binary("maximum", self.emit("neg", [x], self.shape(x), dtype), self.tensor(-max, dtype))
-        x = self.emit("neg", [negated], self.shape(negated), dtype)
+    # tensor bounds (aten.clamp.Tensor): selects, as torch's clamp_backward: x keeps the gradient
+    # where min <= x <= max, a bound takes it where it won; exact on integers
+    for bound, beyond in ((min, "less"), (max, "greater")):
+        if bound is not None:
+            b = self.tensor(bound, dtype)
+            shape = _broadcast(self.shape(x), self.shape(b))
+            x = self.emit("where", [self.emit(beyond, [x, b], shape, "bool"), b, x], shape, dtype)
     return x
 
 
@@ -940,11 +945,9 @@ def _hardtanh(self: _Lowering, node, self_, min_val=-1, max_val=1):
 
 
 def _minimum(self: _Lowering, node, self_, other):
+    # its own record (not -max(-a, -b), which overflows at an integer dtype's smallest value)
     shape, dtype = self.out(node)
-    a, b = self.tensor(self_, dtype), self.tensor(other, dtype)
-    # min(a, b) == -max(-a, -b)
-    negated = [self.emit("neg", [x], self.shape(x), dtype) for x in (a, b)]
-    return self.emit("neg", [self.binary("maximum", *negated)], shape, dtype)
+    return self.emit("minimum", [self.tensor(self_, dtype), self.tensor(other, dtype)], shape, dtype)
 
 
 def _pow(self: _Lowering, node, self_, exponent):
@@ -1276,26 +1279,28 @@ def _convolution(self: _Lowering, node, input, weight, bias, stride, padding, di
 def _max_pool(self: _Lowering, node, self_, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     if _pair(dilation) != [1, 1]:
         return self.decline(f"dilation={dilation}")
-    if ceil_mode:
-        return self.decline("ceil_mode=True")
     shape, dtype = self.out(node, 0)
     pad = _pair(padding)
+    ceil = {"ceil_mode": True} if ceil_mode else {}  # GoogLeNet's pools: the output size rounds up
     y = self.emit("max_pool2d", [self.tensor(self_)], shape, dtype, kernel=_pair(kernel_size),
-                  strides=_pair(stride, kernel_size), padding=[[pad[0], pad[0]], [pad[1], pad[1]]], layout="NCHW")
+                  strides=_pair(stride, kernel_size), padding=[[pad[0], pad[0]], [pad[1], pad[1]]], layout="NCHW",
+                  **ceil)
     return y, None
 
 
 def _avg_pool(self: _Lowering, node, self_, kernel_size, stride=(), padding=0, ceil_mode=False,
               count_include_pad=True, divisor_override=None):
     pad = _pair(padding)
-    if pad != [0, 0] and not count_include_pad:
-        return self.decline("count_include_pad=False with padding")
-    if ceil_mode or divisor_override is not None:
-        return self.decline("ceil_mode or divisor_override")
+    if divisor_override is not None:
+        return self.decline("divisor_override")
     shape, dtype = self.out(node)
-    # explicit padding: the kernel divides by the whole window, zeros included (torch's default)
+    # explicit padding: the kernel divides by the whole window, zeros included (torch's default), or
+    # with count_include_pad=False by its input pixels; in ceil_mode never by what runs past the padding
+    count = {} if count_include_pad or pad == [0, 0] else {"count_include_pad": False}
+    ceil = {"ceil_mode": True} if ceil_mode else {}
     return self.emit("avg_pool2d", [self.tensor(self_)], shape, dtype, kernel=_pair(kernel_size),
-                     strides=_pair(stride, kernel_size), padding=[[pad[0], pad[0]], [pad[1], pad[1]]], layout="NCHW")
+                     strides=_pair(stride, kernel_size), padding=[[pad[0], pad[0]], [pad[1], pad[1]]], layout="NCHW",
+                     **count, **ceil)
 
 
 def _embedding(self: _Lowering, node, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
@@ -1558,6 +1563,10 @@ _LOWERINGS: dict[str, Callable] = {
     "aten.leaky_relu.default": _leaky_relu,
     "aten.clamp.default": _clamp,
     "aten.clamp_min.default": _clamp,
+    "aten.clamp_max.default": _clamp,
+    "aten.clamp.Tensor": _clamp,
+    "aten.clamp_min.Tensor": _clamp,
+    "aten.clamp_max.Tensor": _clamp,
     "aten.hardtanh.default": _hardtanh,
     "aten.dropout.default": _dropout,
     "aten.native_dropout.default": _dropout,
@@ -1734,6 +1743,37 @@ def _remainder(self: _Lowering, node, self_, other):
     else:
         quotient = self.emit("floor", [self.binary("div", a, b)], shape, dtype)
     return self.emit("sub", [a, self.binary("mul", quotient, b)], shape, dtype)
+
+
+# ---- integer arithmetic: truncating division and its remainder, exact on int32 / int64 ----
+
+def _truncated(self: _Lowering, node, self_, other, result: str):
+    """Integers: a / b rounded toward zero ("quotient", torch.div(rounding_mode="trunc")) or the
+    remainder with the dividend's sign ("remainder", torch.fmod), from floor_div, never a float.
+
+    q = a // b and r = a - q * b (r has b's sign); where r != 0 and r's sign is not a's (a and b
+    have opposite signs), the truncated quotient is q + 1 and the remainder r - b.
+    """
+    shape, dtype = self.out(node)
+    if dtype not in ("int32", "int64"):
+        return self.decline(f"{str(node.target)} of {dtype} values (integers only: exact there)")
+    a, b = self.tensor(self_, dtype), self.tensor(other, dtype)
+    quotient = self.emit("floor_div", [a, b], shape, dtype)
+    remainder = self.emit("sub", [a, self.binary("mul", quotient, b)], shape, dtype)
+    zero = self.scalar(0, dtype)
+    signs_differ = self.emit("not_equal", [self.emit("less", [remainder, zero], shape, "bool"),
+                                           self.emit("less", [a, zero], self.shape(a), "bool")], shape, "bool")
+    off = self.emit("logical_and", [self.emit("not_equal", [remainder, zero], shape, "bool"), signs_differ], shape,
+                    "bool")
+    if result == "quotient":
+        return self.emit("add", [quotient, self.emit("where", [off, self.scalar(1, dtype), zero], shape, dtype)],
+                         shape, dtype)
+    return self.emit("sub", [remainder, self.emit("where", [off, b, zero], shape, dtype)], shape, dtype)
+
+
+def _fmod(self: _Lowering, node, self_, other):
+    return _truncated(self, node, self_, other, "remainder")
+
 
 def _cumsum(self: _Lowering, node, self_, dim, dtype=None):
     shape, dtype = self.out(node)  # the dtype argument is the output's (bool and ints sum as int64)
@@ -1974,6 +2014,8 @@ _LOWERINGS.update({
     "aten.floor_divide.default": _floor_divide,
     "aten.remainder.Scalar": _remainder,
     "aten.remainder.Tensor": _remainder,
+    "aten.fmod.Tensor": _fmod,
+    "aten.fmod.Scalar": _fmod,
     "aten.cumsum.default": _cumsum,
     "aten.gather.default": _gather,
     "aten.index_select.default": _index_select,

@@ -7,7 +7,8 @@ import math
 import numpy as np
 
 from device.ops.arrays import erfc, select_or_zero, unary
-from device.ops.record import FLOAT, OpRecord, per_element, reads_nothing, same_shape
+from device.ops.record import FLOAT, NUMBERS, OpRecord, per_element, reads_nothing, same_shape
+from zoo_base.errors import UserError
 
 _SELU_ALPHA = 1.6732632423543772848170429916717  # torch.nn.SELU's constants
 _SELU_SCALE = 1.0507009873554804934193349852946
@@ -34,14 +35,27 @@ def _relu_backward(saved, grads, attrs, needs):
     return [select_or_zero(saved > 0, g)]
 
 
+def _clamp_bound(x, bound):
+    """A bound in x's dtype. An integer x (a span's start and end positions, clamped before a loss with
+    ignore_index) takes integer bounds and stays in its integer dtype: exact beyond 2 ** 24 (float32's
+    mantissa) and 2 ** 53 (float64's), never a round trip through a float. A bound beyond the integer
+    dtype's range clamps nothing on its side."""
+    if not np.issubdtype(x.dtype, np.integer):
+        return x.dtype.type(bound)
+    if not float(bound).is_integer():
+        raise UserError(f"clamp of {x.dtype} values takes integer bounds, got {bound!r}")
+    info = np.iinfo(x.dtype)
+    return x.dtype.type(max(int(info.min), min(int(info.max), int(bound))))
+
+
 def _clamp_forward(inputs, attrs, ctx):
     x = inputs[0]
     low, high = attrs.get("min"), attrs.get("max")
     y = x
     if low is not None:
-        y = np.maximum(y, x.dtype.type(low))
+        y = np.maximum(y, _clamp_bound(x, low))
     if high is not None:
-        y = np.minimum(y, x.dtype.type(high))
+        y = np.minimum(y, _clamp_bound(x, high))
     return [y], x
 
 
@@ -114,18 +128,19 @@ def _softplus_backward(saved, grads, attrs, needs):
     return [grads[0] * slope]
 
 
-def _activation(name: str, summary: str, kernel: dict, flops: int, attrs=()) -> OpRecord:
+def _activation(name: str, summary: str, kernel: dict, flops: int, attrs=(), dtypes=FLOAT) -> OpRecord:
     # flops per element: a short polynomial or exp evaluation
-    return OpRecord(name, summary, ("x",), attrs, "activation", (FLOAT,), same_shape, cost=per_element(flops),
+    return OpRecord(name, summary, ("x",), attrs, "activation", (dtypes,), same_shape, cost=per_element(flops),
                     **kernel)
 
 
 RECORDS = (
     _activation("relu", "max(x, 0); the gradient is selected, not multiplied (an inf or NaN stays out)",
                 {"forward": _relu_forward, "backward": _relu_backward}, 1),
+    # integers too: Hugging Face's question-answering heads clamp the start and end positions
     _activation("clamp", "x limited to [min, max] (either optional); the gradient passes strictly inside (torch's "
-                "clamp, hardtanh and ReLU6, TF's Relu6)",
-                {"forward": _clamp_forward, "backward": _clamp_backward}, 2, attrs=("min?", "max?")),
+                "clamp, hardtanh and ReLU6, TF's Relu6); ints: integer bounds, exact in the int dtype, no gradient",
+                {"forward": _clamp_forward, "backward": _clamp_backward}, 2, attrs=("min?", "max?"), dtypes=NUMBERS),
     _activation("tanh", "hyperbolic tangent", unary(lambda x, at: np.tanh(x), lambda x, y, at: 1 - y * y), 4),
     _activation("sigmoid", "1 / (1 + e ** -x)", unary(_sigmoid, lambda x, y, at: y * (1 - y)), 4),
     # elu/selu as torch: alpha * expm1(x) below zero, derivative alpha * exp(x) for x <= 0

@@ -79,11 +79,34 @@ def _conv2d_backward(saved, grads, attrs, needs):
     return [dx, dw]
 
 
+def _ceil_pads(x_hw, pads, kernel, strides) -> tuple:
+    """The padding of a pool in ceil_mode (torch's, GoogLeNet's): the output size rounds up, so a last
+    window may run past the input's end, as long as it starts inside the input or its left padding
+    (torch's rule: the last start (out - 1) * stride < size + left pad); what it runs past is extra
+    padding at the end (bottom, right), which max never picks and a mean never counts."""
+    result = []
+    for n, (before, after), k, s in zip(x_hw, pads, kernel, strides):
+        if n is None:
+            result.append((before, after))
+            continue
+        out = -(-(n + before + after - k) // s) + 1  # ceil((n + pads - k) / s) + 1
+        if (out - 1) * s >= n + before:  # the last window would start in the right padding
+            out -= 1
+        result.append((before, max(after, (out - 1) * s + k - n - before)))
+    return tuple(result)
+
+
+def _pool_pads(x_hw, attrs, kernel, strides) -> tuple:
+    """((top, bottom), (left, right)) of a pool: its padding attribute, extended at the end in ceil_mode."""
+    pads = padding_pairs(attrs.get("padding", "VALID"), x_hw, kernel, strides, (1, 1))
+    return _ceil_pads(x_hw, pads, kernel, strides) if attrs.get("ceil_mode", False) else pads
+
+
 def _pool_setup(x, attrs, fill):
     """Padded NHWC windows of a pooling op: (windows, padded shape, pads, strides)."""
     kernel = pair(attrs["kernel"])
     strides = pair(attrs.get("strides") or kernel)
-    pads = padding_pairs(attrs.get("padding", "VALID"), x.shape[1:3], kernel, strides, (1, 1))
+    pads = _pool_pads(x.shape[1:3], attrs, kernel, strides)
     xp = np.pad(x, ((0, 0), pads[0], pads[1], (0, 0)), constant_values=fill)
     return windows(xp, kernel, strides, (1, 1)), xp.shape, pads, strides
 
@@ -115,12 +138,20 @@ def _avg_pool_count(x_hw, attrs, pads, strides, dtype):
 
     "SAME" averages over the input pixels only (TensorFlow); explicit padding counts the
     zeros (torch's default count_include_pad=True); an attr count_include_pad overrides.
+    ceil_mode's extra padding at the end (``pads`` holds it) is never counted: torch divides a
+    window that runs past the padded input by its part inside it.
     """
     kernel = pair(attrs["kernel"])
     padding = attrs.get("padding", "VALID")
-    if attrs.get("count_include_pad", not isinstance(padding, str)):
+    explicit = padding_pairs(padding, x_hw, kernel, strides, (1, 1))
+    include_pad = attrs.get("count_include_pad", not isinstance(padding, str))
+    if include_pad and tuple(explicit) == tuple(pads):
         return float(kernel[0] * kernel[1])
-    ones = np.pad(np.ones((1, *x_hw, 1), dtype=dtype), ((0, 0), pads[0], pads[1], (0, 0)))
+    # 1 where the divisor counts (the input, and the explicit padding with include_pad), 0 elsewhere
+    counted = explicit if include_pad else ((0, 0), (0, 0))
+    ones = np.pad(np.ones((1, *x_hw, 1), dtype=dtype), ((0, 0), *counted, (0, 0)), constant_values=1)
+    rest = [(p[0] - c[0], p[1] - c[1]) for p, c in zip(pads, counted)]
+    ones = np.pad(ones, ((0, 0), *rest, (0, 0)))
     return windows(ones, kernel, strides, (1, 1)).sum(axis=(3, 4))  # (1, Ho, Wo, 1)
 
 
@@ -188,7 +219,13 @@ def _pool_shape(shapes: list[Shape], attrs: dict) -> list[Shape]:
     layout = attrs.get("layout", "NCHW")
     channels = _spatial(shapes[0], layout)[3]
     kernel = pair(attrs["kernel"])
-    return [_output_shape(shapes[0], channels, kernel, attrs, pair(attrs.get("strides") or kernel), (1, 1))]
+    strides = pair(attrs.get("strides") or kernel)
+    padding = attrs.get("padding", "VALID")
+    if attrs.get("ceil_mode", False) and not (isinstance(padding, str) and padding.upper() == "SAME"):
+        # the windows over the padding _ceil_pads extends (an unknown size stays unknown)
+        _, h, w, _ = _spatial(shapes[0], layout)
+        attrs = dict(attrs, padding=[list(p) for p in _pool_pads((h, w), attrs, kernel, strides)])
+    return [_output_shape(shapes[0], channels, kernel, attrs, strides, (1, 1))]
 
 
 def _pool_cost(work: Work) -> tuple[float, float]:
@@ -198,7 +235,8 @@ def _pool_cost(work: Work) -> tuple[float, float]:
     return float(work.out * kh * kw), work.moved
 
 
-_POOL_ATTRS = ("kernel", "strides?", "padding?", "layout?")
+# ceil_mode (optional, torch's): the output size rounds up (_ceil_pads)
+_POOL_ATTRS = ("kernel", "strides?", "padding?", "layout?", "ceil_mode?")
 
 
 # ---- transposed convolution, resizing (vision and losses) ----

@@ -712,3 +712,41 @@ def test_v1_where_with_a_vector_condition_picks_rows_as_tf(built_graphs):
     tf_loss, tf_grads = b.run([b.loss, b.grads], x, y)
     _close(loss, tf_loss, 1e-5)
     _close_grads(grads, b.variables, tf_grads, 1e-5)
+
+
+# ---------------------------------------------- integer arithmetic: exact on int64, as TF's
+
+_DIVISOR = np.array([[3, 7, -2], [2, -5, 2**61 - 1]], np.int64)  # signs unlike x's, but for one: trunc is not floor
+
+
+def integer_fn(x, y):  # x: (2, 3) int64 beyond float64's 53 bits; y: (2,) span positions, some beyond the span
+    """A question-answering head's clamp of its span positions (tf.clip_by_value on integers) before its
+    loss, and TF's integer arithmetic (each result an output, compared bit for bit)."""
+    divisor = tf.constant(_DIVISOR)
+    logits = layers.Dense(6)(tf.cast(tf.math.floormod(x, 7), tf.float32))  # (B, 6): a score per position
+    positions = tf.clip_by_value(y, 0, 5)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=positions, logits=logits))
+    return loss, {"positions": positions, "clip": tf.clip_by_value(x, -(2**62), 2**62 + 1),
+                  "minimum": tf.minimum(x, divisor), "maximum": tf.maximum(x, divisor), "floordiv": x // divisor,
+                  "floormod": tf.math.floormod(x, divisor), "truncatediv": tf.truncatediv(x, divisor),
+                  "truncatemod": tf.truncatemod(x, divisor), "arithmetic": (x // 4) * 3 - divisor + 1}
+
+
+def test_integer_arithmetic_is_exact_and_clipped_positions_train_as_in_tf(built_graphs):
+    b = built_graphs(integer_fn, (2, 3), x_dtype=tf.int64)
+    graph = b.capture()
+    assert {n.op for n in graph.nodes} <= set(OPS)
+    assert validate(graph, mode="train", profile=None).ok
+    x = np.array([[2**62 + 3, -(2**62) - 5, 7], [-9, 2**53 + 1, -(2**63)]], np.int64)
+    y = np.array([9, -2], np.int32)
+    program = Program(graph, capture_tf.read_weights(b.session, graph))
+    outputs = program.eval_step([x, y])
+    expected = b.run(b.outputs, x, y)
+    for name, value in expected.items():  # bit for bit: no float in between
+        assert outputs[name].dtype == value.dtype, name
+        np.testing.assert_array_equal(outputs[name], value, err_msg=name)
+    np.testing.assert_array_equal(outputs["positions"], [5, 0])
+    loss, grads = program.gradients([x, y])
+    tf_loss, tf_grads = b.run([b.loss, b.grads], x, y)
+    _close(loss, tf_loss, 1e-5)
+    _close_grads(grads, b.variables, tf_grads, 1e-5)

@@ -860,3 +860,52 @@ def test_a_model_that_autocasts_itself_is_costed_at_the_16_bit_rate_where_it_cas
     assert per_pe(cast_cost) == pytest.approx(per_pe(plain_cost) / 2)
     assert per_pe(rows[True]["dense_1"][1]) == pytest.approx(per_pe(rows[False]["dense_1"][1]))
     assert "casts to bfloat16 itself" in warnings[True] and "casts" not in warnings[False]
+
+
+# ---------------------------------------------- integer arithmetic: exact on int64, as torch's
+
+class IntegerArithmetic(nn.Module):
+    """A question-answering head's clamp of its span positions before a cross entropy whose
+    ignore_index is the sequence length (Hugging Face's ``start_positions.clamp(0, ignored_index)``),
+    and integer arithmetic on values beyond float64's 53 bits, each result an output."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 6)
+
+    def forward(self, x, positions, big, divisor):  # x: (B, 4); positions: (B,); big, divisor: (B, 3) int64
+        logits = self.fc(x)  # (B, 6): a score per position
+        ignored = logits.shape[1]
+        clamped = positions.clamp(0, ignored)  # beyond the span: the ignored index
+        loss = F.cross_entropy(logits, clamped, ignore_index=ignored)
+        return loss, {"clamped": clamped, "clamp_max": big.clamp(max=2**62 + 1), "clamp_min": big.clamp_min(-(2**62)),
+                      "clamp_tensors": torch.clamp(big, divisor, divisor * 3), "minimum": torch.minimum(big, divisor),
+                      "maximum": torch.maximum(big, divisor), "floor_div": big // divisor, "remainder": big % divisor,
+                      "fmod": torch.fmod(big, divisor), "trunc": torch.div(big, divisor, rounding_mode="trunc"),
+                      "arithmetic": (big // 4) * 3 - divisor + 1}
+
+
+def integer_batch():
+    big = torch.tensor([[2**62 + 3, -(2**62) - 5, 7], [-9, 2**53 + 1, -(2**63)]])  # int64's smallest too
+    divisor = torch.tensor([[3, 7, -2], [2, -5, 2**61 - 1]])  # signs unlike big's, but for one: trunc is not floor
+    return [torch.randn(2, 4, generator=torch.Generator().manual_seed(5)), torch.tensor([9, -2]), big, divisor]
+
+
+def test_integer_arithmetic_is_exact_and_a_clamped_label_trains_as_in_torch():
+    from device.runtime.program import Program
+
+    torch.manual_seed(0)
+    model = IntegerArithmetic()
+    batch = integer_batch()
+    graph = capture(lambda b: model(*b), model, batch)
+    assert unsupported(graph) == []
+    assert validate(graph, mode="train", profile=None).ok
+    (clamp,) = [n for n in graph.nodes if n.op == "clamp" and n.inputs == [graph.inputs[1]]]
+    assert clamp.attrs == {"min": 0, "max": 6} and graph.values[clamp.outputs[0]].dtype == "int64"
+    outputs = Program(graph, weights_of(model, graph)).eval_step([t.numpy() for t in batch])
+    _, expected = model(*batch)
+    for name, value in expected.items():  # bit for bit: no float in between
+        assert outputs[name].dtype == np.int64, name
+        np.testing.assert_array_equal(outputs[name], value.numpy(), err_msg=name)
+    np.testing.assert_array_equal(outputs["clamped"], [6, 0])
+    assert_matches_torch(graph, model, lambda b: model(*b)[0], batch)

@@ -241,3 +241,35 @@ def test_in_place_dropout_and_stochastic_depth_draw_device_masks():
     np.testing.assert_allclose(y[kept], (plain / 0.375)[kept], rtol=1e-5, atol=1e-6 * np.abs(plain).max())
     rows_dropped = ~kept.any(axis=1)  # stochastic depth ("row"): whole examples
     assert 0 < rows_dropped.sum() < 64 and 0.5 < kept[~rows_dropped].mean() < 0.95
+
+
+class CeilPools(nn.Module):
+    """GoogLeNet's pools: max_pool2d and avg_pool2d in ceil_mode, where it changes the output size and
+    where it does not; avg_pool2d padded, counting the padding and not."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.head = nn.Linear(4 * 3 * 3, 3)
+
+    def forward(self, x, labels):  # x: (N, 3, 10, 10)
+        y = F.relu(self.conv(x))  # (N, 4, 10, 10)
+        a = F.max_pool2d(y, 3, 2, ceil_mode=True)  # (N, 4, 5, 5); 4 x 4 without ceil_mode
+        b = F.avg_pool2d(y, 3, 2, padding=1, ceil_mode=True)  # (N, 4, 6, 6); 5 x 5 without
+        c = F.avg_pool2d(y, 3, 2, padding=1, ceil_mode=True, count_include_pad=False)  # (N, 4, 6, 6)
+        d = F.max_pool2d(a, 2, 2, ceil_mode=True)  # (N, 4, 3, 3); 2 x 2 without
+        e = F.avg_pool2d(y[..., :9, :9], 3, 2, ceil_mode=True)  # (N, 4, 4, 4) either way
+        return F.cross_entropy(self.head(d.flatten(1)), labels) + (b * c).mean() + e.square().mean() + a.mean()
+
+
+def test_ceil_mode_pools_give_torchs_sizes_values_and_gradients():
+    torch.manual_seed(4)
+    model = CeilPools()
+    batch = [torch.randn(2, 3, 10, 10), torch.tensor([0, 2])]
+    graph, loss, grads, expected_loss, expected_grads = emulator_and_torch(model, lambda b: model(*b), batch)
+    assert validate(graph, mode="train", profile=None).ok
+    pools = [n for n in graph.nodes if n.op in ("max_pool2d", "avg_pool2d")]
+    assert [graph.values[n.outputs[0]].shape[2:] for n in pools] == [(5, 5), (6, 6), (6, 6), (3, 3), (4, 4)]
+    assert all(n.attrs["ceil_mode"] for n in pools)
+    assert [n.attrs.get("count_include_pad", True) for n in pools] == [True, True, False, True, True]
+    assert_matches(loss, grads, expected_loss, expected_grads)

@@ -277,6 +277,54 @@ CASES = [
          lambda i: torch.where(F.one_hot(i, 4)[:, :3].bool(), 0.9, 0.05).double(), "on-off-out-of-range"),
 ]
 
+# ---- integer arithmetic (exact in the int dtype, no gradient) and ceil-mode pools ----
+
+_BIG = np.array([[2**62 + 3, -(2**62) - 5, 7], [-9, 2**53 + 1, 0]])  # beyond float64's 53 bits
+
+CASES += [
+    # a QA head's start and end positions: clamp(0, ignored_index) on int64
+    Case("clamp", [np.array([-3, 0, 5, 8, 11, 2**40 + 1])], {"min": 0, "max": 8}, lambda x: torch.clamp(x, 0, 8),
+         "int64-positions", rtol=0, atol=0),
+    Case("clamp", [np.array([2**62 + 3, 2**62, -(2**62) - 1, 5])], {"min": -(2**62), "max": 2**62 + 1},
+         lambda x: torch.clamp(x, -(2**62), 2**62 + 1), "int64-wide", rtol=0, atol=0),
+    Case("clamp", [np.array([[-(2**31), 2**31 - 1, 5]], np.int32)], {"max": 6},
+         lambda x: torch.clamp(x, max=6), "int32-max-only", rtol=0, atol=0),
+    Case("add", [_BIG, np.array([1, -1, 2**40])], {}, lambda a, b: a + b, "int64", rtol=0, atol=0),
+    Case("sub", [_BIG, np.array([1, -1, 2**40])], {}, lambda a, b: a - b, "int64", rtol=0, atol=0),
+    Case("mul", [_BIG // 8, np.array([3, -3, 2**20])], {}, lambda a, b: a * b, "int64", rtol=0, atol=0),
+    Case("maximum", [_BIG, np.array([5, -(2**62), 7])], {}, T("maximum"), "int64", rtol=0, atol=0),
+    Case("minimum", [_BIG, np.array([5, -(2**62), 7])], {}, T("minimum"), "int64", rtol=0, atol=0),
+    # 8x8, kernel 3, stride 2: 4 windows a side in ceil mode (3 without); the last starts at 6, inside
+    Case("max_pool2d", [randn(2, 3, 8, 8)], {"kernel": 3, "strides": 2, "padding": [[0, 0], [0, 0]], "layout": "NCHW",
+                                             "ceil_mode": True},
+         lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True), "ceil"),
+    # 7x7: ceil mode changes nothing (the windows end at the input's end)
+    Case("max_pool2d", [randn(2, 3, 7, 7)], {"kernel": 3, "strides": 2, "layout": "NCHW", "ceil_mode": True},
+         lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True), "ceil-same-size"),
+    # 6x7 padded 1, kernel 2, stride 2: height 4 (a window would start in the bottom padding: dropped),
+    # width 5 in ceil mode against 4
+    Case("max_pool2d", [randn(2, 3, 6, 7)], {"kernel": 2, "strides": 2, "padding": [[1, 1], [1, 1]], "layout": "NCHW",
+                                             "ceil_mode": True},
+         lambda x: F.max_pool2d(x, 2, 2, padding=1, ceil_mode=True), "ceil-padded"),
+    # GoogLeNet's 3x3 / 2 pools in NHWC too
+    Case("max_pool2d", [randn(2, 8, 6, 3)], {"kernel": 3, "strides": 2, "padding": [[0, 0], [0, 0]], "layout": "NHWC",
+                                             "ceil_mode": True},
+         lambda x: nhwc(F.max_pool2d(nchw(x), 3, 2, ceil_mode=True)), "ceil-nhwc"),
+    # the divisor counts the input and the explicit padding, never what the last window runs past
+    Case("avg_pool2d", [randn(2, 3, 8, 7)], {"kernel": 3, "strides": 2, "padding": [[1, 1], [1, 1]], "layout": "NCHW",
+                                             "ceil_mode": True},
+         lambda x: F.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True), "ceil-count-pad"),
+    Case("avg_pool2d", [randn(2, 3, 8, 7)], {"kernel": 3, "strides": 2, "padding": [[1, 1], [1, 1]], "layout": "NCHW",
+                                             "ceil_mode": True, "count_include_pad": False},
+         lambda x: F.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True, count_include_pad=False), "ceil-inputs-only"),
+    Case("avg_pool2d", [randn(2, 3, 8, 8)], {"kernel": 3, "strides": 2, "layout": "NCHW", "ceil_mode": True},
+         lambda x: F.avg_pool2d(x, 3, 2, ceil_mode=True), "ceil-unpadded"),
+    Case("avg_pool2d", [randn(2, 3, 7, 7)], {"kernel": 3, "strides": 2, "padding": [[1, 1], [1, 1]], "layout": "NCHW",
+                                             "ceil_mode": True},
+         lambda x: F.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True), "ceil-same-size"),
+]
+
+
 # ---- vision and losses ----
 
 
@@ -1402,6 +1450,34 @@ def test_cross_entropy_loss_over_no_weight_is_a_nan_of_the_logits_dtype():
     logits = randn(2, 3).astype(np.float32)
     (y,), _ = OPS["cross_entropy_loss"].forward([logits, np.array([0, 0])], {"ignore_index": 0}, KernelContext())
     assert np.isnan(y) and y.dtype == np.float32
+
+
+# ---- integer arithmetic: exact in the int dtype ----
+
+_INTEGER_CASES = [c for c in CASES if c.name.startswith(("int64", "int32")) and c.op != "cast"]
+
+
+@needs_torch
+@pytest.mark.parametrize("case", _INTEGER_CASES, ids=[c.id for c in _INTEGER_CASES])
+def test_integer_arithmetic_is_exact_beyond_float_precision(case):
+    # assert_allclose compares in float64, which cannot tell 2 ** 62 + 3 from 2 ** 62: compared bit for bit
+    outputs, grads, _ = _run(case)
+    expected = case.reference(*[torch.tensor(x) for x in case.inputs])
+    assert outputs[0].dtype == np.asarray(case.inputs[0]).dtype
+    np.testing.assert_array_equal(outputs[0], expected.numpy())
+    assert grads is None  # integers carry no gradient
+
+
+def test_clamp_of_integers_takes_integer_bounds_and_a_bound_beyond_the_dtype_clamps_nothing():
+    x = np.array([-(2**31), 5, 2**31 - 1], np.int32)
+    (y,), _ = OPS["clamp"].forward([x], {"min": -(2**40), "max": 2**40}, KernelContext())
+    assert y.dtype == np.int32
+    np.testing.assert_array_equal(y, x)
+    (y,), _ = OPS["clamp"].forward([x], {"min": 4.0}, KernelContext())  # an integral float bound is its integer
+    np.testing.assert_array_equal(y, [4, 5, 2**31 - 1])
+    with pytest.raises(UserError) as error:
+        OPS["clamp"].forward([x], {"max": 2.5}, KernelContext())
+    assert str(error.value) == "clamp of int32 values takes integer bounds, got 2.5"
 
 
 # ---- audio: CTC; the host's checks ----

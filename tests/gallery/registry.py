@@ -73,6 +73,14 @@ def _torchvision_segmentation(name: str, **off) -> Callable[[bool], Any]:
     return build
 
 
+def _googlenet(dropout: bool):
+    """torchvision.models.googlenet without its auxiliary classifiers (they feed only its training loss
+    when asked for): its max pools are ceil_mode=True, at 64x64 rounding up 32 -> 16 where floor gives 15."""
+    import torchvision
+    return torchvision.models.googlenet(weights=None, num_classes=CLASSES, aux_logits=False, init_weights=True,
+                                        **({} if dropout else {"dropout": 0.0}))
+
+
 TORCHVISION = [
     Entry("resnet18", "torchvision", _torchvision("resnet18"), 64, quick=True, mixed=True),
     Entry("mobilenet_v2", "torchvision", _torchvision("mobilenet_v2", dropout=0.0), 64, mixed=True),
@@ -86,6 +94,7 @@ TORCHVISION = [
     Entry("lraspp_mobilenet_v3_large", "torchvision", _torchvision_segmentation("lraspp_mobilenet_v3_large"), 64,
           task="segment"),
     Entry("fcn_resnet50", "torchvision", _torchvision_segmentation("fcn_resnet50"), 64, task="segment"),
+    Entry("googlenet", "torchvision", _googlenet, 64),
 ]
 
 

@@ -3,8 +3,9 @@ and loss, batches whose rows have different lengths under an attention mask (pad
 token types where the model has them, the default attention implementation (sdpa).
 
 The masked-language models take ``labels=`` with -100 everywhere but the masked positions; the
-classifiers take one class per row; ViT takes images and a class. Dropout is off (the emulator
-draws its own masks).
+classifiers take one class per row; the question-answering head a start and an end position per row,
+some outside the row, which its loss clamps (integers) before a cross entropy that ignores them;
+ViT takes images and a class. Dropout is off (the emulator draws its own masks).
 
 The gallery's registry lists them as the "transformers" entries; its harness (run_torch) trains
 each on the emulator next to torch with these batches and the model's own loss.
@@ -41,6 +42,11 @@ def _roberta():  # positions count from pad_token_id + 1 and skip the padding
         **_SIZE, **_NO_DROPOUT, num_labels=SENTIMENTS, pad_token_id=1))
 
 
+def _bert_qa():  # a start and an end score per token
+    import transformers as T
+    return T.BertForQuestionAnswering(T.BertConfig(**_SIZE, **_NO_DROPOUT, type_vocab_size=2))
+
+
 def _distilbert():  # no token types
     import transformers as T
     return T.DistilBertForMaskedLM(T.DistilBertConfig(
@@ -73,7 +79,7 @@ def _vit():
 class Model:
     name: str  # as transformers names the class
     build: Callable[[], Any]
-    task: str  # "mlm", "classify" (text) or "image"
+    task: str  # "mlm", "classify" (text), "qa" (a span's start and end) or "image"
     token_types: bool = False
     quick: bool = False  # in the default test run
 
@@ -85,6 +91,7 @@ MODELS = {m.name: m for m in [
     Model("AlbertForMaskedLM", _albert, "mlm", token_types=True),
     Model("ElectraForSequenceClassification", _electra, "classify", token_types=True),
     Model("ViTForImageClassification", _vit, "image"),
+    Model("BertForQuestionAnswering", _bert_qa, "qa", token_types=True, quick=True),
 ]}
 
 
@@ -108,6 +115,10 @@ def batches(model: Model, count: int, seed: int = 1) -> list[dict[str, np.ndarra
             chosen = (position >= 1) & (position <= 2)
             kwargs["labels"] = np.where(chosen, ids, -100)
             kwargs["input_ids"] = np.where(chosen, MASK_ID, ids)
+        elif model.task == "qa":  # transformers clamps the positions to [0, LENGTH], LENGTH is ignored:
+            # a start beyond the row (ignored) and one before it (position 0), an end at LENGTH (ignored)
+            kwargs["start_positions"] = np.array([rng.integers(0, LENGTH), LENGTH + 4, -1])
+            kwargs["end_positions"] = np.array([rng.integers(0, LENGTH), rng.integers(0, LENGTH - 5), LENGTH])
         else:
             kwargs["labels"] = rng.integers(0, SENTIMENTS, BATCH)
         out.append(kwargs)

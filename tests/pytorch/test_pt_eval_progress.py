@@ -5,11 +5,12 @@ import argparse
 import logging
 
 import pytest
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from common import log
 from common.pytorch.device_run import EmulatorSteps
-from common.pytorch.runner import FrameworkSteps, Runner
+from common.pytorch.distributed import World
+from common.pytorch.runner import FrameworkSteps, Runner, eval_batch_count
 from tests.log_lines import TickingClock
 from tests.pytorch.test_pt_runner_loop import EXAMPLES, Linear, dataset, params_of, runner, zoo_log
 
@@ -54,3 +55,20 @@ def test_eval_steps_is_the_total_of_the_progress(trained, monkeypatch, caplog):
         "eval on cpu: 1 of 4 batches, 0.10 batches/sec (25%, 0:00:30 left)",
         "eval on cpu: 2 of 4 batches, 0.10 batches/sec (50%, 0:00:20 left)",
         "eval on cpu: 3 of 4 batches, 0.10 batches/sec (75%, 0:00:10 left)"]
+
+
+class Stream(IterableDataset):
+    """Examples without a length: how many batches it gives is not known ahead."""
+
+    def __iter__(self):
+        return iter(dataset())
+
+
+def test_the_progress_total_is_this_processs_share_of_the_batches_and_unknown_for_a_stream():
+    ten = DataLoader(dataset(), batch_size=1)
+    assert eval_batch_count(ten, None) == 10 and eval_batch_count(ten, 4) == 4 and eval_batch_count(ten, 40) == 10
+    # batches 1, 4, 7, 10 of the order go to rank 0 of 3; 2, 5, 8 to rank 1
+    assert eval_batch_count(ten, None, World(rank=0, size=3)) == 4
+    assert eval_batch_count(ten, None, World(rank=1, size=3)) == 3
+    assert eval_batch_count(DataLoader(Stream(), batch_size=2), None) is None
+    assert eval_batch_count(DataLoader(Stream(), batch_size=2), 3) == 3

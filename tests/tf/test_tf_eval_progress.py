@@ -53,3 +53,16 @@ def test_eval_steps_is_the_total_of_the_progress(trained, monkeypatch, caplog):
     with caplog.at_level(logging.INFO, logger="zoo"):
         estimator(trained).evaluate(input_fn, steps=2)
     assert progress_of(caplog, "eval") == ["eval on cpu: 1 of 2 batches, 0.10 batches/sec (50%, 0:00:10 left)"]
+
+
+def filtered_input_fn(params, mode):
+    """input_fn's batches through a filter: tf.data no longer knows how many there are."""
+    return input_fn(params, mode).filter(lambda x, y: True)
+
+
+def test_without_a_known_cardinality_the_lines_give_the_batches_done_and_the_rate(trained, monkeypatch, caplog):
+    monkeypatch.setattr(log, "clock", TickingClock(10))
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        estimator(trained).evaluate(filtered_input_fn)
+    # 30 seconds after the loop began, at the third batch of four
+    assert progress_of(caplog, "eval") == ["eval on cpu: 3 batches, 0.10 batches/sec"]

@@ -36,6 +36,7 @@
     LogicalAnd LogicalOr LogicalNot                               logical_and logical_or logical_not
     Minimum Abs Log1p Floor                                       minimum abs log1p floor
     FloorDiv (ints / floats)                                      floor_div / floor(div)
+    FloorMod TruncateDiv TruncateMod (ints)                       floor_div, mul, sub (+ a select by signs)
     Cumsum / GatherV2 / OneHot (axis -1)                          cumsum / gather (axis, batch_dims) / one_hot
     BroadcastTo (a static shape)                                  broadcast_to
     MatrixBandPart (of a computed matrix)                         where(constant band, x, 0)
@@ -780,4 +781,47 @@ MAPPINGS.update({
     "Select": _map_select, "SelectV2": _map_select, "FloorDiv": _map_floor_div, "Cumsum": _map_cumsum,
     "GatherV2": _map_gather, "OneHot": _map_one_hot, "BroadcastTo": _map_broadcast_to, "ReverseV2": _map_reverse,
     "MatrixBandPart": _map_band_part,
+})
+
+
+# ---- integer arithmetic: remainders and truncating division, exact on int32 / int64 ----
+
+def _integer_division(result: str) -> OpMapping:
+    """FloorMod, TruncateDiv, TruncateMod of integers, from floor_div (numpy's //), never a float:
+    q = a // b and r = a - q * b (r has b's sign: FloorMod); where r != 0 and r's sign is not a's,
+    the truncated quotient is q + 1 and the truncated remainder r - b. Floats are refused (a float
+    remainder through floor(a / b) is not TF's exact fmod)."""
+    def plan(low: Lowering, tensor):
+        op = tensor.op
+        a, b = op.inputs
+        if not tensor.dtype.is_integer:
+            raise CannotMap(f"{op.type} of {tensor.dtype.name} values (integers only: exact there)")
+        shape, dtype = static_shape(tensor), ir_dtype(tensor.dtype)
+
+        def build():
+            x, y = low.value(a), low.value(b)
+            q = low.aux("floor_div", [x, y], op, shape, dtype)
+            qy = low.aux("mul", [q, y], op, shape, dtype)
+            if result == "floor_mod":
+                low.emit("sub", [x, qy], op, [tensor])
+                return
+            r = low.aux("sub", [x, qy], op, shape, dtype)
+            zero = low.constant(op, "zero", np.zeros((), dtype=tensor.dtype.as_numpy_dtype))
+            signs_differ = low.aux("not_equal", [low.aux("less", [r, zero], op, shape, "bool"),
+                                                 low.aux("less", [x, zero], op, static_shape(a), "bool")],
+                                   op, shape, "bool")
+            off = low.aux("logical_and", [low.aux("not_equal", [r, zero], op, shape, "bool"), signs_differ], op,
+                          shape, "bool")
+            if result == "truncate_div":
+                one = low.constant(op, "one", np.ones((), dtype=tensor.dtype.as_numpy_dtype))
+                low.emit("add", [q, low.aux("where", [off, one, zero], op, shape, dtype)], op, [tensor])
+            else:
+                low.emit("sub", [r, low.aux("where", [off, y, zero], op, shape, dtype)], op, [tensor])
+        return Plan([a, b], build)
+    return plan
+
+
+MAPPINGS.update({
+    "FloorMod": _integer_division("floor_mod"), "TruncateDiv": _integer_division("truncate_div"),
+    "TruncateMod": _integer_division("truncate_mod"),
 })
