@@ -146,6 +146,11 @@ def default_model_dir(framework: str, model_folder: str, params_path: str) -> st
     return os.path.join("model_dir", f"{framework}_{os.path.basename(os.path.abspath(model_folder))}{config}")
 
 
+# the input sections a run of each --mode reads (their data_dirs are checked; a compile may read more)
+_INPUTS_READ = {"train": ("train_input",), "train_and_eval": ("train_input", "eval_input"), "eval": ("eval_input",),
+                "eval_all": ("eval_input",), "predict": ("eval_input",)}
+
+
 def effective_params(args: argparse.Namespace, default_params_fn: Callable, model_folder: str,
                      framework: str, mode: str | None = None) -> Mapping:
     """Defaults -> the params file -> flags -> ``section.key=value`` overrides, validated.
@@ -169,7 +174,8 @@ def effective_params(args: argparse.Namespace, default_params_fn: Callable, mode
         params = load_params(path, defaults, [*overrides, *args.overrides], model_dir=model_dir)
     from common.data.mnist.resolve import check_set_data_dirs  # numpy: not before the command line is checked
 
-    check_set_data_dirs(params, set_by_user(params, path, args.overrides, defaults))
+    unread = {"train_input", "eval_input"} - set(_INPUTS_READ[args.mode])
+    check_set_data_dirs(params, set_by_user(params, path, args.overrides, defaults), unread)
     args.run_model_dir = dict.get(params["runconfig"], "model_dir")  # for guarded's line on a stop during start-up
     return params
 

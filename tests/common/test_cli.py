@@ -78,7 +78,7 @@ def test_a_data_dir_set_in_the_params_file_that_does_not_exist_is_an_error_namin
     monkeypatch.chdir(tmp_path)  # ./data/mnist, the default, is absent here
     missing = str(tmp_path / "mnsit")
     with pytest.raises(UserError) as e:
-        mnist_params(tmp_path, f"train_input:\n  dataset: auto\neval_input:\n  data_dir: {missing}\n")
+        mnist_params(tmp_path, f"train_input:\n  dataset: auto\neval_input:\n  data_dir: {missing}\n", "--mode", "eval")
     assert str(e.value) == (f"{tmp_path / 'configs' / 'params.yaml'}:4: eval_input.data_dir {missing} does not "
                             f"exist; with dataset: auto the run would read the embedded UCI digits instead. Correct "
                             f"the path, prepare MNIST there (python datasets/prepare_mnist.py), or set "
@@ -152,3 +152,15 @@ def test_a_stop_during_start_up_promises_a_resume_only_from_a_checkpoint_there(t
              f"{model_dir / 'checkpoint_2.mdl'}, the newest checkpoint in {model_dir}\n")
     assert interrupted_at_start_up(tmp_path, capsys, "--checkpoint_path", "other.mdl") == (
         130, "interrupted by SIGINT during --mode train; the same command starts again from other.mdl\n")
+
+
+def test_a_mode_checks_only_the_data_dirs_of_the_inputs_it_reads(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text = "train_input:\n  data_dir: ./train_only_here\n"  # an eval on a machine without the training data
+    assert mnist_params(tmp_path, text, "--mode", "eval")["train_input"]["data_dir"] == "./train_only_here"
+    assert mnist_params(tmp_path, text, "--mode", "predict")["train_input"]["data_dir"] == "./train_only_here"
+    for mode in ("train", "train_and_eval"):
+        with pytest.raises(UserError, match=r"params.yaml:2: train_input.data_dir ./train_only_here does not exist"):
+            mnist_params(tmp_path, text, "--mode", mode)
+    with pytest.raises(UserError, match=r"params.yaml:2: eval_input.data_dir ./eval_here does not exist"):
+        mnist_params(tmp_path, "eval_input:\n  data_dir: ./eval_here\n", "--mode", "eval_all")

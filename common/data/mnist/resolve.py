@@ -11,7 +11,7 @@ import logging
 import os
 import shlex
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Collection, Mapping
 
 from common.data.mnist.embedded import embedded_digits
 from common.data.mnist.layout import ALL_FILES, DATASETS, MnistLocation, missing_files, mnist_location
@@ -71,13 +71,15 @@ def resolve_mnist(data_dir: str, dataset: str = "auto") -> MnistLocation:
     return location
 
 
-def check_set_data_dirs(params: Mapping, where_set: Callable[[tuple], str | None]) -> None:
+def check_set_data_dirs(params: Mapping, where_set: Callable[[tuple], str | None],
+                        unread: Collection[str] = ()) -> None:
     """Each section of ``params`` with ``dataset: auto`` whose data_dir the user set and that
     does not exist: a UserError naming the key, the path and ``where_set((section, "data_dir"))``
     (a params file's ``file:line``, or the command line's override; None for a data_dir left
-    at its default, which falls back to the embedded digits as before)."""
+    at its default, which falls back to the embedded digits as before). The ``unread``
+    sections are passed over (an eval reads no train_input: its data may be elsewhere)."""
     for section, values in dict.items(params):  # dict's own: a vendor-form read counts no key as read
-        if not isinstance(values, Mapping) or dict.get(values, "dataset") != "auto":
+        if section in unread or not isinstance(values, Mapping) or dict.get(values, "dataset") != "auto":
             continue
         data_dir = dict.get(values, "data_dir")
         if not isinstance(data_dir, (str, os.PathLike)) or not os.fspath(data_dir) or os.path.exists(data_dir):
