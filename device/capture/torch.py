@@ -930,13 +930,12 @@ def _clamp(self: _Lowering, node, self_, min=None, max=None, **_):
         number = int if dtype in ("int32", "int64") else float
         attrs = {k: number(v) for k, v in (("min", min), ("max", max)) if v is not None}
         return self.emit("clamp", [x], self.shape(x), dtype, **attrs)
-    # tensor bounds (aten.clamp.Tensor): selects, as torch's clamp_backward: x keeps the gradient
-    # where min <= x <= max, a bound takes it where it won; exact on integers
-    for bound, beyond in ((min, "less"), (max, "greater")):
-        if bound is not None:
-            b = self.tensor(bound, dtype)
-            shape = _broadcast(self.shape(x), self.shape(b))
-            x = self.emit("where", [self.emit(beyond, [x, b], shape, "bool"), b, x], shape, dtype)
+    # tensor bounds (aten.clamp.Tensor): maximum, then minimum, whose ties split the gradient in
+    # halves between x and the bound, as torch's clamp.Tensor backward does; exact on integers
+    if min is not None:
+        x = self.binary("maximum", x, self.tensor(min, dtype))
+    if max is not None:
+        x = self.binary("minimum", x, self.tensor(max, dtype))
     return x
 
 

@@ -909,3 +909,28 @@ def test_integer_arithmetic_is_exact_and_a_clamped_label_trains_as_in_torch():
         np.testing.assert_array_equal(outputs[name], value.numpy(), err_msg=name)
     np.testing.assert_array_equal(outputs["clamped"], [6, 0])
     assert_matches_torch(graph, model, lambda b: model(*b)[0], batch)
+
+
+class TensorBounds(nn.Module):
+    """torch.clamp with tensor bounds that train (aten.clamp.Tensor), values on both bounds exactly."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(1.0))
+        self.low = nn.Parameter(torch.tensor([-1.0, 0.0, 0.25]))
+        self.high = nn.Parameter(torch.tensor([1.0, 0.75, 2.0]))
+
+    def forward(self, x, w):  # x, w: (B, 3)
+        return (torch.clamp(x * self.scale, self.low, self.high) * w).sum()
+
+
+def test_clamp_with_tensor_bounds_gives_torchs_gradients_on_the_bounds_and_at_ties():
+    """torch's clamp.Tensor backward: a bound takes the gradient where it won, and x and a bound it ties
+    with share it in halves (as maximum and minimum do; a select would give it all to one of them)."""
+    model = TensorBounds()
+    x = torch.tensor([[-1.0, 0.5, 2.0], [-3.0, 0.75, 0.0], [0.5, -0.5, 3.0]])  # ties: -1 = low, 0.75 = high, 2 = high
+    batch = [x, torch.randn(3, 3, generator=torch.Generator().manual_seed(6))]
+    graph = capture(lambda b: model(*b), model, batch)
+    assert unsupported(graph) == [] and validate(graph, mode="train", profile=None).ok
+    assert op_counts(graph)["maximum"] == op_counts(graph)["minimum"] == 1
+    assert_matches_torch(graph, model, lambda b: model(*b), batch)
