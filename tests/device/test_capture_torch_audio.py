@@ -191,3 +191,32 @@ def test_a_transposed_conv1d_is_refused_with_its_reason():
     graph = capture(model, model, [torch.randn(2, 2, 5)])
     report = validate(graph, mode="train", profile=None)
     assert any("transposed 1-d convolution" in f.message for f in report.errors)
+
+
+def test_transformers_wav2vec2_for_ctc_captures_with_its_labels_check_on_the_host():
+    pytest.importorskip("transformers")
+    from tests.gallery import transformers_audio
+
+    spec = transformers_audio.MODELS["Wav2Vec2ForCTC"]
+    torch.manual_seed(0)
+    model = spec.build()
+    (good, other) = transformers_audio.batches(spec, 2)
+    batch = [torch.from_numpy(good["input_values"]), torch.from_numpy(good["labels"])]
+
+    def step(b):
+        return model(input_values=b[0], labels=b[1]).loss
+
+    graph = capture(step, model, batch)
+    assert validate(graph, mode="train", profile=None).ok
+    (check,) = [n for n in graph.nodes if n.op == "host_check"]
+    assert check.loc.call == "if labels is not None and labels.max() >= self.config.vocab_size:"
+    assert [n.op for n in graph.nodes].count("ctc_loss") == 1
+    program = Program(graph, weights_of(model, graph), state_of(model, graph), seed=0)
+    loss, _ = program.gradients([other["input_values"], other["labels"]])  # another batch, the same branch
+    expected = step([torch.from_numpy(other["input_values"]), torch.from_numpy(other["labels"])]).item()
+    np.testing.assert_allclose(loss, expected, rtol=1e-6)
+    labels = other["labels"].copy()
+    labels[0, 0] = transformers_audio.VOCAB
+    with pytest.raises(UserError, match=r"modeling_wav2vec2\.py:\d+ \(bool\(Tensor\)\): `if labels is not None and "
+                                        r"labels\.max\(\) >= self\.config\.vocab_size:` is True on this batch"):
+        program.gradients([other["input_values"], labels])

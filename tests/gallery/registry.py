@@ -144,13 +144,16 @@ def _transformers(module, name: str) -> Callable[[bool], Any]:
 
 
 def _transformers_entries() -> list[Entry]:
-    """Every model of transformers_encoders.py and transformers_decoders.py, its quick flag as there;
-    size 0: the inputs are the module's ``batches`` (token rows of 8, 5 and 3 under a mask; ViT 8x8)."""
-    from tests.gallery import transformers_decoders, transformers_encoders
+    """Every model of transformers_encoders.py, transformers_decoders.py and transformers_audio.py, its quick
+    flag (and known gap) as there; size 0: the inputs are the module's ``batches`` (token rows of 8, 5 and 3 under a mask;
+    ViT 8x8; raw audio of 400 samples)."""
+    from tests.gallery import transformers_audio, transformers_decoders, transformers_encoders
 
     return [Entry(name, "transformers", _transformers(module, name), 0, batch=3, quick=model.quick, mixed=True,
+                  known_gap=getattr(model, "known_gap", ""),
                   inputs=lambda count, module=module, model=model: module.batches(model, count))
-            for module in (transformers_encoders, transformers_decoders) for name, model in module.MODELS.items()]
+            for module in (transformers_encoders, transformers_decoders, transformers_audio)
+            for name, model in module.MODELS.items()]
 
 
 TRANSFORMERS = _transformers_entries()
