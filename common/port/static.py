@@ -74,8 +74,6 @@ UNSUPPORTED_CALLS: dict[str, str] = {
     ".item": "aten.item.default",  # a value read on the host in the middle of the step
     ".tolist": "aten.item.default",
     ".numpy": "aten.item.default",
-    "torch.cumsum": "aten.cumsum.default",  # device/README.md Limits: no cumsum kernel
-    ".cumsum": "aten.cumsum.default",
     "tensorflow.unique": "Unique",
     "tensorflow.sort": "Sort",
     "tensorflow.argsort": "Sort",
@@ -88,8 +86,6 @@ UNSUPPORTED_CALLS: dict[str, str] = {
     "tensorflow.Print": "Print",
     "tensorflow.strings.to_hash_bucket_fast": "StringToHashBucketFast",
     "tensorflow.strings.to_hash_bucket_strong": "StringToHashBucketStrong",
-    "tensorflow.math.cumsum": "Cumsum",
-    "tensorflow.cumsum": "Cumsum",
 }
 UNSUPPORTED_PREFIXES = {"torch.fft.": "aten._fft_r2c.default", "tensorflow.signal.": "FFT",
                         "tensorflow.ragged.": "ragged"}
@@ -101,8 +97,7 @@ UNSUPPORTED_LAYERS: dict[str, tuple[str | None, str]] = {
     "torch.nn.ConvTranspose2d": ("groups", "grouped transposed convolution"),  # conv_transpose2d takes groups=1
     "torch.nn.ConvTranspose3d": (None, "transposed convolution"),
     "keras.layers.Conv1DTranspose": (None, "transposed convolution"),
-    "torch.nn.Conv1d": ("groups", "grouped convolution"),
-    # torch.nn.Conv2d(groups=g), keras DepthwiseConv2D and SeparableConv2D run (conv2d's groups); Keras 3
+    # torch.nn.Conv1d(groups=g), torch.nn.Conv2d(groups=g), keras DepthwiseConv2D and SeparableConv2D run (conv2d's groups); Keras 3
     # builds Conv2D(groups=g) as a function call (StatefulPartitionedCall) the TF capture cannot enter
     "keras.layers.Conv2D": ("groups", "grouped convolution"),
 }
@@ -584,8 +579,7 @@ class Reader:
         if op is not None:
             what = name[1:] if name.startswith(".") else src.segment(call.func)  # as the user spelt it
             self.add("model", "unsupported_op", src, call, f"{src.segment(call)}: {what} has no kernel on the device",
-                     suggestion_for(op) if op not in ("aten.cumsum.default", "Cumsum")
-                     else "a matmul with a triangular matrix of ones (torch.tril) gives running sums")
+                     suggestion_for(op))
             return
         layer = UNSUPPORTED_LAYERS.get(name)
         if layer is not None:

@@ -74,8 +74,7 @@ SUGGESTIONS.update({
     "aten._upsample_bilinear2d_aa.vec": f"antialias=False: {_RESIZE}",
     "aten._upsample_nearest_exact2d.vec": f"{_RESIZE} (nearest-exact equals nearest for whole-number factors)",
     "aten.upsample_bicubic2d.vec": f"{_RESIZE}, or resize in the input pipeline",
-    "aten.convolution.default": ("2-d convolutions with groups=1: write a grouped convolution as one conv per group "
-                                 "joined by torch.cat"),
+    "aten.convolution.default": "1-d and 2-d convolutions, grouped and depthwise included",
     "aten._adaptive_avg_pool2d.default": "an (N, C, H, W) input",
     "aten.as_strided.default": ("reshape, permute and slicing for a view, Tensor.unfold for sliding windows "
                                 "(the device runs a strided view that keeps the elements in order)"),

@@ -53,3 +53,41 @@ def test_drop_last_false_in_a_folders_params_is_a_finding_at_its_line(folder, ba
     batched = max(i for i, text in enumerate(data[:reads], 1) if batching in text)  # the call's first line
     assert f"data.py:{batched} batches with it" in report.findings[0].message
     assert report.findings[0].fix == "set it to true" and report.status == 1
+
+
+SCRIPT_WITH_OPS = '''\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.grouped = nn.Conv1d(4, 8, 3, groups=2)
+        self.up = nn.ConvTranspose1d(8, 4, 2)
+        self.head = nn.Linear(4 * 12, 10)
+
+    def forward(self, x):
+        x = torch.cumsum(x, dim=-1) + x.cumsum(-1)
+        return self.head(self.up(self.grouped(x)).flatten(1))
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(64, 4, 13)
+y = torch.randint(0, 10, (64,))
+for step in range(3):
+    loss = nn.functional.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+'''
+
+
+def test_ops_both_frontends_lower_are_no_findings_and_a_transposed_1d_conv_is(tmp_path):
+    # cumsum and a grouped Conv1d run on the device; a transposed 1-d convolution does not
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT_WITH_OPS)
+    report = port_check.check(str(script), capture=False)
+    unsupported = [f.message for f in report.findings if f.kind == "unsupported_op"]
+    assert len(unsupported) == 1 and "nn.ConvTranspose1d(8, 4, 2)" in unsupported[0], unsupported

@@ -71,9 +71,14 @@ def newest_loads(framework: str, model_dir: Path) -> bool:
             return newest is None or load_checkpoint(newest) is not None
         except UnreadableCheckpoint:
             return False
+    import tensorflow as tf
+
     from common.tf.estimator import checkpoints
 
-    newest = checkpoints.latest_checkpoint(str(model_dir))
+    # the state file's own newest, not latest_checkpoint's: that one skips a named checkpoint whose
+    # files are incomplete, which is what a save that names a checkpoint too early leaves behind
+    state = tf.train.get_checkpoint_state(str(model_dir))
+    newest = state.model_checkpoint_path if state is not None else None
     return newest is None or checkpoints.checkpoint_problem(newest) is None
 
 
