@@ -13,5 +13,11 @@
     device_run.py   --validate_only, --compile_only, and EmulatorSteps for --device emulator
                     (imported only for them; the device through device/api.py alone)
 
-TensorFlow is never imported here.
+TensorFlow is never imported here. Importing the package sets OpenMP's wait policy for torch
+(common/threads.py), which only a setting made before torch loads can change.
 """
+
+from common.threads import wait_passively
+
+# OpenMP reads its wait policy once, when torch loads it: here, before any module of the runner imports torch
+wait_passively()

@@ -26,6 +26,7 @@ import logging
 import os
 from typing import Any, Callable
 
+from common import threads
 from common.cli import effective_params, guarded, parse_command_line, refuse_early, setup_logging
 
 
@@ -65,6 +66,7 @@ def run(model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn, default_
                 distributed.refuse_on_device(world, "--device emulator")
             if not world.is_main:  # rank 0 logs the run; the others their warnings and errors
                 logging.getLogger("zoo").setLevel(logging.WARNING)
+        threads.start_up()  # torch's CPU threads: how many, from the cores free now
         params = effective_params(args, default_params_fn, model_folder, "pytorch")
         _add_extra_args(params, args, extra)
         for key in ("train_distribute", "num_devices"):
