@@ -4,7 +4,7 @@ gallery entry."""
 
 from __future__ import annotations
 
-from tests.gallery import transformers_decoders, transformers_encoders
+from tests.gallery import transformers_audio, transformers_decoders, transformers_encoders
 
 
 def test_encoder_batches_pad_rows_of_different_lengths_on_the_right():
@@ -33,7 +33,8 @@ def test_decoder_batches_pad_on_the_left_and_label_no_padding():
 def test_every_model_is_a_gallery_entry():
     from tests.gallery.registry import ENTRIES
 
-    names = [*transformers_encoders.MODELS, *transformers_decoders.MODELS]
+    names = [*transformers_encoders.MODELS, *transformers_decoders.MODELS, *transformers_audio.MODELS]
     assert [e.name for e in ENTRIES.values() if e.library == "transformers"] == names
     assert {e.name for e in ENTRIES.values() if e.library == "transformers" and e.quick} == {
-        "BertForMaskedLM", "GPT2LMHeadModel", "LlamaForCausalLM", "T5ForConditionalGeneration"}
+        "BertForMaskedLM", "BertForQuestionAnswering", "GPT2LMHeadModel", "LlamaForCausalLM",
+        "T5ForConditionalGeneration"}
