@@ -16,9 +16,11 @@ What is compared (fp32):
 
 and beside them the noise floor: the same quantities between two framework runs that differ
 only in the order of the examples in each batch (reversed), so in the order of their sums: the
-same function, rounded otherwise. In the full run of a torchvision or Keras entry a second
+same function, rounded otherwise. In the full run of every entry a second
 floor, exact_floor: how far the framework's fp32 gradients are from its float64 ones (the same
-weights and batch; torch's model.double(), Keras' "float64" policy), the worst of its three fp32 runs
+weights and batch; torch's model.double() under float64.Float64Only, which keeps in float64 what a
+model casts to float32, as transformers' CTC loss and RMSNorms do; Keras' "float64" policy), the
+worst of its three fp32 runs
 (the batch as is, reversed, and on one thread: the same kernels, their sums split otherwise), and exact_err, the emulator's gradients against those float64 ones;
 the same for the first loss and the STEPS losses (exact_loss_floor, exact_steps_floor; the
 framework's STEPS steps run in float64 too). Where the model is ill-conditioned both fp32 runs are
@@ -35,6 +37,7 @@ Timings are wall-clock on this machine; samples/s are the compile's estimates fo
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from dataclasses import dataclass, field
@@ -208,6 +211,7 @@ def run_torch(entry: Entry, full: bool = True) -> Result:
     import torch
 
     from device.capture.torch import capture, state_of, weights_of
+    from tests.gallery.float64 import Float64Only
 
     result = Result(entry)
     torch.manual_seed(0)
@@ -246,7 +250,9 @@ def run_torch(entry: Entry, full: bool = True) -> Result:
             if double:
                 batch = [t.double() if t.is_floating_point() else t for t in batch]
             opt.zero_grad()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            # float64: also where the model asks for float32 (transformers' CTC log_softmax, Llama's RMSNorm)
+            with (Float64Only() if double else contextlib.nullcontext()), \
+                    torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                 value = step([t.flip(0) for t in batch] if reverse else batch)
             value.backward()
             if first is None:
@@ -269,7 +275,7 @@ def run_torch(entry: Entry, full: bool = True) -> Result:
         got, result.emulator_step_s = _steps_on(program, numpy_data)
         result.steps_err = max(relative(a, b) for a, b in zip(got, result.losses))
 
-    if full and entry.library == "torchvision":  # the steps in float64: slow, so in the full run only
+    if full:  # the steps in float64: slow, so in the full run only
         exact_losses, exact_grads, _ = framework_run(twins["exact"].double(), False, double=True)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # another sum order of the same kernels
