@@ -1,11 +1,11 @@
 """pytorch/mnist's training with and without the runner's thread policy (common/threads.py),
 under a background load this script starts and stops.
 
-    python benchmarks/threads_under_load.py [--loads 0 2 4] [--steps 40] [--repeats 2]
+    python benchmarks/threads_under_load.py [--loads 0 2 4] [--steps 30] [--repeats 2]
 
 For each load N it starts N busy Python processes (each spins on a core), then trains the
 default model (MLP 500-300, Adam, batch 256, the runner's train mode) for --steps steps in a
-fresh process, in three variants taken in turn (default, passive, policy, default, ...), so
+fresh process, in three variants taken in turn (default, policy, one_thread, default, ...), so
 that the runs of a round meet the same load from other work on the machine too:
 
     default     torch as it starts: OpenMP's default wait (spin, then sleep), one thread a core
