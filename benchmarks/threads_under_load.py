@@ -10,8 +10,8 @@ that the runs of a round meet the same load from other work on the machine too:
 
     default     torch as it starts: OpenMP's default wait (spin, then sleep), one thread a core
     policy      what a run.py gets (common/threads.py): OpenMP's passive wait, set before torch
-                loads, and the thread count start_up() picks
-    one_thread  the passive wait and one thread: what one thread per free core gives under load
+                loads, and torch's thread count, which start_up() keeps
+    one_thread  the passive wait and one thread: what a thread per free core gives under load
 
 Printed: samples/s of each run with its threads and wait policy, the 1-minute load average
 before it, and per load the ratio of each variant to default within a round: median and spread.

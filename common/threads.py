@@ -9,13 +9,14 @@ policy once, when torch loads it:
 
     wait_passively()    before torch is imported (common/pytorch/__init__.py): OMP_WAIT_POLICY=PASSIVE,
                         unless the user set a wait policy of their own
-    start_up()          at the start of a run (common/pytorch/run.py): the thread count
-                        choose_threads() picks, and one INFO line saying what and why
+    start_up()          at the start of a run (common/pytorch/run.py): one INFO line saying how
+                        many threads torch runs and how they wait, and why (choose_threads())
 
-Threads that sleep while they wait keep torch's count, one a core, whatever the load; threads
-that spin (torch loaded before the zoo could set the policy, or the user's policy) get one per
-core the load leaves free. benchmarks/threads_under_load.py measures both choices, and the
-figures are in benchmarks/README.md. A user's OMP_NUM_THREADS (or MKL_NUM_THREADS), a
+torch's thread count stays one a core whatever the load: with the passive wait fewer threads
+were slower under load (benchmarks/threads_under_load.py; the figures are in
+benchmarks/README.md), and a count that followed the load would make a run's last digits
+follow it too. Threads that still spin (torch imported before common.pytorch, or the user's
+policy) keep it as well, and the log line says how to have them sleep. A user's OMP_NUM_THREADS (or MKL_NUM_THREADS), a
 torch.set_num_threads made before the run, and a user's OMP_WAIT_POLICY / GOMP_SPINCOUNT /
 KMP_BLOCKTIME always win. The thread count changes the order of floating-point sums, and so a
 run's last digits: a run that must repeat its figures to the bit sets OMP_NUM_THREADS, as the
@@ -25,7 +26,6 @@ READMEs' result commands do. torch's inter-op pool is left alone: eager training
 from __future__ import annotations
 
 import logging
-import math
 import os
 import sys
 from dataclasses import dataclass
@@ -75,7 +75,7 @@ def wait_passively(environ: MutableMapping[str, str] = os.environ) -> None:
 
 @dataclass(frozen=True)
 class Choice:
-    threads: int | None  # None: leave torch's count as it is
+    threads: int | None  # the count the zoo keeps; None: the user's
     reason: str
 
 
@@ -96,29 +96,26 @@ def count_from_environment(environ: Mapping[str, str]) -> tuple[str, str] | None
 
 def choose_threads(cpus: int, load1: float, passive: bool, environ: Mapping[str, str], current: int,
                    default: int) -> Choice:
-    """torch's intra-op thread count for a run starting now.
+    """torch's intra-op thread count for a run starting now, and why.
 
     ``cpus``: the cores this process may run on (os.sched_getaffinity); ``load1``: the 1-minute
-    load average, taken as other processes' (a run calls this once, seconds into its life);
-    ``passive``: torch's threads sleep while they wait (Wait.passive); ``current``:
-    torch.get_num_threads(); ``default``: the count torch starts with when nothing sets it.
+    load average; ``passive``: torch's threads sleep while they wait (Wait.passive);
+    ``current``: torch.get_num_threads(); ``default``: the count torch starts with when
+    nothing sets it.
 
-    The user's setting wins. Threads that sleep while they wait keep torch's count: under load,
-    fewer threads only gave the run a smaller share of the cores and were slower. Threads that
-    spin get one per core the load leaves free (rounded to the nearest, at least 1): one
-    thread alone never waits on a team-mate."""
+    The user's setting wins; otherwise torch's count, one thread a core, at any load. Fewer
+    threads under load were slower with the passive wait; with the spinning wait one thread
+    was faster, but then the figures of a run would depend on the load at its start, so the
+    reason names the remedy instead (the passive wait)."""
     given = count_from_environment(environ)
     if given is not None:
         return Choice(None, f"{given[0]}={given[1]} from the environment")
     if current != default:
         return Choice(None, f"torch.set_num_threads({current}) before the run (torch's default: {default})")
-    if passive:
-        return Choice(default, f"one a core: {cpus} cores, load average {load1:.2f} (1 minute); waiting "
-                               f"threads sleep, so the load takes no thread away")
-    free = cpus - load1
-    threads = max(1, min(default, math.floor(free + 0.5)))
-    return Choice(threads, f"{cpus} cores, load average {load1:.2f} (1 minute): {max(free, 0):.2f} free for "
-                           f"threads that spin while they wait")
+    waiting = ("waiting threads sleep, so the load takes no thread away" if passive else
+               "waiting threads spin, which under load is many times slower: set OMP_WAIT_POLICY=PASSIVE, "
+               "or import common.pytorch before torch")
+    return Choice(default, f"one a core: {cpus} cores, load average {load1:.2f} (1 minute); {waiting}")
 
 
 def physical_cores(cpus: set[int]) -> int:
@@ -135,7 +132,8 @@ def physical_cores(cpus: set[int]) -> int:
 
 
 def start_up() -> None:
-    """Set torch's thread count for this run (once a process) and log one line on what and why."""
+    """Log torch's thread count and OpenMP's wait for this run, and why (once a process); a thread
+    count in the environment that OpenMP cannot read is a UserError."""
     global _started
     if _started:
         return
@@ -146,6 +144,4 @@ def start_up() -> None:
     choice = choose_threads(len(cpus), os.getloadavg()[0], wait.passive, os.environ, torch.get_num_threads(),
                             min(physical_cores(cpus), len(cpus)))
     _started = True
-    if choice.threads is not None and choice.threads != torch.get_num_threads():
-        torch.set_num_threads(choice.threads)
     logger.info(f"torch threads: {torch.get_num_threads()} ({choice.reason}); OpenMP wait: {wait.note}")
