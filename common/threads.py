@@ -16,11 +16,10 @@ torch's thread count stays one a core whatever the load: with the passive wait f
 were slower under load (benchmarks/threads_under_load.py; the figures are in
 benchmarks/README.md), and a count that followed the load would make a run's last digits
 follow it too. Threads that still spin (torch imported before common.pytorch, or the user's
-policy) keep it as well, and the log line says how to have them sleep. A user's OMP_NUM_THREADS (or MKL_NUM_THREADS), a
-torch.set_num_threads made before the run, and a user's OMP_WAIT_POLICY / GOMP_SPINCOUNT /
-KMP_BLOCKTIME always win. The thread count changes the order of floating-point sums, and so a
-run's last digits: a run that must repeat its figures to the bit sets OMP_NUM_THREADS, as the
-READMEs' result commands do. torch's inter-op pool is left alone: eager training never starts it.
+policy) keep it as well, and the log line says how to have them sleep. A user's
+OMP_NUM_THREADS (or MKL_NUM_THREADS), a torch.set_num_threads made before the run, and a
+user's OMP_WAIT_POLICY / GOMP_SPINCOUNT / KMP_BLOCKTIME always win. torch's inter-op pool is
+left alone: eager training never starts it.
 """
 
 from __future__ import annotations
