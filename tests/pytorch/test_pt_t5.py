@@ -13,6 +13,7 @@ from common import zoo
 from common.folder import import_beside, load_run_module
 from common.params import load_params
 from common.summaries import read_scalars
+from tests.rms_norm import RMS_EPSILON, rms_case, rms_reference
 
 T5_FOLDER = os.path.join(zoo.ROOT, "pytorch", "t5")
 TINY = os.path.join(T5_FOLDER, "configs", "params_tiny.yaml")
@@ -132,21 +133,6 @@ def test_the_logits_are_hugging_faces(variant):
 
 
 # --- the RMS norm: epsilon inside the square root ------------------------------------------------
-
-RMS_EPSILON = 0.5  # beside inputs of magnitude 0.1 (mean squares ~0.01), so where it is added shows
-
-
-def rms_case(seed=0):
-    """(x, weight, r): small inputs (2, 3, 8), a scale that is not ones, and the weights of a loss."""
-    rng = np.random.default_rng(seed)
-    x = (0.1 * rng.standard_normal((2, 3, 8))).astype(np.float32)
-    return x, rng.uniform(0.5, 1.5, 8).astype(np.float32), rng.standard_normal((2, 3, 8)).astype(np.float32)
-
-
-def rms_reference(x, weight, eps):
-    """T5's RMS norm in float64: x / sqrt(mean(x^2) + eps) * weight over the last axis."""
-    x = x.astype(np.float64)
-    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * weight
 
 
 def test_the_rms_norm_adds_epsilon_inside_the_square_root():

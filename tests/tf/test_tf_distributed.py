@@ -47,6 +47,21 @@ def _weights(model_dir, step: int) -> dict[str, np.ndarray]:
             if not name.startswith("_") and "iterator" not in name.lower()}
 
 
+def assert_trained_alike(a: dict[str, np.ndarray], b: dict[str, np.ndarray], steps: int = 4, lr: float = 0.005):
+    """Two runs' weights after ``steps`` Adam steps of the tiny config (learning rate ``lr``) that differ only in
+    how the batch's gradient was summed: all but a few elements within 1e-5, and every one within a thousandth
+    of an Adam step per step. Adam divides each gradient by its own running size, so where a gradient is the
+    small difference of large per-example terms, the sum order's fp32 noise moves its step by more than 1e-5 of
+    the weight (seen: 2 of fc0's 25,088 by 2.2e-6, on an AVX2 machine); a real difference between the runs
+    moves many elements, or by a whole step."""
+    assert set(a) == set(b)  # the one-device names: the checkpoint restores anywhere
+    close = sum(int(np.isclose(a[name], b[name], rtol=1e-5, atol=1e-6).sum()) for name in a)
+    total = sum(a[name].size for name in a)
+    assert total - close <= total // 1000, f"{total - close} of {total} elements differ by more than 1e-5"
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=0, atol=1e-3 * lr * steps, err_msg=name)
+
+
 def test_two_replicas_of_batch_b_train_as_one_device_with_batch_2b(tiny_args, tmp_path):
     two, one = tmp_path / "two", tmp_path / "one"
     result = _run_in_new_process(
@@ -59,10 +74,7 @@ def test_two_replicas_of_batch_b_train_as_one_device_with_batch_2b(tiny_args, tm
         in result.stderr
     assert len(_losses(two)) == 4
     np.testing.assert_allclose(_losses(two), _losses(one), rtol=1e-5)  # fp32, Adam
-    a, b = _weights(two, 4), _weights(one, 4)
-    assert set(a) == set(b)  # the one-device names: the checkpoint restores anywhere
-    for name in a:
-        np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_trained_alike(_weights(two, 4), _weights(one, 4))
 
 
 def test_resnet_with_batch_norm_trains_on_two_replicas_close_to_one_device(tmp_path):
@@ -181,9 +193,7 @@ def test_two_worker_processes_train_as_one_device_with_twice_the_batch(tiny_args
     assert one.returncode == 0, one.stderr[-3000:]
     assert "training data parallel on 2 replicas" in outputs[0][1] and "worker 1 of a multi-worker run" in outputs[1][1]
     np.testing.assert_allclose(_losses(tmp_path / "workers"), _losses(tmp_path / "one"), rtol=1e-5)
-    a, b = _weights(tmp_path / "workers", 4), _weights(tmp_path / "one", 4)
-    for name in a:
-        np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_trained_alike(_weights(tmp_path / "workers", 4), _weights(tmp_path / "one", 4))
     assert sorted(p.name for p in (tmp_path / "workers").glob("params_*.yaml")) == ["params_train.yaml"]
 
 

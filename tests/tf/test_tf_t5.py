@@ -16,6 +16,7 @@ from common.folder import import_beside, load_run_module
 from common.params import load_params
 from common.summaries import read_scalars
 from common.tf.estimator import ModeKeys
+from tests.rms_norm import RMS_EPSILON, rms_case, rms_reference
 
 T5 = os.path.join(zoo.ROOT, "tf", "t5")
 TINY = os.path.join(T5, "configs", "params_tiny.yaml")
@@ -264,21 +265,6 @@ def test_logits_equal_hugging_faces_t5_with_its_weights(variant):
 
 
 # --- the RMS norm: epsilon inside the square root ------------------------------------------------
-
-RMS_EPSILON = 0.5  # beside inputs of magnitude 0.1 (mean squares ~0.01), so where it is added shows
-
-
-def rms_case(seed=0):
-    """(x, weight, r): small inputs (2, 3, 8), a scale that is not ones, and the weights of a loss."""
-    rng = np.random.default_rng(seed)
-    x = (0.1 * rng.standard_normal((2, 3, 8))).astype(np.float32)
-    return x, rng.uniform(0.5, 1.5, 8).astype(np.float32), rng.standard_normal((2, 3, 8)).astype(np.float32)
-
-
-def rms_reference(x, weight, eps):
-    """T5's RMS norm in float64: x / sqrt(mean(x^2) + eps) * weight over the last axis."""
-    x = x.astype(np.float64)
-    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * weight
 
 
 def test_the_rms_norm_adds_epsilon_inside_the_square_root_in_tf_and_on_the_emulator():
