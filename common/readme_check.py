@@ -89,7 +89,10 @@ COLUMNS = {
 FOREIGN_TOLERANCE = {
     "accuracy": (1.5, 0.0),  # percentage points: 5 of 360 test digits
     "loss": (0.02, 0.3),  # whichever is larger; a training loss of 0.0002 is all rounding
-    "overlap": (0.05, 0.0),  # Dice, IoU
+    # Dice, IoU: pytorch/unet's step 400 is mid-way through learning its classes, and the kernels' sum order
+    # moves it by up to 0.06 (mean IoU 0.551 on AVX-512 with AMX, 0.491 to 0.518 with AVX2 kernels or 2 threads,
+    # 0.498 on an AVX2 EPYC; its README)
+    "overlap": (0.07, 0.0),
     "perplexity": (0.5, 0.3),  # exp(loss): in the hundreds early on, where the loss's share moves it most
 }
 # how far (relative) a figure's value may move on the kind of machine that measured it: the last
