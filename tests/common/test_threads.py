@@ -113,7 +113,7 @@ def test_a_run_sets_the_wait_policy_before_torch_loads():
             "class AtTorch:\n"
             "    def find_spec(self, name, path=None, target=None):\n"
             "        if name == 'torch':\n"
-            "            print('torch loads with OMP_WAIT_POLICY', os.environ.get('OMP_WAIT_POLICY'))\n"
+            "            print('torch loads with OMP_WAIT_POLICY', os.environ.get('OMP_WAIT_POLICY'), flush=True)\n"
             "            os._exit(0)\n"
             "sys.meta_path.insert(0, AtTorch())\n"
             "import common.pytorch.run\n")
