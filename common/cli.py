@@ -151,7 +151,7 @@ _INPUTS_READ = {"train": ("train_input",), "train_and_eval": ("train_input", "ev
                 "eval_all": ("eval_input",), "predict": ("eval_input",)}
 
 
-def effective_params(args: argparse.Namespace, default_params_fn: Callable, model_folder: str,
+def effective_params(args: argparse.Namespace, default_params_fn: Callable | None, model_folder: str,
                      framework: str, mode: str | None = None) -> Mapping:
     """Defaults -> the params file -> flags -> ``section.key=value`` overrides, validated.
 
@@ -159,13 +159,15 @@ def effective_params(args: argparse.Namespace, default_params_fn: Callable, mode
     ``default_params() -> dict``, whose result is the schema (params come back frozen), or the
     vendor's ``set_defaults(params)`` (TF: ``set_defaults(params, mode=mode)``), which fills
     the loaded params in place (params come back as a plain, tracked dict). ``mode`` is the
-    vendor's mode key handed to a set_defaults that takes one.
+    vendor's mode key handed to a set_defaults that takes one. None, as the vendor's runner
+    allowed (its gpt2 passes none): the vendor's form with nothing filled in, the params
+    file as it is, and the runner's own sections (runconfig, optimizer, ...) with their defaults.
     """
     path = args.params or os.path.join(model_folder, "configs", "params.yaml")
     overrides = [f"runconfig.{flag}={getattr(args, flag)}" for flag in ("model_dir", "max_steps", "steps", "eval_steps")
                  if getattr(args, flag) is not None]
     model_dir = default_model_dir(framework, model_folder, path)
-    if defaults_form(default_params_fn) == "vendor":
+    if default_params_fn is None or defaults_form(default_params_fn) == "vendor":
         params = load_vendor_params(path, default_params_fn, [*overrides, *args.overrides], mode=mode,
                                     model_dir=model_dir)
         defaults = None  # set_defaults fills what the file leaves out: every value the file gives is the user's

@@ -711,7 +711,7 @@ def _accepts_mode(fn) -> bool:
 
 def load_vendor_params(path: str | None, set_defaults, overrides: Iterable[str] = (), mode: str | None = None,
                        model_dir: str | None = "model_dir") -> TrackedDict:
-    """The vendor's path: the YAML file -> overrides -> ``set_defaults(params[, mode=mode])``,
+    """The vendor's path: the YAML file -> overrides -> ``set_defaults(params[, mode=mode])`` (None: none),
     then the zoo's own sections (runconfig, optimizer, mixed_precision, device) validated as
     strictly as in the zoo's form, and every size, count and rate checked by name. The
     model's own sections stay as the file and set_defaults made them; the keys of the file
@@ -734,8 +734,8 @@ def load_vendor_params(path: str | None, set_defaults, overrides: Iterable[str] 
             raise UserError(f"{origins((section,))}: '{section}' must be a mapping of keys, got {data[section]!r}")
     log = _ReadLog()
     params = TrackedDict(data, log)
-    kwargs = {"mode": mode} if _accepts_mode(set_defaults) else {}
-    returned = set_defaults(params, **kwargs)
+    kwargs = {"mode": mode} if set_defaults is not None and _accepts_mode(set_defaults) else {}
+    returned = set_defaults(params, **kwargs) if set_defaults is not None else None  # None: the file as it is
     if returned is not None and returned is not params:
         if not isinstance(returned, Mapping):
             raise UserError(f"set_defaults returned {type(returned).__name__}; it must return the params "

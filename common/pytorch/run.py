@@ -1,12 +1,13 @@
 """The shared PyTorch runner: ``run(model_fn, train_data_fn, eval_data_fn, default_params_fn)``
-(and the vendor's fifth argument, ``extra_args_parser_fn``).
+(and the vendor's fifth argument, ``extra_args_parser_fn``; all but model_fn optional, as the vendor's).
 
 A model's run.py hands over four callables; everything else is here:
 
     model_fn(params, device) -> PyTorchBaseModel
     train_data_fn(params) / eval_data_fn(params) -> torch.utils.data.DataLoader
     default_params_fn() -> dict    the model's own keys (model, train_input, eval_input, ...), or the
-                                   vendor's set_defaults(params), which fills the loaded params in place
+                                   vendor's set_defaults(params), which fills the loaded params in place,
+                                   or None: the params file as it is
 
 One run, in order: command line -> params (defaults, the file, overrides) -> data loaders
 -> model -> checkpoint. Only when all of these loaded fine does the run create model_dir
@@ -45,11 +46,15 @@ from common.pytorch.runner import DataFn, FrameworkSteps, ModelFn, Runner, Steps
 from common.pytorch.runner import StepWindow, seed_everything  # noqa: E402, F401
 
 
-def run(model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn, default_params_fn: Callable,
+def run(model_fn: ModelFn, train_data_fn: DataFn | None = None, eval_data_fn: DataFn | None = None,
+        default_params_fn: Callable | None = None,
         extra_args_parser_fn: Callable[[], list[argparse.ArgumentParser]] | None = None,
         argv: list[str] | None = None) -> Any:
     """Parse the command line and run the mode; bad input exits with one line (status 2).
 
+    The vendor's signature, in its order: only ``model_fn`` is required. Without
+    ``default_params_fn`` the params file is taken as it is (the runner's own sections get
+    their defaults); a data function left out is an error only in a mode that reads it.
     ``extra_args_parser_fn`` (the vendor's) returns parsers of the folder's own flags; their
     values land in ``params["runconfig"]``, as the vendor's runner put them."""
     model_folder = os.path.dirname(os.path.abspath(inspect.getfile(model_fn)))
@@ -66,6 +71,7 @@ def run(model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn, default_
                 distributed.refuse_on_device(world, "--device emulator")
             if not world.is_main:  # rank 0 logs the run; the others their warnings and errors
                 logging.getLogger("zoo").setLevel(logging.WARNING)
+        _check_data_fns(args, train_data_fn, eval_data_fn)
         threads.start_up()  # torch's CPU threads: how many, from the cores free now
         params = effective_params(args, default_params_fn, model_folder, "pytorch")
         _add_extra_args(params, args, extra)
@@ -85,6 +91,16 @@ def run(model_fn: ModelFn, train_data_fn: DataFn, eval_data_fn: DataFn, default_
         return result
 
     return guarded(body, args, latest_checkpoint)
+
+
+def _check_data_fns(args: argparse.Namespace, train_data_fn: DataFn | None, eval_data_fn: DataFn | None) -> None:
+    """A mode that reads a data function run() was not given: one line, before anything loads."""
+    compiles = args.validate_only or args.compile_only  # a compile reads the input of the mode it compiles
+    reads = {"train": ("train",), "train_and_eval": ("train",) if compiles else ("train", "eval")}.get(
+        args.mode, ("eval",))
+    for name, fn in (("train", train_data_fn), ("eval", eval_data_fn)):
+        if name in reads and fn is None:
+            raise UserError(f"--mode {args.mode} reads the {name} input, and run() was given no {name}_data_fn")
 
 
 def _data_parallel(args, params, model_fn, train_data_fn, eval_data_fn, world: distributed.World) -> Any:

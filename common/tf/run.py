@@ -113,12 +113,16 @@ def _check_device(device: str) -> None:
         raise UserError("--device gpu: TensorFlow sees no GPU on this machine; use --device cpu")
 
 
-def run(model_fn: Callable, train_input_fn: Callable, eval_input_fn: Callable, default_params_fn: Callable,
-        argv: list[str] | None = None, predictions_done: Callable | None = None) -> Any:
+def run(model_fn: Callable, train_input_fn: Callable | None = None, eval_input_fn: Callable | None = None,
+        default_params_fn: Callable | None = None, argv: list[str] | None = None,
+        predictions_done: Callable | None = None) -> Any:
     """Parse the command line, run the mode; bad input exits with one ``error:`` line.
 
-    ``default_params_fn`` is the zoo's ``default_params() -> dict`` or the vendor's
-    ``set_defaults(params, mode=mode)`` (common/cli.py::effective_params tells them apart).
+    The PyTorch runner's argument order; only ``model_fn`` is required (an input function left
+    out is an error only in a mode that reads it). ``default_params_fn`` is the zoo's
+    ``default_params() -> dict`` or the vendor's ``set_defaults(params, mode=mode)``
+    (common/cli.py::effective_params tells them apart), or None: the params file as it is,
+    with the runner's own sections (runconfig, optimizer, ...) given their defaults.
     ``predictions_done(arrays, params, model_dir) -> {name: float}``, where given, runs once
     predict has written predictions.npz (``arrays``: its contents): it writes the model's own
     files (tf/gpt2's completions) and may return figures, which are logged."""
@@ -135,8 +139,15 @@ def _latest_checkpoint(model_dir: str) -> str | None:
     return latest_checkpoint(model_dir)
 
 
-def _run(args, model_fn, train_input_fn, eval_input_fn, default_params_fn: Callable, model_folder: str,
+def _run(args, model_fn, train_input_fn, eval_input_fn, default_params_fn: Callable | None, model_folder: str,
          predictions_done: Callable | None = None) -> Any:
+    compiles = args.validate_only or args.compile_only  # a compile builds the graph of one mode
+    reads = ("train",) if _COMPILE_MODES[args.mode] == "train" else ("eval",)
+    if args.mode == "train_and_eval" and not compiles:
+        reads = ("train", "eval")
+    for name, fn in (("train", train_input_fn), ("eval", eval_input_fn)):
+        if name in reads and fn is None:
+            raise UserError(f"--mode {args.mode} reads the {name} input, and run() was given no {name}_input_fn")
     params = effective_params(args, default_params_fn, model_folder, "tf", mode=_COMPILE_MODES[args.mode])
     if not (args.validate_only or args.compile_only):  # these build for the device, which takes every 16-bit format
         check_precision(params, args.device)
