@@ -3,33 +3,41 @@
 Like ``tf_upgrade_v2`` for TF 1 code, it rewrites only what must change, line by line:
 
     modelzoo.common.X              -> common.X            (this zoo's module of the same name)
-    modelzoo.<family>.<fw>.<mod>   -> .<mod>             (the folder's own module, imported relatively)
-    sys.path.append(...)           -> __package__ = ...   (run.py as a script imports its folder as a package)
+    modelzoo.<...>.<SRC>.<mod>     -> .<mod>, ..<mod>     (the folder's own modules, at any depth, relatively)
+    modelzoo.<any other module>    -> .vendor_deps.<...>  (carried: copied from the user's checkout of the
+                                                          vendor's zoo, with every module it imports in turn)
+    sys.path.append(...)           -> __package__ = ...   (a script imports its folder as a package)
     tf.estimator.X                 -> tf_estimator.X      (TF 2.16 and later have no tf.estimator; the import
                                                           ``from common.tf import estimator as tf_estimator``
                                                           is added after ``import tensorflow as tf``)
     keras.mixed_precision.experimental -> keras.mixed_precision  (set_policy -> set_global_policy,
                                                           Policy(name, loss_scale=None) -> Policy(name))
 
+The checkout is the folder above the ``modelzoo`` package SRC lies in; a SRC outside one is a
+standalone folder whose own modules are ``modelzoo.<family>.<fw>.<mod>``. A carried module
+keeps its path under ``modelzoo/`` below ``DEST/vendor_deps/``, with the packages above it.
 Every change is printed with its file:line, before and after, and written to
-DEST/MIGRATION.md; what it could not rewrite is listed with the reason. Every other line,
-and every file that is not Python, is copied byte for byte. SRC is never written; a DEST
-that exists is refused.
+DEST/MIGRATION.md, with each carried file and the import that pulled it in; what it could not
+rewrite is listed with the reason. Every other line, and every file that is not Python, is
+copied byte for byte. SRC is never written; a DEST that exists is refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import functools
 import os
 import re
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from common.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REPORT = "MIGRATION.md"
+VENDOR_DEPS = "vendor_deps"  # DEST's package of the modules carried from the user's checkout
 _SKIP_DIRS = {"__pycache__", ".git", "model_dir", ".ipynb_checkpoints"}
 
 # the vendor's module names that differ from this zoo's (the rest keep their name under common.)
@@ -41,8 +49,19 @@ MODULE_RENAMES = {
 TF_ESTIMATOR_NAMES = {"ModeKeys", "TrainSpec", "EvalSpec", "train_and_evaluate", "EstimatorSpec", "RunConfig"}
 TF_ESTIMATOR_IMPORT = "from common.tf import estimator as tf_estimator  # TF 2.16 and later have no tf.estimator"
 _TF_ESTIMATOR = r"(?<![\w.])tf\.estimator\."  # TensorFlow's, not common.tf.estimator
+WHY_OWN = "the folder's own module, imported relatively"
+WHY_CARRIED = "a module of the vendor's checkout, carried into vendor_deps/ and imported relatively"
 PACKAGE_LINE = ("from common.folder import folder_package; "
                 "__package__ = folder_package(os.path.dirname(os.path.abspath(__file__)))")
+
+
+def package_line(package: tuple[str, ...]) -> str:
+    """The line that makes a script DEST's module ``package`` (its folder's parts below DEST)."""
+    if not package:
+        return PACKAGE_LINE
+    up = ", ".join(['".."'] * len(package))
+    return ("from common.folder import folder_package; __package__ = folder_package(os.path.join("
+            f"os.path.dirname(os.path.abspath(__file__)), {up})) + \".{'.'.join(package)}\"")
 
 
 @dataclass(frozen=True)
@@ -63,17 +82,263 @@ class Left:
     why: str
 
 
+@dataclass(frozen=True)
+class Carried:
+    file: str  # in DEST, e.g. vendor_deps/transformers/pytorch/layers/x.py
+    origin: str  # in the checkout, e.g. modelzoo/transformers/pytorch/layers/x.py ("" for an empty package file)
+    by: str  # what pulled it in: "file:line" of the import, or "a package above <module>" for an empty one
+
+
 def _module_exists(dotted: str) -> bool:
     """Whether this zoo has ``dotted`` (common.x.y) as a module or package, without importing it."""
     path = os.path.join(ROOT, *dotted.split("."))
     return os.path.isfile(path + ".py") or os.path.isfile(os.path.join(path, "__init__.py"))
 
 
+@functools.lru_cache(maxsize=None)
+def _our_names(dotted: str) -> frozenset[str] | None:
+    """The names this zoo's module ``dotted`` binds at its top level (read, not imported); None if unknown."""
+    path = os.path.join(ROOT, *dotted.split("."))
+    path = path + ".py" if os.path.isfile(path + ".py") else os.path.join(path, "__init__.py")
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (SyntaxError, UnicodeDecodeError):  # being edited: its names are not known
+        return None
+    names: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> bool:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    if alias.name == "*":
+                        return False
+                    names.add(alias.asname or alias.name.split(".")[0])
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+            elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+                blocks = [node.body, getattr(node, "orelse", []), getattr(node, "finalbody", [])]
+                blocks += [h.body for h in getattr(node, "handlers", [])]
+                if not all(visit(b) for b in blocks):
+                    return False
+        return True
+
+    if not visit(tree.body) or "__getattr__" in names:  # a star import or a module __getattr__: any name
+        return None
+    return frozenset(names)
+
+
+def _ours(module: str, names: list[str]) -> str | None:
+    """This zoo's module for the vendor's ``module`` (a modelzoo.common one this zoo has), or None."""
+    for vendor, ours in MODULE_RENAMES.items():
+        if module == vendor or module.startswith(vendor + "."):
+            return ours + module[len(vendor):]
+    if module != "modelzoo.common" and not module.startswith("modelzoo.common."):
+        return None
+    ours = module.removeprefix("modelzoo.")
+    # `from modelzoo.common.pytorch import cb_model`: the package and the name it imports
+    candidates = [ours] + ([f"{ours}.{names[0]}"] if names else [])
+    return ours if any(_module_exists(c) for c in candidates) else None
+
+
+def _lacking(ours: str, names: list[str]) -> list[str]:
+    """The names of ``from <ours> import names`` that this zoo's module has not (neither bound nor a submodule)."""
+    if not _module_exists(ours):
+        return []
+    bound = _our_names(ours)
+    if bound is None:
+        return []
+    return [n for n in names if n not in bound and not _module_exists(f"{ours}.{n}")]
+
+
+def _relative(package: tuple[str, ...], target: tuple[str, ...]) -> str:
+    """``from <this> import``: the module ``target`` (parts below DEST) seen from a module of ``package``."""
+    k = 0
+    while k < min(len(package), len(target)) and package[k] == target[k]:
+        k += 1
+    return "." * (len(package) - k + 1) + ".".join(target[k:])
+
+
+def _catches_import_error(handler: ast.expr | None) -> bool:
+    """Whether ``except <handler>:`` catches an ImportError (a bare except, Exception, ImportError, ...)."""
+    names = {n.id for n in ast.walk(handler) if isinstance(n, ast.Name)} if handler is not None else {"Exception"}
+    return bool(names & {"Exception", "BaseException", "ImportError", "ModuleNotFoundError"})
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """The user's checkout of the vendor's zoo that SRC lies in: ``root/modelzoo/...``."""
+
+    root: str  # the folder that holds modelzoo/
+    src: tuple[str, ...]  # SRC's dotted name: ("modelzoo", "transformers", "pytorch", "gpt2")
+
+    @classmethod
+    def around(cls, src: str) -> Checkout | None:
+        """The checkout whose ``modelzoo`` package (the nearest folder of that name with an __init__.py
+        at or above SRC) holds SRC; None for a standalone folder."""
+        parts = os.path.realpath(src).split(os.sep)
+        for i in range(len(parts) - 1, 0, -1):
+            if parts[i] == "modelzoo" and os.path.isfile(os.path.join(os.sep.join(parts[:i + 1]), "__init__.py")):
+                return cls(os.sep.join(parts[:i]) or os.sep, tuple(parts[i:]))
+        return None
+
+    def locate(self, module: tuple[str, ...]) -> str | None:
+        """The checkout's file of ``module``: x.py, x/__init__.py, or the folder x/ (a package without one)."""
+        base = os.path.join(self.root, *module)
+        for path in (base + ".py", os.path.join(base, "__init__.py")):
+            if os.path.isfile(path):
+                return path
+        return base if os.path.isdir(base) else None
+
+    def place(self, module: tuple[str, ...]) -> tuple[str, ...]:
+        """Where ``module`` lies below DEST: SRC's own in place, any other below vendor_deps/."""
+        if module[:len(self.src)] == self.src:
+            return module[len(self.src):]
+        return (VENDOR_DEPS,) + module[1:]
+
+    def module_of(self, package: tuple[str, ...]) -> tuple[str, ...]:
+        """The vendor's dotted name of DEST's package ``package`` (inverse of ``place``)."""
+        if package[:1] == (VENDOR_DEPS,):
+            return ("modelzoo",) + package[1:]
+        return self.src + package
+
+
+@dataclass
+class ImportPlan:
+    """What to do with one file's import statements, by line: found before the line rules run."""
+
+    rewrites: dict[int, tuple[str, str]] = field(default_factory=dict)  # line -> (new line, why)
+    left: dict[int, str] = field(default_factory=dict)  # line -> why it stays
+    wanted: list[tuple[tuple[str, ...], int]] = field(default_factory=list)  # (vendor module to carry, line)
+    guarded: set[int] = field(default_factory=set)  # imports in a try whose except catches an ImportError
+
+
+class _Planner:
+    """Reads a file's imports (ast) and decides each one naming the vendor's zoo."""
+
+    def __init__(self, rel: str, lines: list[str], checkout: Checkout | None, own_modules: set[str]):
+        self.lines, self.checkout, self.own_modules = lines, checkout, own_modules
+        self.package = tuple(rel.split("/")[:-1])  # the file's package below DEST
+        self.plan = ImportPlan()
+
+    def run(self, tree: ast.Module) -> ImportPlan:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Try) and any(_catches_import_error(h.type) for h in node.handlers):
+                self.plan.guarded.update(n.lineno for stmt in node.body for n in ast.walk(stmt)
+                                         if isinstance(n, (ast.Import, ast.ImportFrom)))
+            if isinstance(node, ast.ImportFrom):
+                self._from(node)
+            elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "modelzoo" for a in node.names):
+                self._import(node)
+        return self.plan
+
+    def _body(self, number: int) -> str:
+        return _split_ending(self.lines[number - 1])[0]
+
+    def _rewrite(self, number: int, new: str, why: str) -> None:
+        if number in self.plan.rewrites or number in self.plan.left:
+            self.plan.rewrites.pop(number, None)
+            self.plan.left[number] = "more than one import on the line: split it, then migrate again"
+        else:
+            self.plan.rewrites[number] = (new, why)
+
+    def _leave(self, number: int, why: str) -> None:
+        self.plan.rewrites.pop(number, None)
+        self.plan.left.setdefault(number, why)
+
+    def _from(self, node: ast.ImportFrom) -> None:
+        names = [a.name for a in node.names]
+        number, line = node.lineno, self._body(node.lineno)
+        m = re.match(r"(\s*from\s+)([\w.]+)(\s+import\b.*)$", line)
+        if node.level == 0 and node.module and node.module.split(".")[0] == "modelzoo":
+            if not m or m.group(2) != node.module:
+                return self._leave(number, "an import of the vendor's zoo not at the start of its line: "
+                                           "rewrite it by hand")
+            ours = _ours(node.module, names)
+            if ours is not None:
+                self._rewrite(number, m.group(1) + ours + m.group(3), "the vendor's common modules are this zoo's "
+                                                                      "common")
+                if lacking := _lacking(ours, names):  # rewritten all the same: the name is this zoo's to add
+                    self.plan.left[number] = (f"this zoo's {ours} has no {', '.join(lacking)}: the vendor's API it "
+                                              f"names is not provided here")
+                return
+            if self.checkout is None:
+                return self._standalone(number, m, node.module)
+            return self._vendor(number, m, tuple(node.module.split(".")), names, node.module)
+        if node.level > 0 and self.checkout is not None:
+            # a relative import in the vendor's code: the module it names comes along too
+            base = self.checkout.module_of(self.package)
+            if node.level - 1 > len(base) - 1:
+                return
+            module = base[:len(base) - (node.level - 1)] + tuple((node.module or "").split(".") if node.module else ())
+            if module[:1] != ("modelzoo",):
+                return
+            old = re.match(r"(\s*from\s+)(\.+[\w.]*)(\s+import\b.*)$", line)
+            self._vendor(number, old, module, names, "." * node.level + (node.module or ""))
+
+    def _vendor(self, number: int, m: re.Match | None, module: tuple[str, ...], names: list[str],
+                written: str) -> None:
+        """``from <written> import names``, ``module`` in the user's checkout: relative to where it lies in DEST."""
+        path = self.checkout.locate(module)
+        if path is None:
+            return self._leave(number, f"no module {'.'.join(module)} in the vendor's checkout "
+                                       f"({self.checkout.root}): nothing to carry")
+        self.plan.wanted.append((module, number))
+        if not path.endswith(".py") or path.endswith("__init__.py"):  # a package: the names may be its modules
+            self.plan.wanted += [(module + (n,), number) for n in names if self.checkout.locate(module + (n,))]
+        new = _relative(self.package, self.checkout.place(module))
+        if new == written:  # a relative import in the vendor's code that holds in DEST as it is
+            return
+        if m is None:
+            return self._leave(number, "an import of the vendor's zoo not at the start of its line: "
+                                       "rewrite it by hand")
+        if new != m.group(2):
+            own = self.checkout.place(module)[:1] != (VENDOR_DEPS,)
+            why = WHY_OWN if own else WHY_CARRIED
+            self._rewrite(number, m.group(1) + new + m.group(3), why)
+
+    def _standalone(self, number: int, m: re.Match, module: str) -> None:
+        """Outside a checkout: modelzoo.<family>.<fw>.<mod> is the folder's own module when it has one."""
+        own = re.fullmatch(r"modelzoo\.(?!common\.)\w+\.(?:pytorch|tf)\.(\w+)", module)
+        if own and own.group(1) in self.own_modules:
+            self._rewrite(number, m.group(1) + _relative(self.package, (own.group(1),)) + m.group(3),
+                          WHY_OWN)
+
+    def _import(self, node: ast.Import) -> None:
+        """``import modelzoo.a.b as c``: this zoo's module, or ``from <package> import b as c``."""
+        number, line = node.lineno, self._body(node.lineno)
+        m = re.match(r"(\s*)import\s+(modelzoo[\w.]*)\s+as\s+(\w+)(.*)$", line)
+        if len(node.names) != 1 or not m or m.group(2) != node.names[0].name:
+            return self._leave(number, "an `import modelzoo...` statement without one `as` name: its uses name the "
+                                       "vendor's package; write it as `from <package> import <module> as <name>`")
+        module = m.group(2)
+        ours = _ours(module, [])
+        if ours is not None:
+            return self._rewrite(number, f"{m.group(1)}import {ours} as {m.group(3)}{m.group(4)}",
+                                 "the vendor's common modules are this zoo's common")
+        if self.checkout is None:
+            return
+        parts = tuple(module.split("."))
+        if self.checkout.locate(parts) is None:
+            return self._leave(number, f"no module {module} in the vendor's checkout ({self.checkout.root}): "
+                                       f"nothing to carry")
+        self.plan.wanted.append((parts, number))
+        place = self.checkout.place(parts)
+        self._rewrite(number, f"{m.group(1)}from {_relative(self.package, place[:-1])} import {place[-1]} as "
+                              f"{m.group(3)}{m.group(4)}",
+                      WHY_CARRIED if place[0] == VENDOR_DEPS else WHY_OWN)
+
+
 class FileMigration:
     """One Python file's lines, rewritten rule by rule (the rules below, in order)."""
 
-    def __init__(self, rel: str, text: str, own_modules: set[str]):
+    def __init__(self, rel: str, text: str, own_modules: set[str], plan: ImportPlan | None = None):
         self.rel, self.own_modules = rel, own_modules
+        self.plan = plan or ImportPlan()
+        self.package = tuple(rel.split("/")[:-1])
         self.lines = text.splitlines(keepends=True)
         self.changes: list[Change] = []
         self.left: list[Left] = []
@@ -85,7 +350,7 @@ class FileMigration:
         for number, line in enumerate(self.lines, 1):
             body, ending = _split_ending(line)
             new, whys = body, []
-            for rule in (self._common, self._own_folder, self._sys_path, self._tf_estimator, self._keras_mixed):
+            for rule in (self._imports, self._common, self._sys_path, self._tf_estimator, self._keras_mixed):
                 new, why = rule(new, number)
                 if why:
                     whys.append(why)
@@ -100,37 +365,29 @@ class FileMigration:
 
     # --- the rules: each takes a line (without its ending) and returns (line, why or "") ---------
 
+    def _imports(self, line: str, number: int) -> tuple[str, str]:
+        """An import of the vendor's zoo, as the plan (_Planner) decided it."""
+        if number in self.plan.rewrites:
+            return self.plan.rewrites[number]
+        return line, ""
+
     def _common(self, line: str, number: int) -> tuple[str, str]:
-        """modelzoo.common.X -> common.X, where this zoo has that module."""
+        """modelzoo.common.X -> common.X outside import statements, where this zoo has that module."""
+        if number in self.plan.rewrites or number in self.plan.left:
+            return line, ""
+
         def swap(m: re.Match) -> str:
-            name = m.group(0)
-            for vendor, ours in MODULE_RENAMES.items():
-                if name == vendor or name.startswith(vendor + "."):
-                    return ours + name[len(vendor):]
-            ours = name.removeprefix("modelzoo.")
-            # `from modelzoo.common.pytorch import cb_model`: the package and the name it imports
-            imported = re.match(r"\s*from\s+" + re.escape(name) + r"\s+import\s+(\w+)", line)
-            candidates = [ours] + ([f"{ours}.{imported.group(1)}"] if imported else [])
-            if any(_module_exists(c) for c in candidates):
-                return ours
-            return name
+            return _ours(m.group(0), []) or m.group(0)
 
         new = re.sub(r"\bmodelzoo\.common(?:\.\w+)*", swap, line)
         return new, "the vendor's common modules are this zoo's common" if new != line else ""
-
-    def _own_folder(self, line: str, number: int) -> tuple[str, str]:
-        """from modelzoo.<family>.<fw>.<mod> import ... -> from .<mod> import ..., for modules of this folder."""
-        m = re.match(r"(\s*from\s+)modelzoo\.(?!common\.)\w+\.(?:pytorch|tf)\.(\w+)(\s+import\b.*)", line)
-        if m and m.group(2) in self.own_modules:
-            return f"{m.group(1)}.{m.group(2)}{m.group(3)}", "the folder's own module, imported relatively"
-        return line, ""
 
     def _sys_path(self, line: str, number: int) -> tuple[str, str]:
         """A script's sys.path.append(root of the vendor's zoo): its folder becomes its package instead."""
         m = re.match(r"(\s*)sys\.path\.(?:append|insert)\(.*\)\s*$", line)
         if m and self.is_script and not m.group(1):
-            return PACKAGE_LINE, "run as a script, the file imports its folder's modules as one package " \
-                                 "(common/folder.py), not through sys.path"
+            return package_line(self.package), "run as a script, the file imports its folder's modules as one " \
+                                               "package (common/folder.py), not through sys.path"
         return line, ""
 
     def _tf_estimator(self, line: str, number: int) -> tuple[str, str]:
@@ -151,6 +408,9 @@ class FileMigration:
     def _leftovers(self, line: str, number: int) -> None:
         """What the rules could not rewrite, with the reason."""
         text = line.strip()
+        if number in self.plan.left:
+            self.left.append(Left(self.rel, number, text, self.plan.left[number]))
+            return
         if text.startswith("#"):
             return
         why = None
@@ -166,8 +426,10 @@ class FileMigration:
             why = "tf.estimator is gone from TF 2.16 on, and common.tf.estimator has not this name"
         elif re.search(r"\bmixed_precision\.experimental\b|loss_scale\s*=", line):
             why = "Keras mixed precision has no loss_scale any more: set optimizer.loss_scaling_factor in params"
-        elif re.search(r"^\s*(from|import)\s+(cerebras|torch_xla)\b", line):
+        elif re.search(r"^\s*(from|import)\s+(cerebras\w*|torch_xla)\b", line):
             why = "the vendor's system software, not present here: this line must only run on the vendor's system"
+            if number in self.plan.guarded:
+                why = "the vendor's system software, not present here: its try's `except ImportError` runs instead"
         elif re.search(r"\bsys\.path\.(append|insert)\(", line):
             why = "a sys.path change inside code: this folder's modules import each other relatively"
         if why:
@@ -204,14 +466,26 @@ class Migration:
     changes: list[Change]
     left: list[Left]
     copied: list[str]
+    carried: list[Carried] = field(default_factory=list)
 
     def render(self) -> str:
         lines = [f"# Migrated from {self.src}", "",
                  f"{len(self.changes)} lines changed in {len({c.file for c in self.changes})} files; "
-                 f"{len(self.copied)} files copied; every other line is as in the source.", "", "## Changes", ""]
+                 f"{len(self.copied)} files copied; {len(self.carried)} files carried from the vendor's checkout; "
+                 f"every other line is as in the source.", "", "## Changes", ""]
         for c in self.changes:
             lines += [f"{c.file}:{c.line}: {c.why}", f"-    {c.before}" if c.before else "-    (added)",
                       f"+    {c.after}", ""]
+        lines += ["## Carried from the vendor's checkout", ""]
+        if not self.carried:
+            lines += ["nothing", ""]
+        for item in self.carried:
+            if item.origin:
+                lines += [f"{item.file}: from {item.origin}, imported at {item.by}"]
+            else:
+                lines += [f"{item.file}: empty, so that its folder is {item.by}"]
+        if self.carried:
+            lines += [""]
         lines += ["## Not rewritten", ""]
         if not self.left:
             lines += ["nothing", ""]
@@ -221,8 +495,23 @@ class Migration:
         return "\n".join(lines)
 
 
+def _read_python(path: str, shown: str) -> tuple[str, ast.Module]:
+    """A Python file's text and its syntax tree; one line naming file:line if it is not UTF-8 Python."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{shown}: not UTF-8 text") from None
+    try:
+        return text, ast.parse(text, shown)
+    except SyntaxError as e:
+        raise UserError(f"{shown}:{e.lineno}: not Python 3 ({e.msg}): fix the file, then migrate again") from None
+
+
 def migrate(src: str, dest: str) -> Migration:
-    """Copy ``src`` to ``dest`` (which must not exist), rewriting its Python files; returns what changed."""
+    """Copy ``src`` to ``dest`` (which must not exist), rewriting its Python files and carrying the vendor's
+    modules they import from the checkout SRC lies in; returns what changed."""
     if not os.path.isdir(src):
         raise UserError(f"{src}: no such folder")
     if os.path.lexists(dest):
@@ -230,36 +519,70 @@ def migrate(src: str, dest: str) -> Migration:
     src_abs, dest_abs = os.path.realpath(src), os.path.realpath(dest)
     if dest_abs == src_abs or dest_abs.startswith(src_abs + os.sep):
         raise UserError(f"--out {dest} is inside {src}: give a folder outside it")
+    checkout = Checkout.around(src)
     own_modules = {os.path.splitext(f)[0] for f in os.listdir(src) if f.endswith(".py")}
-    plan: list[tuple[str, str]] = []
+    plan: list[tuple[str, str]] = []  # (path in DEST, "/" separated; path in SRC)
     for root, dirs, files in os.walk(src):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
-        plan += [(os.path.relpath(os.path.join(root, f), src), os.path.join(root, f)) for f in sorted(files)
-                 if not f.endswith(".pyc")]
+        plan += [(os.path.relpath(os.path.join(root, f), src).replace(os.sep, "/"), os.path.join(root, f))
+                 for f in sorted(files) if not f.endswith(".pyc")]
     changes, left, copied = [], [], []
     written: dict[str, bytes] = {}
-    for rel, path in plan:
-        if rel.endswith(".py"):
-            with open(path, "rb") as f:
-                raw = f.read()
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise UserError(f"{path}: not UTF-8 text") from None
-            new, file_changes, file_left = FileMigration(rel, text, own_modules).run()
-            changes += file_changes
-            left += file_left
-            written[rel] = new.encode("utf-8")
-        copied.append(rel)
-    migration = Migration(src, dest, changes, left, copied)
+    carried: dict[str, Carried] = {}  # by path in DEST
+    carry_paths: dict[str, str] = {}  # path in DEST -> path in the checkout
+    todo = [(rel, path, path) for rel, path in plan if rel.endswith(".py")]
+
+    def want(module: tuple[str, ...], by: str) -> None:
+        """Carry the checkout's ``module`` into DEST/vendor_deps, once, with an empty __init__.py in each folder
+        above it (the checkout's own __init__.py comes only where its package is imported itself)."""
+        place = checkout.place(module)
+        if place[:1] != (VENDOR_DEPS,):
+            return  # SRC's own
+        path = checkout.locate(module)
+        is_package = os.path.isdir(path) or os.path.basename(path) == "__init__.py"
+        for depth in range(1, len(place) + is_package):
+            rel = "/".join(place[:depth]) + "/__init__.py"
+            if rel not in carried:
+                carried[rel] = Carried(rel, "", f"a package above {'/'.join(place)}")
+                written[rel] = b""
+        if os.path.isdir(path):  # a package without __init__.py: the empty one above stands for it
+            return
+        rel = "/".join(place) + ("/__init__.py" if is_package else ".py")
+        if rel in carried and carried[rel].origin:
+            return
+        carried[rel] = Carried(rel, os.path.relpath(path, checkout.root).replace(os.sep, "/"), by)
+        carry_paths[rel] = path
+        written.pop(rel, None)
+        todo.append((rel, path, path))
+
+    if checkout is not None and os.path.exists(os.path.join(src, VENDOR_DEPS)):
+        raise UserError(f"{os.path.join(src, VENDOR_DEPS)}: SRC has a {VENDOR_DEPS} of its own, the name the "
+                        f"migration gives the modules it carries")
+    while todo:
+        rel, path, shown = todo.pop(0)
+        text, tree = _read_python(path, shown)
+        lines = text.splitlines(keepends=True)
+        import_plan = _Planner(rel, lines, checkout, own_modules).run(tree)
+        for module, number in import_plan.wanted:
+            want(module, f"{rel}:{number}")
+        new, file_changes, file_left = FileMigration(rel, text, own_modules, import_plan).run()
+        changes += file_changes
+        left += file_left
+        written[rel] = new.encode("utf-8")
+    copied = [rel for rel, _ in plan]
+    order = {rel: i for i, rel in enumerate(copied + sorted(carried))}
+    changes.sort(key=lambda c: (order[c.file], c.line))
+    left.sort(key=lambda x: (order[x.file], x.line))
+    migration = Migration(src, dest, changes, left, copied, [carried[rel] for rel in sorted(carried)])
     os.makedirs(dest)
-    for rel, path in plan:
-        target = os.path.join(dest, rel)
+    for rel, path in plan + [(rel, carry_paths.get(rel)) for rel in sorted(carried)]:
+        target = os.path.join(dest, *rel.split("/"))
         os.makedirs(os.path.dirname(target), exist_ok=True)
         if rel in written:
             with open(target, "wb") as f:
                 f.write(written[rel])
-            shutil.copymode(path, target)
+            if path is not None:
+                shutil.copymode(path, target)
         else:
             shutil.copy2(path, target)
     with open(os.path.join(dest, REPORT), "w", encoding="utf-8") as f:
