@@ -13,6 +13,8 @@ import os
 
 import pytest
 
+from tests import passed_once
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
 
 if importlib.util.find_spec("torch") is not None:
@@ -25,6 +27,11 @@ if importlib.util.find_spec("torch") is not None:
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true",
                      help="rewrite tests/golden/ from the models' current lowered graphs")
+    passed_once.add_options(parser)  # tox runs each test once, where it needs the fewest frameworks
+
+
+def pytest_configure(config):
+    passed_once.register(config)
 
 
 @pytest.fixture(autouse=True)
