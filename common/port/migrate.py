@@ -424,7 +424,7 @@ class FileMigration:
             why = "an import of the vendor's zoo that names no module of this folder"
         elif re.search(_TF_ESTIMATOR, line):
             why = "tf.estimator is gone from TF 2.16 on, and common.tf.estimator has not this name"
-        elif re.search(r"\bmixed_precision\.experimental\b|loss_scale\s*=", line):
+        elif re.search(r"\bmixed_precision\.experimental\b|\bloss_scale\s*=", line):
             why = "Keras mixed precision has no loss_scale any more: set optimizer.loss_scaling_factor in params"
         elif re.search(r"^\s*(from|import)\s+(cerebras\w*|torch_xla)\b", line):
             why = "the vendor's system software, not present here: this line must only run on the vendor's system"

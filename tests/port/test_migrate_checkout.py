@@ -275,3 +275,12 @@ def test_each_import_form_from_a_nested_module(checkout, tmp_path, form, after):
     change = next(c for c in migration.changes if c.file == "input/scripts/form.py")
     assert (change.before, change.after) == (form, after)
     assert (tmp_path / "out" / "vendor_deps/transformers/pytorch/extra.py").exists()
+
+
+def test_a_name_ending_in_loss_scale_is_not_keras_mixed_precision(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "model.py").write_text("def forward(x, mlm_loss_scale=None):\n    return x\n"
+                                               "policy = Policy('mixed_float16', loss_scale='dynamic')\n")
+    migration = migrate(str(tmp_path / "src"), str(tmp_path / "out"))
+    assert [(x.line, x.why.split(":")[0]) for x in migration.left] == [
+        (3, "Keras mixed precision has no loss_scale any more")]
