@@ -182,6 +182,24 @@ def effective_params(args: argparse.Namespace, default_params_fn: Callable | Non
     return params
 
 
+def check_device_optimizer(params: Mapping, args: argparse.Namespace, framework: str) -> None:
+    """The vendor's optimizer keys that the device's optimizer does not take, refused (one line)
+    where the run is on the device (--device emulator, --validate_only, --compile_only)."""
+    on_device = args.device == "emulator" or args.validate_only or args.compile_only
+    optimizer = params["optimizer"]
+    if not on_device:
+        return
+    if optimizer["optimizer_type"] in ("adam", "adamw") and not optimizer.get("correct_bias", True):
+        raise UserError("optimizer.correct_bias: false: the device's Adam always corrects the bias of its moments; "
+                        "run it with --device cpu or gpu, or drop the key")
+    from device.api import MAX_LOSS_SCALE  # numpy: after the command line is checked
+
+    if framework == "pytorch" and optimizer.get("max_loss_scale", MAX_LOSS_SCALE) != MAX_LOSS_SCALE:
+        raise UserError(f"optimizer.max_loss_scale: {optimizer['max_loss_scale']:g}: a PyTorch run on the device "
+                        f"grows the loss scale up to {MAX_LOSS_SCALE:g}; run it with --device cpu or gpu, or drop "
+                        f"the key")
+
+
 def set_by_user(params: Mapping, path: str, overrides: Sequence[str],
                 defaults: Mapping | None) -> Callable[[tuple], str | None]:
     """``where_set(key_path)``: where the user set that key (the params file's ``file:line``, or

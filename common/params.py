@@ -26,8 +26,9 @@ import yaml
 
 from common.errors import UserError
 from common.io import atomic_write_text
+from common.vendor_keys import IGNORED, SPELLINGS
 from device.api import (DEFAULT_INITIAL_LOSS_SCALE, DEFAULT_STEPS_PER_INCREASE, EXECUTION_MODES, HALF_PRECISIONS,
-                        KINDS)
+                        KINDS, MAX_LOSS_SCALE)
 
 logger = logging.getLogger("zoo")
 
@@ -123,6 +124,8 @@ COMMON_DEFAULTS: dict[str, Any] = {
         "beta1": Typed(0.9, (float,), range=UNIT_OPEN),
         "beta2": Typed(0.999, (float,), range=UNIT_OPEN),
         "epsilon": Typed(1.0e-8, (float,), range=POSITIVE),
+        # adam, adamw: divide the moments by 1 - beta^step (false: not, as the vendor's BERT configs ask)
+        "correct_bias": True,
         "weight_decay": 0.0,
         # parameters whose name contains one of these get no weight decay (biases, norms)
         "weight_decay_exclude": ["bias", "norm"],
@@ -132,6 +135,9 @@ COMMON_DEFAULTS: dict[str, Any] = {
         "loss_scaling_factor": Typed(1.0, (float, str), range=POSITIVE),
         "initial_loss_scale": Typed(DEFAULT_INITIAL_LOSS_SCALE, (float,), range=POSITIVE),
         "steps_per_increase": Typed(DEFAULT_STEPS_PER_INCREASE, (int,), range=AT_LEAST_1),
+        "max_loss_scale": Typed(MAX_LOSS_SCALE, (float,), range=Range(1.0)),  # dynamic scaling grows no further
+        # a learning_rate list: true: each schedule reads the global step (the vendor's key), not its own steps
+        "disable_lr_steps_reset": False,
     },
     "mixed_precision": {
         "enabled": False,
@@ -148,11 +154,13 @@ COMMON_DEFAULTS: dict[str, Any] = {
     },
 }
 
-# Each framework's original spelling -> the shared key (both are accepted; giving both is an error).
+# Each framework's original spelling -> the shared key (both are accepted; giving both is an error),
+# and the vendor's spellings of this zoo's keys (common/vendor_keys.py).
 ALIASES: dict[tuple[str, ...], tuple[str, ...]] = {
     ("runconfig", "save_checkpoints_steps"): ("runconfig", "checkpoint_steps"),
     ("runconfig", "save_summary_steps"): ("runconfig", "log_steps"),
     ("runconfig", "tf_random_seed"): ("runconfig", "seed"),
+    **SPELLINGS,
 }
 
 MODES = ("train", "eval", "eval_all", "train_and_eval", "predict")
@@ -449,6 +457,9 @@ def _apply(target: dict, spec: Mapping, data: Mapping, path: tuple, where_of, ro
         given = path + (key,)
         leaf = ALIASES.get(given, given)[-1]  # aliases stay within their section
         name = ".".join(map(shown, path + (leaf,)))
+        if leaf not in spec and given in IGNORED:
+            _ignore(given, value, where_of)
+            continue
         if leaf not in spec:
             raise UserError(f"{where_of(given)}: unknown key '{'.'.join(map(shown, given))}'{_suggest(given, root)}")
         leaf_spec = spec[leaf]
@@ -459,6 +470,19 @@ def _apply(target: dict, spec: Mapping, data: Mapping, path: tuple, where_of, ro
         else:
             target[leaf] = _check_type(value, leaf_spec, lambda p, g=given: where_of(g + p[len(given):]),
                                        path + (leaf,))
+
+
+def _ignore(key_path: tuple, value: Any, where_of) -> Any:
+    """A vendor key that means nothing here (common/vendor_keys.py): its type checked, and named
+    once (a warning where its value asks for something, else an info line); returns the value."""
+    entry = IGNORED[key_path]
+    value = _check_type(value, Typed(None, entry.types), where_of, key_path)
+    named = getattr(where_of, "named", set())
+    if key_path not in named:
+        named.add(key_path)
+        logger.log(logging.INFO if value in (None, False) else logging.WARNING, "%s: %s is ignored: %s",
+                   where_of(key_path), dotted(key_path), entry.reason)
+    return value
 
 
 def _check_aliases(data: Mapping, where_of) -> None:
@@ -492,6 +516,7 @@ class _Origins:
 
     def __init__(self):
         self.where: dict[tuple, str] = {}
+        self.named: set[tuple] = set()  # the ignored vendor keys already named in the log
 
     def __call__(self, key_path: tuple) -> str:
         for n in range(len(key_path), 0, -1):  # a list item set on the command line: the override
@@ -538,54 +563,29 @@ def load_params(path: str | None, defaults: Mapping, overrides: Iterable[str] = 
 
 ZOO_SECTIONS = tuple(COMMON_DEFAULTS)
 
-# The vendor's optimizer spellings -> this zoo's (vendor form only; giving both is an error).
-VENDOR_OPTIMIZER_KEYS = {"weight_decay_rate": "weight_decay", "use_nesterov": "nesterov"}
-# runconfig keys that configured the vendor's system or its runner: accepted in the vendor
-# form, kept in params for code that reads them, and ignored by this zoo, with the reason.
-VENDOR_SYSTEM_KEYS = {
-    **dict.fromkeys(("cs_ip", "multireplica", "num_wgt_servers", "num_csx", "mgmt_address", "credentials_path",
-                     "mount_dirs", "python_paths", "fabric_config_file", "appliance", "volume_mount_path",
-                     "dist_addr", "dist_backend", "init_method", "use_cs_grad_accum", "num_workers_per_csx"),
-                    "it configures the vendor's system; --device picks cpu, gpu or emulator here"),
-    "save_losses": "the losses are in model_dir/train's TensorBoard scalars here",
-    "mode": "--mode sets the mode here",
-    "validate_only": "--validate_only sets it here",
-    "compile_only": "--compile_only sets it here",
-    "compile_dir": "a compile writes into model_dir/compile here",
-    "logging": "--verbose sets the log level here",
-    "streamer_logging": "--verbose sets the log level here",
-    "throttle_secs": "train_and_eval evaluates each checkpoint as it is saved here",
-    "is_pretrained_checkpoint": "--checkpoint_path loads the weights it names here",
-    "debug_args_path": "it configures the vendor's compiler",
-}
+# runconfig keys that configured the vendor's system or its runner (common/vendor_keys.py), by
+# name, with why this zoo ignores them (the vendor's TF run_utils reads them)
+VENDOR_SYSTEM_KEYS = {key: entry.reason for (section, key), entry in IGNORED.items() if section == "runconfig"}
 
 
-def _vendor_spellings(zoo_data: dict, where_of) -> dict:
-    """The vendor's spellings in the zoo's sections, mapped in place; returns the runconfig keys
-    of the vendor's system, taken out of ``zoo_data`` (warned about once, each with its line)."""
+def _vendor_spellings(zoo_data: dict, where_of) -> dict[str, dict]:
+    """The vendor's optimizer_type spellings mapped in place; returns, by section, the vendor's
+    keys that mean nothing here (common/vendor_keys.py), taken out of ``zoo_data`` (each type
+    checked and named once, with its line), for the vendor's code that reads them."""
     optimizer = zoo_data.get("optimizer")
     if isinstance(optimizer, dict):
-        for vendor, ours in VENDOR_OPTIMIZER_KEYS.items():
-            if vendor in optimizer:
-                if ours in optimizer:
-                    raise UserError(f"{where_of(('optimizer', vendor))}: 'optimizer.{vendor}' and 'optimizer.{ours}' "
-                                    f"are the same setting; give only one")
-                optimizer[ours] = optimizer.pop(vendor)
         kind = optimizer.get("optimizer_type")
         if isinstance(kind, str):
             optimizer["optimizer_type"] = kind = kind.lower()  # the vendor's "SGD", "Adam", "AdamW"
             # the vendor's sgd takes its momentum from the same section: with one, it is this zoo's momentum
             if kind == "sgd" and optimizer.get("momentum"):
                 optimizer["optimizer_type"] = "momentum"
-    runconfig = zoo_data.get("runconfig")
-    system = {}
-    if isinstance(runconfig, dict):
-        for key in [k for k in runconfig if k in VENDOR_SYSTEM_KEYS]:
-            system[key] = runconfig.pop(key)
-            if system[key] not in (None, False):
-                logger.warning("%s: runconfig.%s is ignored: %s", where_of(("runconfig", key)), key,
-                               VENDOR_SYSTEM_KEYS[key])
-    return system
+    ignored: dict[str, dict] = {}
+    for section, data in zoo_data.items():
+        if isinstance(data, dict):
+            for key in [k for k in data if (section, k) in IGNORED]:
+                ignored.setdefault(section, {})[key] = _ignore((section, key), data.pop(key), where_of)
+    return ignored
 
 
 class _ReadLog:
@@ -757,7 +757,8 @@ def load_vendor_params(path: str | None, set_defaults, overrides: Iterable[str] 
                     "mixed_precision.dtype, %s unless set, on the CPU and the emulator alike)",
                     zoo_data["mixed_precision"].get("dtype", "bfloat16"))
     _apply(validated, spec, zoo_data, (), origins, spec)
-    validated["runconfig"].update(system)  # for the code that reads them, as the vendor's runner left them
+    for section, keys in system.items():
+        validated[section].update(keys)  # for the code that reads them, as the vendor's runner left them
     for section in ZOO_SECTIONS:
         dict.__setitem__(params, section, TrackedDict(validated[section], log, (section,)))
     check_ranges(thaw(params), spec, origins)

@@ -19,7 +19,8 @@ The fields mirror the reference zoo's (``step`` = optimizer steps already taken)
         lr = end + (initial - end) * (1 + cos(pi * min(step, steps) / steps)) / 2
 
 Every schedule also takes ``steps``: in a list, each entry but the last must give it, and
-the next entry starts (from its own step 0) when it ends.
+the next entry starts (from its own step 0) when it ends; with the vendor's
+``optimizer.disable_lr_steps_reset: true`` every entry reads the global step instead.
 
 ``parse_schedule`` validates a spec into ``Segment``s (bad specs raise UserError naming the
 key); ``Schedule`` evaluates them in Python (the PyTorch runner and the emulator), and the
@@ -83,10 +84,12 @@ class Segment:
 
 
 class Schedule:
-    """A learning rate per step: segments run in sequence."""
+    """A learning rate per step: segments run in sequence, each from its own step 0 (or, with
+    ``reset_steps=False``, the vendor's disable_lr_steps_reset, reading the global step)."""
 
-    def __init__(self, segments: Sequence[Segment]):
+    def __init__(self, segments: Sequence[Segment], reset_steps: bool = True):
         self.segments = tuple(segments)
+        self.reset_steps = reset_steps
         self.starts = [0]  # the global step at which each segment starts
         for segment in self.segments[:-1]:
             self.starts.append(self.starts[-1] + segment.steps)
@@ -94,7 +97,7 @@ class Schedule:
     def __call__(self, step: int) -> float:
         """The learning rate of the optimizer step taken after ``step`` steps."""
         i = bisect.bisect_right(self.starts, step) - 1
-        return float(self.segments[i](step - self.starts[i]))
+        return float(self.segments[i](step - self.starts[i] if self.reset_steps else step))
 
 
 def _number(spec: Mapping, key: str, where: str, integer: bool = False, positive: bool = False) -> float:
@@ -189,5 +192,5 @@ def parse_schedule(learning_rate: Any, where: str = "optimizer.learning_rate") -
     raise UserError(f"{where} must be a number, a schedule or a non-empty list of schedules, got {learning_rate!r}")
 
 
-def build_schedule(learning_rate: Any, where: str = "optimizer.learning_rate") -> Schedule:
-    return Schedule(parse_schedule(learning_rate, where))
+def build_schedule(learning_rate: Any, where: str = "optimizer.learning_rate", reset_steps: bool = True) -> Schedule:
+    return Schedule(parse_schedule(learning_rate, where), reset_steps)

@@ -34,6 +34,7 @@ from common.precision import loss_scaling
 from common.pytorch.metrics import Metric
 from common.pytorch.optim import ScheduledLR, build_optimizer
 from common.schedules import build_schedule
+from device.api import MAX_LOSS_SCALE
 
 logger = logging.getLogger("zoo")
 
@@ -67,7 +68,9 @@ class PyTorchBaseModel:
         self.model = model.to(self.device)
         optimizer = params["optimizer"]
         self.optimizer = build_optimizer(self.model, optimizer)
-        self.schedule = build_schedule(optimizer["learning_rate"])
+        # the vendor's disable_lr_steps_reset: each schedule of a list reads the global step
+        self.schedule = build_schedule(optimizer["learning_rate"],
+                                       reset_steps=not optimizer.get("disable_lr_steps_reset", False))
         self.lr_scheduler = ScheduledLR(self.optimizer, self.schedule)
         if optimizer["max_gradient_norm"] is not None and optimizer["max_gradient_value"] is not None:
             raise UserError("optimizer: give max_gradient_norm or max_gradient_value, not both")
@@ -85,6 +88,7 @@ class PyTorchBaseModel:
                                                growth_interval=optimizer["steps_per_increase"])
         elif scaling is not None:
             self.static_loss_scale = scaling
+        self.max_loss_scale = optimizer.get("max_loss_scale", MAX_LOSS_SCALE)
         self.metrics: dict[str, Metric] = {}
 
     def __call__(self, batch: Any) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -131,6 +135,9 @@ class PyTorchBaseModel:
         if self.scaler is not None:
             self.scaler.step(self.optimizer)  # skipped when a gradient is inf/NaN
             self.scaler.update()
+            # grown no further than max_loss_scale, as the device and the TF runner: in place on the
+            # scaler's scale tensor (its get_scale() would wait for the GPU every step)
+            self.scaler._scale.clamp_(max=self.max_loss_scale)
         elif overflow is None:
             # skipped: a static loss scale skips a step whose gradients overflowed, as GradScaler and the
             # device do; a non-finite loss is not applied either (the runner stops on it)

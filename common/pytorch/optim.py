@@ -5,6 +5,7 @@
       learning_rate: 0.001           # or a schedule: common/schedules.py
       weight_decay: 0.01
       weight_decay_exclude: [bias, norm]
+      correct_bias: true             # adam, adamw: false drops the bias correction (the vendor's BERT)
 
 A schedule is a pure function of the step (the number of optimizer steps already taken),
 so the CPU runner and the emulator read the same learning rate for the same step.
@@ -63,11 +64,53 @@ def _param_groups(named_parameters: Iterable[tuple[str, torch.nn.Parameter]], we
     return [g for g in groups if g["params"]]
 
 
+class AdamNoBiasCorrection(torch.optim.Optimizer):
+    """Adam (coupled L2, ``decoupled=False``) or AdamW (decoupled weight decay) without bias
+    correction: the vendor's ``correct_bias: false``, as BERT's original optimizer. torch's
+    update with 1 - beta^step taken as 1:
+
+        m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2;  p -= lr m / (sqrt(v) + eps)
+
+    The state has torch's names (step, exp_avg, exp_avg_sq), so a checkpoint reads either way."""
+
+    def __init__(self, params, lr: float, betas: tuple[float, float], eps: float, decoupled: bool):
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": 0.0, "decoupled": decoupled})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            lr, decay = group["lr"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.tensor(0.0)
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1
+                if decay and group["decoupled"]:
+                    p.mul_(1 - lr * decay)  # AdamW: decay the weights, not the gradient
+                elif decay:
+                    grad = grad.add(p, alpha=decay)  # Adam: L2 in the gradient
+                state["exp_avg"].lerp_(grad, 1 - beta1)
+                state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                p.addcdiv_(state["exp_avg"], state["exp_avg_sq"].sqrt().add_(group["eps"]), value=-lr)
+        return loss
+
+
 def build_optimizer(model: torch.nn.Module, optimizer_params: Mapping) -> torch.optim.Optimizer:
     """The optimizer of ``params["optimizer"]`` over the model's trainable parameters.
 
     Weight decay (coupled L2 for sgd/momentum/adam, decoupled for adamw) skips every
-    parameter whose name contains one of ``weight_decay_exclude`` (case-insensitive).
+    parameter whose name contains one of ``weight_decay_exclude`` (case-insensitive). Adam and
+    AdamW correct the bias of their moments unless ``correct_bias`` is false.
     The learning rate starts at 0 here; the ScheduledLR sets it before the first step.
     """
     p = optimizer_params
@@ -80,6 +123,8 @@ def build_optimizer(model: torch.nn.Module, optimizer_params: Mapping) -> torch.
     if kind == "momentum":
         return torch.optim.SGD(groups, lr=0.0, momentum=p["momentum"], nesterov=p["nesterov"])
     betas = (p["beta1"], p["beta2"])
+    if kind in ("adam", "adamw") and not p.get("correct_bias", True):
+        return AdamNoBiasCorrection(groups, lr=0.0, betas=betas, eps=p["epsilon"], decoupled=kind == "adamw")
     if kind == "adam":
         return torch.optim.Adam(groups, lr=0.0, betas=betas, eps=p["epsilon"])
     if kind == "adamw":

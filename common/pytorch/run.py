@@ -28,7 +28,8 @@ import os
 from typing import Any, Callable
 
 from common import threads
-from common.cli import effective_params, guarded, parse_command_line, refuse_early, setup_logging
+from common.cli import (check_device_optimizer, effective_params, guarded, parse_command_line, refuse_early,
+                        setup_logging)
 
 
 def _prog(model_folder: str) -> str:
@@ -74,6 +75,7 @@ def run(model_fn: ModelFn, train_data_fn: DataFn | None = None, eval_data_fn: Da
         _check_data_fns(args, train_data_fn, eval_data_fn)
         threads.start_up()  # torch's CPU threads: how many, from the cores free now
         params = effective_params(args, default_params_fn, model_folder, "pytorch")
+        check_device_optimizer(params, args, "pytorch")
         _add_extra_args(params, args, extra)
         for key in ("train_distribute", "num_devices"):
             if params["runconfig"][key] is not None:

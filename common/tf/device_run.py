@@ -76,7 +76,8 @@ def capture(estimator, run: GraphSession) -> Any:
         kwargs = {"train_op": built.spec.train_op, "max_gradient_norm": optimizer["max_gradient_norm"],
                   "max_gradient_value": optimizer["max_gradient_value"], "loss_scale": loss_scaling(params),
                   "initial_loss_scale": optimizer["initial_loss_scale"],
-                  "steps_per_increase": optimizer["steps_per_increase"]}
+                  "steps_per_increase": optimizer["steps_per_increase"],
+                  "max_loss_scale": optimizer.get("max_loss_scale", api.MAX_LOSS_SCALE)}
     elif built.mode == ModeKeys.EVAL:
         _, tensors, _ = _host_call_tensors(built)
         outputs = {f"host_call_{i}": t for i, t in enumerate(tensors) if not any(t is b for b in batch)}

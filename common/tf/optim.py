@@ -63,13 +63,15 @@ def _segment_tensor(segment: Segment, step: tf.Tensor) -> tf.Tensor:
     return (segment.initial - segment.end) * tf.pow(1.0 - progress, segment.power) + segment.end
 
 
-def learning_rate(spec: Any, global_step: tf.Tensor, where: str = "optimizer.learning_rate") -> tf.Tensor:
-    """The float32 learning rate at ``global_step`` from ``params["optimizer"]["learning_rate"]``."""
-    schedule = Schedule(parse_schedule(spec, where))
+def learning_rate(spec: Any, global_step: tf.Tensor, where: str = "optimizer.learning_rate",
+                  reset_steps: bool = True) -> tf.Tensor:
+    """The float32 learning rate at ``global_step`` from ``params["optimizer"]["learning_rate"]``
+    (``reset_steps=False``: the vendor's disable_lr_steps_reset, each segment reads the global step)."""
+    schedule = Schedule(parse_schedule(spec, where), reset_steps)
     step = tf.cast(global_step, tf.float64)
     lr = None
     for segment, start in zip(schedule.segments, schedule.starts):
-        value = _segment_tensor(segment, step - start)
+        value = _segment_tensor(segment, step - start if reset_steps else step)
         # later segments take over from their start step on
         lr = value if lr is None else tf.where(step >= start, value, lr)
     return tf.cast(lr, tf.float32, name="learning_rate")
@@ -112,6 +114,26 @@ class AdamWOptimizer(tf.compat.v1.train.AdamOptimizer):
         return self._decayed(grad.values, var, lambda: super(AdamWOptimizer, self)._apply_sparse(grad, var))
 
 
+class _NoBiasCorrection:
+    """Adam without bias correction (the vendor's use_bias_correction / correct_bias: false):
+    TF's update divides by 1 - beta^t through the beta powers; with powers of 0 it divides by 1."""
+
+    def _get_beta_accumulators(self):
+        zero = tf.constant(0.0)
+        return zero, zero
+
+    def _finish(self, update_ops, name_scope):
+        return tf.group(*update_ops, name=name_scope)  # no beta powers to advance
+
+
+class AdamNoBiasCorrection(_NoBiasCorrection, tf.compat.v1.train.AdamOptimizer):
+    pass
+
+
+class AdamWNoBiasCorrection(_NoBiasCorrection, AdamWOptimizer):
+    pass
+
+
 def build_optimizer(optimizer_params: Mapping, lr: tf.Tensor, var_list: Sequence[tf.Variable] = ()
                     ) -> tf.compat.v1.train.Optimizer:
     """The tf.compat.v1.train optimizer of ``params["optimizer"]`` (adamw decays ``var_list``'s
@@ -123,11 +145,12 @@ def build_optimizer(optimizer_params: Mapping, lr: tf.Tensor, var_list: Sequence
     if kind == "momentum":
         return tf.compat.v1.train.MomentumOptimizer(lr, p["momentum"], use_nesterov=p["nesterov"])
     adam = {"beta1": p["beta1"], "beta2": p["beta2"], "epsilon": p["epsilon"]}
+    corrected = p.get("correct_bias", True)
     if kind == "adam":
-        return tf.compat.v1.train.AdamOptimizer(lr, **adam)
+        return (tf.compat.v1.train.AdamOptimizer if corrected else AdamNoBiasCorrection)(lr, **adam)
     if kind == "adamw":
         names = {v.op.name for v in var_list if not excluded_from_weight_decay(v.op.name, p["weight_decay_exclude"])}
-        return AdamWOptimizer(lr, p["weight_decay"], names, **adam)
+        return (AdamWOptimizer if corrected else AdamWNoBiasCorrection)(lr, p["weight_decay"], names, **adam)
     raise UserError(f"optimizer.optimizer_type must be one of sgd, momentum, adam, adamw, got {kind!r}")
 
 
@@ -171,7 +194,7 @@ def build_train_op(loss: tf.Tensor, params: Mapping, global_step: tf.Variable | 
     var_list = list(var_list if var_list is not None else tf.compat.v1.trainable_variables())
     if not var_list:
         raise UserError("optimizer: the model has no trainable variables")
-    lr = learning_rate(p["learning_rate"], global_step)
+    lr = learning_rate(p["learning_rate"], global_step, reset_steps=not p.get("disable_lr_steps_reset", False))
     tf.compat.v1.add_to_collection(LEARNING_RATE_COLLECTION, lr)
     optimizer = build_optimizer(p, lr, var_list)
 
@@ -240,7 +263,8 @@ def build_train_op(loss: tf.Tensor, params: Mapping, global_step: tf.Variable | 
             return tf.group(global_step.assign_add(1), name="train_op")
     with tf.control_dependencies([apply]):
         grown = good_steps + 1 >= p["steps_per_increase"]
-        new_scale = tf.where(finite, tf.where(grown, tf.minimum(scale * 2.0, MAX_LOSS_SCALE), scale),
+        new_scale = tf.where(finite, tf.where(grown, tf.minimum(scale * 2.0, p.get("max_loss_scale", MAX_LOSS_SCALE)),
+                                              scale),
                              tf.maximum(scale / 2.0, MIN_LOSS_SCALE))
         new_good = tf.where(finite & ~grown, good_steps + 1, tf.zeros_like(good_steps))
         update_scale = tf.group(scale.assign(new_scale), good_steps.assign(new_good))

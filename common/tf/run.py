@@ -30,7 +30,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from common.cli import effective_params, guarded, parse_command_line, refuse_early, setup_logging
+from common.cli import (check_device_optimizer, effective_params, guarded, parse_command_line, refuse_early,
+                        setup_logging)
 from common.errors import UserError
 from common.precision import check_precision
 from common.io import atomic_open
@@ -149,6 +150,7 @@ def _run(args, model_fn, train_input_fn, eval_input_fn, default_params_fn: Calla
         if name in reads and fn is None:
             raise UserError(f"--mode {args.mode} reads the {name} input, and run() was given no {name}_input_fn")
     params = effective_params(args, default_params_fn, model_folder, "tf", mode=_COMPILE_MODES[args.mode])
+    check_device_optimizer(params, args, "tf")
     if not (args.validate_only or args.compile_only):  # these build for the device, which takes every 16-bit format
         check_precision(params, args.device)
     _check_device(args.device)
