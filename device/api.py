@@ -8,6 +8,7 @@
     build_program(graph, weights, state, seed=...) -> Program              the emulator's steps
 
     capture_torch(step_fn, module, batch, ...) -> Graph                    PyTorch's step as the IR
+    torch_batch(batch) -> {input name: tensor}                             a batch as the graph's inputs
     capture_tf(tf_graph, inputs=..., loss=..., ...) -> Graph              a TF graph as the IR
     torch_weights / torch_state / load_torch_weights                      torch module <-> arrays
     tf_read_* / tf_write_*                                                 TF session <-> arrays
@@ -51,8 +52,8 @@ __all__ = ["DEFAULT_INITIAL_LOSS_SCALE", "DEFAULT_STEPS_PER_INCREASE", "EXECUTIO
            "OptimizerSpec", "Program", "build_program", "capture_tf", "capture_torch", "compile_graph",
            "dtype_suggestion", "excluded_from_weight_decay", "load_torch_weights", "render_report", "suggestion_for",
            "tf_read_optimizer_state", "tf_read_state", "tf_read_variables", "tf_read_weights",
-           "tf_write_optimizer_state", "tf_write_variables", "tf_write_weights", "torch_state", "torch_weights",
-           "validate_and_match", "validate_graph"]
+           "tf_write_optimizer_state", "tf_write_variables", "tf_write_weights", "torch_batch", "torch_state",
+           "torch_weights", "validate_and_match", "validate_graph"]
 
 
 @dataclass
@@ -142,6 +143,14 @@ def capture_torch(step_fn, module, batch, **options) -> Graph:
     """``step_fn(batch)`` of the torch ``module`` as the IR (device/capture/torch.py: capture)."""
     from device.capture import torch as frontend
     return frontend.capture(step_fn, module, batch, **options)
+
+
+def torch_batch(batch) -> dict[str, Any]:
+    """A torch batch (a tuple, list or dict of tensors) as capture_torch makes it the graph's inputs:
+    its tensors by input name, in ``graph.inputs``' order (device/capture/torch.py: batch_tensors);
+    a batch the device does not take is a UserError naming where in it the fault is."""
+    from device.capture import torch as frontend
+    return frontend.batch_tensors(batch)
 
 
 def torch_weights(module, graph: Graph | None = None) -> dict[str, np.ndarray]:

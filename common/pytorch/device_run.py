@@ -13,6 +13,9 @@ torch.optim optimizer) is captured as the device IR (device/capture/torch.py), t
                         the batches, their order, log lines, TensorBoard files and checkpoints
                         are a CPU run's; only the step itself runs on the emulator
 
+The batch is what the DataLoader gives: a tuple, list or dict of tensors (a dict's, as Hugging
+Face collates them, become graph inputs named by its keys; device.api: torch_batch).
+
 The device is reached through device/api.py alone.
 
 Checkpoints stay in the runner's .mdl format: before each save the emulator's weights,
@@ -49,7 +52,8 @@ from common.pytorch.data_order import epoch_batches
 from common.pytorch.metrics import CapturedMetricCalls, recording_metric_calls
 from common.pytorch.runner import TRAINS, DataFn, ModelFn, Runner, built_model, data_loader, seed_everything
 from device.api import (DeviceCompileError, Graph, build_program, capture_torch, compile_graph,
-                        load_torch_weights, render_report, torch_state, torch_weights, validate_and_match)
+                        load_torch_weights, render_report, torch_batch, torch_state, torch_weights,
+                        validate_and_match)
 
 logger = logging.getLogger("zoo")
 
@@ -102,16 +106,18 @@ class ModelStep:
 def capture_step(model: PyTorchBaseModel, batch: Any, training: bool,
                  params: Mapping) -> tuple[Graph, CapturedMetricCalls]:
     """The device IR of ``model(batch)`` (its loss and outputs, and with ``training`` the
-    optimizer), and the metric calls its eval outputs feed."""
-    if not isinstance(batch, (list, tuple)) or not all(isinstance(t, torch.Tensor) for t in batch):
-        raise UserError("the device takes batches that are a tuple or list of tensors; the DataLoader gives "
-                        f"{type(batch).__name__}")
+    optimizer), and the metric calls its eval outputs feed.
+
+    ``batch`` is as the DataLoader gives it: a tuple or list of tensors (inputs ``batch_0``,
+    ``batch_1``, ...), or a dict of them (``{"input_ids": ..., "labels": ...}``: inputs named by
+    its keys), a value of either possibly a tuple, list or dict of tensors (device.api: torch_batch);
+    anything else is one line naming where in the batch it is."""
     optimizer = params["optimizer"]
     step = ModelStep(model, training)
     precision = compute_precision(params)
     if not training:
-        return capture_torch(step, model.model, tuple(batch), precision=precision), step.metric_calls
-    graph = capture_torch(step, model.model, tuple(batch), optimizer=model.optimizer, precision=precision,
+        return capture_torch(step, model.model, batch, precision=precision), step.metric_calls
+    graph = capture_torch(step, model.model, batch, optimizer=model.optimizer, precision=precision,
                           max_gradient_norm=optimizer["max_gradient_norm"],
                           max_gradient_value=optimizer["max_gradient_value"], loss_scale=loss_scaling(params),
                           initial_loss_scale=optimizer["initial_loss_scale"],
@@ -294,8 +300,10 @@ class EmulatorSteps:
         rc, device = runner.params["runconfig"], runner.params["device"]
         training = runner.mode in TRAINS
         loader = runner.train_loader if training else runner.eval_loader
-        self.graph, self.metric_calls = capture_step(self.model, first_batch(loader, rc["seed"]), training,
-                                                     runner.params)
+        first = first_batch(loader, rc["seed"])
+        self.graph, self.metric_calls = capture_step(self.model, first, training, runner.params)
+        # the first batch's tensors by input name, in the graph's order (a dict batch: its keys)
+        self.inputs = list(torch_batch(first))
         self.graph = mark_dynamic_batch(self.graph, loader)
         compiled = compile_graph(self.graph, mode=runner.mode, profile_name=device["profile"],
                                  execution_mode=device["execution_mode"], micro_batch_size=device["micro_batch_size"])
@@ -317,9 +325,13 @@ class EmulatorSteps:
         self.program.set_weights(torch_weights(self.model.model, self.graph))
         self.program.set_state(torch_state(self.model.model, self.graph))
 
-    @staticmethod
-    def _arrays(batch: Any) -> list[np.ndarray]:
-        return [t.numpy() for t in batch]
+    def _arrays(self, batch: Any) -> list[np.ndarray]:
+        """The batch's tensors in the graph's input order: a dict's by key, whatever its order."""
+        tensors = torch_batch(batch)
+        if sorted(tensors) != sorted(self.inputs):
+            raise UserError(f"a batch holds the tensors {', '.join(tensors)}; the first batch, which the model was "
+                            f"compiled for, held {', '.join(self.inputs)}: every batch must hold the same")
+        return [tensors[name].numpy() for name in self.inputs]
 
     def train(self, batch: Any) -> float:
         # the learning rate of this step: the schedule at the number of steps taken

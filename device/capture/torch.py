@@ -19,7 +19,8 @@ Pipeline:
    state and constants they alone used.
 
 Naming: parameters and state are IR values named by their ``module.state_dict()`` key
-(``graph.params[key] == key``); batch inputs are ``batch_0``, ``batch_1``, ...; every other
+(``graph.params[key] == key``); batch inputs are ``batch_0``, ``batch_1``, ... (a tuple or list
+batch) or the batch's keys (a dict batch: ``input_ids``, ...; ``batch_tensors``); every other
 value is named after the FX node it came from. A tied parameter (one tensor under several
 keys, GPT-2's ``head.weight = tok_emb.weight``) is one value, named by its first key as
 ``named_parameters()`` lists it; a name the module lacks is a validation finding.
@@ -47,6 +48,7 @@ import os
 import re
 import traceback
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -116,26 +118,27 @@ def capture(step_fn: Callable, module: torch.nn.Module, batch, *, optimizer: tor
     """Capture ``step_fn(batch)`` (the forward pass and loss of ``module``) as a device IR graph.
 
     ``step_fn(batch)`` returns the scalar loss, or ``(loss, outputs)`` with ``outputs`` a dict
-    of tensors (e.g. ``{"logits": ...}``) that become ``graph.outputs``. ``batch`` is a list or
-    tuple of tensors, passed to ``step_fn`` as given; they become ``graph.inputs`` in order.
+    of tensors (e.g. ``{"logits": ...}``) that become ``graph.outputs``. ``batch`` is a tuple,
+    list or dict of tensors (a value may itself be a tuple, list or dict of tensors), passed to
+    ``step_fn`` as given; its tensors become ``graph.inputs`` in the order and under the names
+    ``batch_tensors`` gives them.
 
     What the device cannot run (an unsupported op, a float64 model, inputs whose batch
     sizes differ, a non-scalar loss, an unknown precision) comes through to the graph as it
     is, for ``device.passes.validate`` to report all at once; only a step that cannot be
     traced at all raises ``UserError``.
     """
-    if not isinstance(batch, (list, tuple)) or not all(isinstance(t, torch.Tensor) for t in batch):
-        raise UserError("capture: batch must be a list or tuple of torch.Tensor")
-
-    wrapper = _Step(step_fn, module, type(batch))
+    inputs = batch_tensors(batch)
+    tensors = tuple(inputs.values())
+    wrapper = _Step(step_fn, module, batch, list(inputs))
     modes = {m: m.training for m in module.modules()}
     module.train()
     try:
         try:
-            exported = _export(wrapper, batch)
+            exported = _export(wrapper, tensors)
         except _NeedsTheBatch:  # an if or assert on the data: its branches are the first batch's
-            wrapper.checks.run_eagerly(wrapper, batch)
-            exported = _export(wrapper, batch)
+            wrapper.checks.run_eagerly(wrapper, tensors)
+            exported = _export(wrapper, tensors)
     except UserError:
         raise
     except Exception as e:  # noqa: BLE001 - any tracing failure is the user's step: say so in one line
@@ -162,17 +165,86 @@ def capture(step_fn: Callable, module: torch.nn.Module, batch, *, optimizer: tor
     return graph
 
 
+def batch_tensors(batch) -> dict[str, torch.Tensor]:
+    """The tensors of a batch by the name each takes as a graph input, in the order they become
+    ``graph.inputs``: a tuple's or list's are ``batch_0``, ``batch_1``, ...; a dict's are its keys,
+    in its order (a DataLoader over dicts collates a dict of tensors, the habit of Hugging Face:
+    ``{"input_ids": ..., "attention_mask": ..., "labels": ...}``). A value may itself be a tuple,
+    list or dict of tensors, one level deep: its tensors are ``key.0``, ``key.1``, ... or
+    ``key.subkey``, as ``state_dict()`` names a module's children.
+
+    Anything else (a list of strings, a number, deeper nesting, a key that is not a str) is one
+    ``UserError`` naming where in the batch it is.
+    """
+    if not isinstance(batch, (tuple, list, Mapping)):
+        raise UserError(f"the device takes a batch that is a tuple, list or dict of tensors; the batch is "
+                        f"{_kind(batch)}")
+    tensors: dict[str, torch.Tensor] = {}
+    for name, where, value in _items(batch, "batch", "" if isinstance(batch, Mapping) else "batch_"):
+        leaves = [(name, where, value)]
+        if isinstance(value, (tuple, list, Mapping)):  # one level of tuple, list or dict in the batch
+            leaves = _items(value, where, f"{name}.")
+        if not all(isinstance(tensor, torch.Tensor) for _, _, tensor in leaves):
+            raise UserError(f"{where} is {_kind(value)}; the device takes a batch whose values are tensors, or "
+                            "tuples, lists or dicts of tensors")
+        for leaf, leaf_where, tensor in leaves:
+            if leaf in tensors:
+                raise UserError(f"{leaf_where} would be the device's input {leaf!r}, as another tensor of the batch "
+                                "is: rename one of their keys")
+            tensors[leaf] = tensor
+    if not tensors:
+        raise UserError("the batch holds no tensor; the device takes a batch that is a tuple, list or dict of "
+                        "tensors")
+    return tensors
+
+
+def _items(container, where: str, prefix: str) -> list[tuple[str, str, Any]]:
+    """(input name, where in the batch, value) of each item of a tuple, list or dict."""
+    if not isinstance(container, Mapping):
+        return [(f"{prefix}{i}", f"{where}[{i}]", value) for i, value in enumerate(container)]
+    for key in container:
+        if not isinstance(key, str):
+            raise UserError(f"{where} has the key {key!r}, {_kind(key)}; the keys of a dict in the batch name the "
+                            "device's inputs: they must be str")
+    return [(f"{prefix}{key}", f"{where}[{key!r}]", value) for key, value in container.items()]
+
+
+def _kind(value) -> str:
+    """'a str', 'an int', 'a list of str': the type of a value the device does not take, and of
+    the first item in it that is not a tensor."""
+    name = type(value).__name__
+    described = f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (tuple, list)) else ()
+    first = next((item for item in items if not isinstance(item, torch.Tensor)), None)
+    return described if first is None else f"{described} of {type(first).__name__}"
+
+
+def _rebuilt(template, tensors):
+    """A batch of the form of ``template`` (a batch, or its form: None where each tensor goes), its
+    tensors taken in ``batch_tensors``' order from the iterator ``tensors``."""
+    if template is None or isinstance(template, torch.Tensor):
+        return next(tensors)
+    if isinstance(template, Mapping):
+        return type(template)({key: _rebuilt(value, tensors) for key, value in template.items()})
+    values = [_rebuilt(value, tensors) for value in template]
+    return type(template)(*values) if hasattr(template, "_fields") else type(template)(values)  # a namedtuple
+
+
 class _Step(torch.nn.Module):
-    """The module torch.export traces: forward(*batch) -> (loss, {name: output tensor})."""
+    """The module torch.export traces: forward(*batch) -> (loss, {name: output tensor}), the step
+    called with the batch's tensors (``batch_tensors``) in the batch's own form (a tuple, list or dict)."""
 
     _PREFIX = "module."  # the user's module is the attribute ``module``: state_dict keys get this prefix
 
-    def __init__(self, step_fn: Callable, module: torch.nn.Module, batch_type: type):
+    def __init__(self, step_fn: Callable, module: torch.nn.Module, batch, input_names: list[str]):
         super().__init__()
         self.module = module
         # not a submodule even when it is an nn.Module: names come from `module` alone
         object.__setattr__(self, "step_fn", step_fn)
-        self.batch_type = batch_type
+        # the form of the batch (tuple, list or dict, its keys; None for each tensor) forward gives its
+        # tensors: the first batch's tensors themselves stay out of the traced module's attributes
+        self.form = _rebuilt(batch, iter([None] * len(input_names)))
+        self.input_names = input_names  # what the graph names each of forward's tensors (batch_tensors)
         self.checks = _HostChecks()
         # export keeps only `forward` frames in node stack traces, plus registered anchors;
         # annotate_fn registers its function as one (the wrapper it returns only tags
@@ -181,8 +253,8 @@ class _Step(torch.nn.Module):
         if hasattr(function, "__code__"):
             torch.fx.traceback.annotate_fn({})(function)
 
-    def forward(self, *batch):
-        result = self.step_fn(self.batch_type(batch))
+    def forward(self, *batch):  # the batch's tensors (export names them batch_0, batch_1, ...)
+        result = self.step_fn(_rebuilt(self.form, iter(batch)))
         outputs: dict = {}
         if isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[1], dict):
             result, outputs = result
@@ -562,12 +634,18 @@ class _Lowering:
         mutated = {spec.target for spec in self.ep.graph_signature.output_specs
                    if spec.kind == OutputKind.BUFFER_MUTATION}
         nodes = {n.name: n for n in self.ep.graph.nodes if n.op == "placeholder"}
+        # a batch input is named as batch_tensors names it (a dict's key), unless a parameter or buffer
+        # has that name: then export's name for it (batch_<position>)
+        weights = {name for name, _ in _named_tensors(self.wrapper.module)}
+        names = iter(self.wrapper.input_names)
         for spec in self.ep.graph_signature.input_specs:
             node = nodes[spec.arg.name]
             if spec.kind == InputKind.USER_INPUT:
                 val = node.meta["val"]
-                self.env[node] = self.g.add_value(node.name, _ir_shape(val.shape), _ir_dtype(val.dtype))
-                self.g.inputs.append(node.name)
+                name = next(names)
+                name = node.name if name in weights or name in self.g.values else name
+                self.env[node] = self.g.add_value(name, _ir_shape(val.shape), _ir_dtype(val.dtype))
+                self.g.inputs.append(name)
                 continue
             if spec.target is None:  # an effect token (ops with side effects are ordered by these): no data
                 self.env[node] = None

@@ -340,7 +340,7 @@ def test_bad_steps_raise_user_errors():
     model = MLP()
     with pytest.raises(UserError, match="must return the loss"):
         capture(lambda batch: "loss", model, mlp_batch())
-    with pytest.raises(UserError, match="list or tuple of torch.Tensor"):
+    with pytest.raises(UserError, match=r"^batch\[0\] is a ndarray; the device takes a batch whose values are tensors"):
         capture(classify(model), model, [np.zeros((4, 784))])
 
     def data_dependent(batch):

@@ -198,17 +198,32 @@ def test_a_partial_last_batch_makes_the_batch_dimension_dynamic(loader, dynamic)
     assert shapes == [(None if dynamic else 4, FEATURES), (None if dynamic else 4,)]
 
 
+class DictModel(Model):
+    """Model, reading its batch as a dict: {"x": ..., "y": ...}."""
+
+    def __call__(self, batch):
+        return super().__call__((batch["x"], batch["y"]))
+
+
 def test_the_one_line_refusals_of_the_device_runner(tmp_path):
     with pytest.raises(UserError) as error:
         device_run.first_batch(DataLoader(TensorDataset(*batch(2)), batch_size=4, drop_last=True), 0)
     assert str(error.value) == ("the data yielded no batch to capture the model with (is the dataset smaller than "
                                 "batch_size with drop_last?)")
+    graph, _ = device_run.capture_step(DictModel(params_of(), "cpu"), dict(zip(["x", "y"], batch())), True,
+                                       params_of())
+    assert graph.inputs == ["x", "y"]  # a dict batch is captured, its inputs named by its keys
     with pytest.raises(UserError) as error:
-        device_run.capture_step(Model(params_of(), "cpu"), {"x": batch()[0]}, True, params_of())
-    assert str(error.value) == "the device takes batches that are a tuple or list of tensors; the DataLoader gives dict"
+        device_run.capture_step(DictModel(params_of(), "cpu"), {"x": batch()[0], "y": ["a", "b"]}, True, params_of())
+    assert str(error.value) == ("batch['y'] is a list of str; the device takes a batch whose values are tensors, or "
+                                "tuples, lists or dicts of tensors")
     with pytest.raises(UserError) as error:
         device_run.capture_step(Model(params_of(), "cpu"), (batch()[0], [1, 2]), True, params_of())
-    assert str(error.value).endswith("the DataLoader gives tuple")
+    assert str(error.value) == ("batch[1] is a list of int; the device takes a batch whose values are tensors, or "
+                                "tuples, lists or dicts of tensors")
+    with pytest.raises(UserError) as error:
+        device_run.capture_step(Model(params_of(), "cpu"), batch()[0], True, params_of())
+    assert str(error.value) == "the device takes a batch that is a tuple, list or dict of tensors; the batch is a Tensor"
     gpu = argparse.Namespace(device="gpu", mode="train", validate_only=True, compile_only=False)
     with pytest.raises(UserError) as error:
         device_run.compile_for_device(gpu, params_of(), Model, None, None)
