@@ -343,6 +343,11 @@ class FileMigration:
         self.changes: list[Change] = []
         self.left: list[Left] = []
         self.is_script = bool(re.search(r"^if __name__ == ['\"]__main__['\"]", text, re.M))
+        self.added_after: int | None = None  # the SRC line after which a line was added (the tf_estimator import)
+
+    def dest_line(self, src_line: int) -> int:
+        """The number in DEST of SRC's line ``src_line``."""
+        return src_line + 1 if self.added_after is not None and src_line > self.added_after else src_line
 
     def run(self) -> tuple[str, list[Change], list[Left]]:
         out: list[str] = []
@@ -451,6 +456,7 @@ class FileMigration:
                                    "the names tf.estimator had, from this zoo"))
         self.changes.sort(key=lambda c: c.line)
         self.left = [Left(x.file, x.line + 1 if x.line > at + 1 else x.line, x.text, x.why) for x in self.left]
+        self.added_after = at + 1
         return out[:at + 1] + [TF_ESTIMATOR_IMPORT + ending] + out[at + 1:]
 
 
@@ -563,9 +569,10 @@ def migrate(src: str, dest: str) -> Migration:
         text, tree = _read_python(path, shown)
         lines = text.splitlines(keepends=True)
         import_plan = _Planner(rel, lines, checkout, own_modules).run(tree)
+        file_migration = FileMigration(rel, text, own_modules, import_plan)
+        new, file_changes, file_left = file_migration.run()
         for module, number in import_plan.wanted:
-            want(module, f"{rel}:{number}")
-        new, file_changes, file_left = FileMigration(rel, text, own_modules, import_plan).run()
+            want(module, f"{rel}:{file_migration.dest_line(number)}")
         changes += file_changes
         left += file_left
         written[rel] = new.encode("utf-8")

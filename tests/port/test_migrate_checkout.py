@@ -284,3 +284,16 @@ def test_a_name_ending_in_loss_scale_is_not_keras_mixed_precision(tmp_path):
     migration = migrate(str(tmp_path / "src"), str(tmp_path / "out"))
     assert [(x.line, x.why.split(":")[0]) for x in migration.left] == [
         (3, "Keras mixed precision has no loss_scale any more")]
+
+
+def test_the_import_that_carried_a_module_is_named_by_its_line_in_dest(checkout, tmp_path):
+    # the tf_estimator import added after `import tensorflow as tf` moves the lines below it down by one
+    _write(checkout, {"modelzoo/transformers/pytorch/tf_only.py": "X = 1\n",
+                      f"{TINY}/tf_hooks.py": "import tensorflow as tf\n"
+                                             "from modelzoo.transformers.pytorch.tf_only import X\n"
+                                             "MODE = tf.estimator.ModeKeys.TRAIN\n"})
+    migration = migrate(str(checkout / TINY), str(tmp_path / "out"))
+    lines = (tmp_path / "out" / "tf_hooks.py").read_text().splitlines()
+    assert lines[2] == "from .vendor_deps.transformers.pytorch.tf_only import X"
+    carried = {c.file: c.by for c in migration.carried}
+    assert carried["vendor_deps/transformers/pytorch/tf_only.py"] == "tf_hooks.py:3"
