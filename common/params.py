@@ -485,9 +485,11 @@ def _ignore(key_path: tuple, value: Any, where_of) -> Any:
     return value
 
 
-def _check_aliases(data: Mapping, where_of) -> None:
+def _check_aliases(data: Mapping, where_of, allowed: Iterable[tuple] = ()) -> None:
     for alias, canonical in ALIASES.items():
         section = data.get(alias[0])
+        if alias in allowed:
+            continue
         if isinstance(section, Mapping) and alias[1] in section and canonical[1] in section:
             raise UserError(f"{where_of(alias)}: '{'.'.join(alias)}' and '{'.'.join(canonical)}' are the same "
                             f"setting; give only one")
@@ -563,15 +565,17 @@ def load_params(path: str | None, defaults: Mapping, overrides: Iterable[str] = 
 
 ZOO_SECTIONS = tuple(COMMON_DEFAULTS)
 
+_SUMMARY_STEPS = (("runconfig", "save_summary_steps"), ("runconfig", "log_steps"))
 # runconfig keys that configured the vendor's system or its runner (common/vendor_keys.py), by
 # name, with why this zoo ignores them (the vendor's TF run_utils reads them)
 VENDOR_SYSTEM_KEYS = {key: entry.reason for (section, key), entry in IGNORED.items() if section == "runconfig"}
 
 
 def _vendor_spellings(zoo_data: dict, where_of) -> dict[str, dict]:
-    """The vendor's optimizer_type spellings mapped in place; returns, by section, the vendor's
-    keys that mean nothing here (common/vendor_keys.py), taken out of ``zoo_data`` (each type
-    checked and named once, with its line), for the vendor's code that reads them."""
+    """The vendor's optimizer_type spellings mapped in place, its runconfig's log_steps beside
+    save_summary_steps made one, and its eval_steps of 0 or less (all) made None; returns, by
+    section, the vendor's keys that mean nothing here (common/vendor_keys.py), taken out of
+    ``zoo_data`` (each type checked and named once, with its line), for the code that reads them."""
     optimizer = zoo_data.get("optimizer")
     if isinstance(optimizer, dict):
         kind = optimizer.get("optimizer_type")
@@ -580,6 +584,22 @@ def _vendor_spellings(zoo_data: dict, where_of) -> dict[str, dict]:
             # the vendor's sgd takes its momentum from the same section: with one, it is this zoo's momentum
             if kind == "sgd" and optimizer.get("momentum"):
                 optimizer["optimizer_type"] = "momentum"
+    runconfig = zoo_data.get("runconfig")
+    if isinstance(runconfig, dict):
+        (vendor, ours) = (key for _, key in _SUMMARY_STEPS)
+        if _is_number(runconfig.get(vendor)) and _is_number(runconfig.get(ours)):
+            # the vendor's PyTorch runner logged every log_steps and wrote summaries every
+            # save_summary_steps; here log_steps does both: at the shorter interval, so neither comes less often
+            given = (runconfig.pop(vendor), runconfig[ours])
+            runconfig[ours] = min(given)
+            logger.info("%s, %s: runconfig.save_summary_steps: %s and log_steps: %s are one setting here, "
+                        "runconfig.log_steps (the log line and the TensorBoard scalars): %s", where_of(
+                            ("runconfig", vendor)), where_of(("runconfig", ours)), *given, runconfig[ours])
+        eval_steps = runconfig.get("eval_steps")
+        if _is_number(eval_steps) and eval_steps <= 0:
+            runconfig["eval_steps"] = None
+            logger.info("%s: runconfig.eval_steps: %s is the whole eval set (the vendor's meaning of 0 or less)",
+                        where_of(("runconfig", "eval_steps")), eval_steps)
     ignored: dict[str, dict] = {}
     for section, data in zoo_data.items():
         if isinstance(data, dict):
@@ -719,7 +739,7 @@ def load_vendor_params(path: str | None, set_defaults, overrides: Iterable[str] 
     data, where = read_params_file(path) if path is not None else ({}, {})
     origins = _Origins()
     origins.add_file(where)
-    _check_aliases(data, origins)
+    _check_aliases(data, origins, allowed=[_SUMMARY_STEPS[0]])  # the vendor's PyTorch configs give both
     for text in overrides:
         key_path, value = parse_override(text)
         origins.add_override(key_path, text)
@@ -746,8 +766,8 @@ def load_vendor_params(path: str | None, set_defaults, overrides: Iterable[str] 
     _model_dir_spec(spec, model_dir)
     validated = _default_value(spec)
     zoo_data = {s: thaw(dict.get(params, s)) for s in ZOO_SECTIONS if dict.get(params, s) is not None}
-    _check_aliases(zoo_data, origins)
     system = _vendor_spellings(zoo_data, origins)
+    _check_aliases(zoo_data, origins)
     model = dict.get(params, "model")
     vendor_mixed = isinstance(model, Mapping) and dict.get(model, "mixed_precision") is True
     if vendor_mixed and "enabled" not in zoo_data.get("mixed_precision", {}):

@@ -106,6 +106,19 @@ def test_vendor_form_accepts_them_too_and_keeps_them_for_the_code_that_reads_the
     assert (params["optimizer"]["beta1"], params["optimizer"]["correct_bias"]) == (0.8, False)
 
 
+def test_vendor_form_takes_the_vendors_runconfig_values_as_it_meant_them(tmp_path, caplog):
+    # the vendor's PyTorch BERT classifier configs give both; its TF ones eval_steps: 0 for all
+    path = write(tmp_path, "runconfig:\n  log_steps: 1000\n  save_summary_steps: 100\n  eval_steps: 0\n")
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        runconfig = load_vendor_params(path, None)["runconfig"]
+    assert (runconfig["log_steps"], runconfig["eval_steps"]) == (100, None)
+    assert f"{path}:4: runconfig.eval_steps: 0 is the whole eval set (the vendor's meaning of 0 or less)" in caplog.messages
+    assert any(m.startswith(f"{path}:3, {path}:2: runconfig.save_summary_steps: 100 and log_steps: 1000 are one")
+               for m in caplog.messages)
+    with pytest.raises(UserError, match="are the same setting"):  # the zoo's form stays strict
+        load_params(path, {})
+
+
 @pytest.mark.parametrize("line, message", [
     ("optimizer:\n  correct_bias: maybe\n", "'optimizer.correct_bias' must be a boolean, got 'maybe'"),
     ("optimizer:\n  use_bias_correction: maybe\n", "'optimizer.correct_bias' must be a boolean, got 'maybe'"),
