@@ -2,7 +2,8 @@
 
 Like ``tf_upgrade_v2`` for TF 1 code, it rewrites only what must change, line by line:
 
-    modelzoo.common.X              -> common.X            (this zoo's module of the same name)
+    modelzoo.common.X              -> common.X            (this zoo's module of the same name; a name it
+                                                          has not is listed)
     modelzoo.<...>.<SRC>.<mod>     -> .<mod>, ..<mod>     (the folder's own modules, at any depth, relatively)
     modelzoo.<any other module>    -> .vendor_deps.<...>  (carried: copied from the user's checkout of the
                                                           vendor's zoo, with every module it imports in turn)
@@ -15,7 +16,8 @@ Like ``tf_upgrade_v2`` for TF 1 code, it rewrites only what must change, line by
 
 The checkout is the folder above the ``modelzoo`` package SRC lies in; a SRC outside one is a
 standalone folder whose own modules are ``modelzoo.<family>.<fw>.<mod>``. A carried module
-keeps its path under ``modelzoo/`` below ``DEST/vendor_deps/``, with the packages above it.
+keeps its path under ``modelzoo/`` below ``DEST/vendor_deps/``, an empty __init__.py in each
+folder above it.
 Every change is printed with its file:line, before and after, and written to
 DEST/MIGRATION.md, with each carried file and the import that pulled it in; what it could not
 rewrite is listed with the reason. Every other line, and every file that is not Python, is
@@ -532,7 +534,8 @@ def migrate(src: str, dest: str) -> Migration:
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
         plan += [(os.path.relpath(os.path.join(root, f), src).replace(os.sep, "/"), os.path.join(root, f))
                  for f in sorted(files) if not f.endswith(".pyc")]
-    changes, left, copied = [], [], []
+    changes: list[Change] = []
+    left: list[Left] = []
     written: dict[str, bytes] = {}
     carried: dict[str, Carried] = {}  # by path in DEST
     carry_paths: dict[str, str] = {}  # path in DEST -> path in the checkout
