@@ -13,6 +13,12 @@
     device_run.py   --validate_only, --compile_only, and EmulatorSteps for --device emulator
                     (imported only for them; the device through device/api.py alone)
 
+The vendor's API, for folders written for the vendor's zoo (``zoo port migrate``), answered as
+the vendor's zoo answered without its system: the package binds ``cbtorch``, ``modes``, ``amp``,
+``name_scope`` and ``AP_DISABLED`` (vendor_api.py); ``cb_model.py`` (the streaming questions),
+``utils.py`` (get_params, BufferedShuffleDataset, get_input_dtype) and ``metrics.py`` (the
+vendor's metric classes) hold the rest.
+
 TensorFlow is never imported here. Importing the package sets OpenMP's wait policy for torch
 (common/threads.py), which only a setting made before torch loads can change.
 """
@@ -21,3 +27,8 @@ from common.threads import wait_passively
 
 # OpenMP reads its wait policy once, when torch loads it: here, before any module of the runner imports torch
 wait_passively()
+
+# the vendor's names (no torch in them: the wait policy above stays first)
+from common.pytorch.vendor_api import AP_DISABLED, amp, cbtorch, modes, name_scope  # noqa: E402
+
+__all__ = ["AP_DISABLED", "amp", "cbtorch", "modes", "name_scope"]

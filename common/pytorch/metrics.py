@@ -10,8 +10,8 @@ outputs), then ``metric.result()`` once at the end. Numpy keeps the metrics iden
 CPU, GPU and the emulator.
 
 Ported models use the vendor's classes instead (``AccuracyMetric``, ``PerplexityMetric``,
-``MeanIOUMetric``, ``DiceCoefficientMetric``, ``FBetaScoreMetric``, on the base
-``CBMetric``): built in the model's ``__init__`` with a name and called inside
+``MeanIOUMetric``, ``DiceCoefficientMetric``, ``FBetaScoreMetric``, ``RougeScoreMetric``, on
+the base ``CBMetric``): built in the model's ``__init__`` with a name and called inside
 ``__call__`` while evaluating. The runner finds them on the model and reports them as it
 reports ``self.metrics`` (see "the vendor's metric classes" below).
 """
@@ -21,6 +21,8 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import string
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -403,6 +405,118 @@ class FBetaScoreMetric(CBMetric):
         precision, recall = _divide(true_positives, predicted), _divide(true_positives, actual)  # (C,) each
         per_class = _divide((1 + b2) * precision * recall, b2 * precision + recall)
         return float(per_class[kept].mean()) if kept.any() else 0.0
+
+
+class RougeScoreMetric(CBMetric):
+    """ROUGE-N of extractive summaries: the sentences a model picks against those the labels pick.
+
+    Each example is a document of sentences, each starting at a [CLS] token:
+    ``input_ids`` (B, T) its tokens, ``cls_indices`` (B, C) where its sentences start,
+    ``cls_weights`` (B, C) 1 for a real sentence and 0 for padding, and ``labels`` and
+    ``predictions`` (B, C) 1 for a sentence in the summary. A summary is the words of its
+    sentences in order (a sentence runs to the next real [CLS], the last one to the end),
+    word pieces joined (``##``), lower-cased, [CLS] [SEP] [PAD] and single punctuation marks
+    left out; ``vocab_file`` is the BERT vocab.txt the ids refer to. Over the eval set::
+
+        matched     sum over examples of the n-grams (n = max_n) the two summaries share,
+                    each counted min(times in the prediction, times in the labels')
+        precision = matched / n-grams of the predicted summaries
+        recall    = matched / n-grams of the labels' summaries
+        f1_score  = 2 precision recall / (precision + recall)
+
+    ``compute()`` returns the three by name, as the vendor's did; a ratio over no n-grams is
+    nan, and f1_score is 0 where precision and recall are both 0. One difference from the
+    vendor's: an empty summary has no n-grams here, where the vendor's counted one empty word.
+    """
+
+    summed = ("matched_ngrams", "reference_ngrams", "hypothesis_ngrams")
+    SKIPPED_WORDS = frozenset({"[cls]", "[sep]", "[pad]"} | set(string.punctuation))
+
+    def __init__(self, vocab_file: str, max_n: int = 1, name: str | None = None):
+        from common.data.text.tokenizer import read_vocab_txt  # the tokenizers library, only for this metric
+
+        self._name = name or type(self).__name__  # set early: the checks below name the metric
+        if not isinstance(max_n, int) or isinstance(max_n, bool) or max_n < 1:
+            raise UserError(f"{self._what()}: max_n must be a whole number of at least 1, got {max_n!r}")
+        self.vocab_file, self.max_n = vocab_file, max_n
+        self.tokenizer = read_vocab_txt(vocab_file, lowercase=False)
+        super().__init__(name)
+
+    def reset_state(self) -> None:
+        self.matched_ngrams = 0.0
+        self.reference_ngrams = 0.0
+        self.hypothesis_ngrams = 0.0
+
+    def update_on_host(self, labels, predictions, cls_indices, cls_weights, input_ids) -> None:
+        arrays = {"labels": labels, "predictions": predictions, "cls_indices": cls_indices,
+                  "cls_weights": cls_weights, "input_ids": input_ids}
+        arrays = {k: _rows(self, k, v) for k, v in arrays.items()}
+        shape = arrays["labels"].shape  # (B, C)
+        for k in ("predictions", "cls_indices", "cls_weights"):
+            if arrays[k].shape != shape:
+                raise UserError(f"{self._what()}: {k} has shape {arrays[k].shape} and labels {shape}; both are "
+                                f"(batch, sentences)")
+        if arrays["input_ids"].shape[0] != shape[0]:
+            raise UserError(f"{self._what()}: input_ids holds {arrays['input_ids'].shape[0]} examples and labels "
+                            f"{shape[0]}")
+        for b in range(shape[0]):
+            sentences = self._sentences(arrays["cls_indices"][b], arrays["cls_weights"][b], arrays["input_ids"][b])
+            reference = self._ngrams(sentences, arrays["labels"][b])
+            hypothesis = self._ngrams(sentences, arrays["predictions"][b])
+            self.matched_ngrams += float(sum((reference & hypothesis).values()))
+            self.reference_ngrams += float(sum(reference.values()))
+            self.hypothesis_ngrams += float(sum(hypothesis.values()))
+
+    def _sentences(self, cls_indices: np.ndarray, cls_weights: np.ndarray, input_ids: np.ndarray) -> list:
+        """Per [CLS] slot, the words of its sentence (None for a padding slot)."""
+        length = input_ids.shape[0]
+        real = np.flatnonzero(cls_weights != 0)
+        starts = cls_indices[real].astype(np.int64)
+        if ((starts < 0) | (starts >= length)).any():
+            raise UserError(f"{self._what()}: cls_indices holds {starts[(starts < 0) | (starts >= length)][0]}, "
+                            f"outside the {length} tokens of input_ids")
+        sentences: list = [None] * cls_indices.shape[0]
+        for k, slot in enumerate(real):
+            end = starts[k + 1] if k + 1 < len(starts) else length
+            sentences[slot] = self._words(input_ids[starts[k]:end])
+        return sentences
+
+    def _words(self, ids: np.ndarray) -> list[str]:
+        words: list[str] = []
+        for i in ids.tolist():
+            token = self.tokenizer.id_to_token(int(i))
+            if token is None:
+                raise UserError(f"{self._what()}: input_ids holds {i}, outside the vocab of {self.vocab_file}")
+            if token.startswith("##") and words:
+                words[-1] += token[2:]
+            else:
+                words.append(token)
+        return [w for w in (w.lower() for w in words) if w not in self.SKIPPED_WORDS]
+
+    def _ngrams(self, sentences: list, chosen: np.ndarray) -> Counter:
+        words = [w for sentence, pick in zip(sentences, chosen) if sentence is not None and pick != 0
+                 for w in sentence]
+        n = self.max_n
+        return Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+
+    def compute(self) -> dict[str, float]:
+        precision = self.matched_ngrams / self.hypothesis_ngrams if self.hypothesis_ngrams else math.nan
+        recall = self.matched_ngrams / self.reference_ngrams if self.reference_ngrams else math.nan
+        if precision == 0 and recall == 0:
+            f1_score = 0.0
+        else:
+            f1_score = 2 * precision * recall / (precision + recall)  # nan where either is
+        return {"precision": precision, "recall": recall, "f1_score": f1_score}
+
+
+def _rows(metric: CBMetric, argument: str, value: Any) -> np.ndarray:
+    """A (batch, n) argument as a 2-d numpy array of whole numbers."""
+    if value is None:
+        raise UserError(f"{metric._what()}: {argument} is None")
+    array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+    if array.ndim != 2:
+        raise UserError(f"{metric._what()}: {argument} must be (batch, n), got shape {array.shape}")
+    return array
 
 
 # --- what the runners do with them ----------------------------------------------------------------
