@@ -15,7 +15,8 @@ The fields mirror the reference zoo's (``step`` = optimizer steps already taken)
         lr = values[i] for boundaries[i-1] <= step < boundaries[i]   (len(values) = len(boundaries) + 1)
     Polynomial(initial_learning_rate, end_learning_rate, steps, power=1.0)   (Linear: power 1)
         lr = (initial - end) * (1 - min(step, steps) / steps) ** power + end
-    Cosine(initial_learning_rate, end_learning_rate | alpha, steps)   (alpha: end = alpha * initial)
+    Cosine(initial_learning_rate, end_learning_rate | alpha, steps)   (alpha: end = alpha * initial;
+        the vendor's TF decay_steps is steps)
         lr = end + (initial - end) * (1 + cos(pi * min(step, steps) / steps)) / 2
 
 Every schedule also takes ``steps``: in a list, each entry but the last must give it, and
@@ -123,6 +124,11 @@ def _segment(spec: Any, where: str) -> Segment:
     if not isinstance(name, str) or name.lower() not in _FIELDS:
         raise UserError(f"{where}.scheduler must be one of {', '.join(SCHEDULERS)}, got {name!r}")
     required, optional = _FIELDS[name.lower()]
+    if name.lower() == "cosine" and "decay_steps" in spec:  # the vendor's TF spelling of a Cosine's steps
+        if "steps" in spec and spec["steps"] != spec["decay_steps"]:
+            raise UserError(f"{where}: a Cosine's 'decay_steps' ({spec['decay_steps']}) and 'steps' ({spec['steps']}) "
+                            f"differ; here a cosine decays over its steps: give one")
+        spec = {"steps": spec["decay_steps"], **{k: v for k, v in spec.items() if k != "decay_steps"}}
     for key in spec:
         if key != "scheduler" and key not in required and key not in optional:
             valid = ", ".join([*required, *optional])

@@ -268,6 +268,21 @@ def test_disable_lr_steps_reset_makes_each_schedule_read_the_global_step():
         assert _Scaled(params).schedule(5) == pytest.approx(0.5)  # the first schedule: the same either way
 
 
+CONSTANT = {"scheduler": "Constant", "learning_rate": 0.5}
+
+
+def test_the_vendors_tf_cosine_decay_steps_is_its_steps():
+    vendor = {"scheduler": "Cosine", "initial_learning_rate": 1.0, "alpha": 0.1, "decay_steps": 10}
+    ours = build_schedule({"scheduler": "Cosine", "initial_learning_rate": 1.0, "alpha": 0.1, "steps": 10})
+    for schedule in (build_schedule(vendor), build_schedule([{**vendor, "steps": 10}, CONSTANT])):
+        assert [schedule(s) for s in (0, 3, 5, 9)] == [ours(s) for s in (0, 3, 5, 9)]
+    assert [ours(s) for s in (0, 5, 10)] == pytest.approx([1.0, 0.55, 0.1])  # alpha 0.1: from 1 to 0.1 over 10 steps
+    assert build_schedule(vendor)(10) == pytest.approx(0.1)
+    assert build_schedule([{**vendor, "steps": 10}, CONSTANT])(10) == 0.5  # the next schedule after its 10 steps
+    with pytest.raises(UserError, match=r"\[0\]: a Cosine's 'decay_steps' \(10\) and 'steps' \(20\) differ"):
+        build_schedule([{**vendor, "steps": 20}, CONSTANT])
+
+
 def test_tf_disable_lr_steps_reset_makes_each_schedule_read_the_global_step():
     import tensorflow as tf
 
