@@ -4,6 +4,8 @@ The defaults are the schema. A model's ``default_params_fn()`` returns its own k
 ``model``, ``train_input`` and ``eval_input`` sections); ``COMMON_DEFAULTS`` below adds the
 keys every runner reads. A key that is not in the defaults is an error naming the key, the
 file and its line, with the closest valid key suggested; so is a value of the wrong type.
+The vendor's config keys (common/vendor_keys.py) are the exception: its spellings are read as
+this zoo's keys, and its system's keys are accepted, named once as ignored.
 The result is frozen: model and data code read params and never write them.
 
 A leaf's type is the type of its default (an int is accepted where a float is expected).
