@@ -114,8 +114,10 @@ class Accuracy(Metric):
 #
 # The runner finds every CBMetric reachable from the model (cb_metrics_of), resets them at
 # the start of each eval and reports ``compute()`` beside the loss, under the metric's name
-# without its "eval/" prefix ("eval/accuracy" -> accuracy). A call made while training
-# accumulates, as the vendor's did, and is cleared by that reset: only eval batches count.
+# without its "eval/" prefix ("eval/accuracy" -> accuracy); a ``compute()`` that gives several
+# scores by name (RougeScoreMetric's) reports each as name/score (rouge1/precision). A call made
+# while training accumulates, as the vendor's did, and is cleared by that reset: only eval
+# batches count.
 
 
 @dataclass

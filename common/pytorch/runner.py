@@ -463,7 +463,9 @@ class Runner:
         The model's own metrics (``model.metrics``) are fed each batch's outputs here; the
         vendor's (``self.cb_metrics``) are fed by the model's ``__call__`` itself (on the
         emulator, by EmulatorSteps.eval) and reported under their name without its
-        "eval/" prefix. A vendor metric that no eval batch called is left out, with a warning.
+        "eval/" prefix (one whose compute() gives several scores by name, such as
+        RougeScoreMetric's, as prefix/score each). A vendor metric that no eval batch called is
+        left out, with a warning.
         """
         model = self.model
         for metric in (*model.metrics.values(), *self.cb_metrics.values()):
@@ -517,7 +519,11 @@ class Runner:
         results = {}
         for key, metric in self.cb_metrics.items():
             if metric.num_updates:
-                results[key] = float(metric.compute())
+                value = metric.compute()
+                if isinstance(value, Mapping):  # several scores (the vendor's RougeScoreMetric): key/score each
+                    results.update({f"{key}/{name}": float(v) for name, v in value.items()})
+                else:
+                    results[key] = float(value)
             elif key not in self._uncalled_warned:
                 self._uncalled_warned.add(key)
                 logger.warning("metric %r (%s) was not called during eval: not reported (is it called in __call__ "

@@ -16,8 +16,11 @@ import torch
 from common.errors import UserError
 from common.folder import import_beside
 from common.port.migrate import migrate
+from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.metrics import RougeScoreMetric
+from common.pytorch.run import run
 from common.pytorch.utils import BufferedShuffleDataset, get_params
+from common.summaries import read_scalars
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -254,3 +257,42 @@ def test_rouge_takes_numpy_arguments_as_tensors(vocab_file):
     a.update_on_host(*batch)
     b.update_on_host(*(np.asarray(x) for x in batch))
     assert a.compute() == b.compute()
+
+
+# --- the runner reports the vendor's dict-valued metric as one scalar per score --------------------
+
+class PickedSentences(PyTorchBaseModel):
+    """A vendor-style summarizer whose picks are the batch's "predictions", so that the eval's ROUGE is the
+    hand-counted one above; the loss trains a bias."""
+
+    def __init__(self, params, device):
+        super().__init__(params, torch.nn.Linear(1, 1), device)
+        self.rouge1 = RougeScoreMetric(params["model"]["vocab_file"], max_n=1, name="eval/rouge1")
+        self.rouge2 = RougeScoreMetric(params["model"]["vocab_file"], max_n=2, name="eval/rouge2")
+
+    def __call__(self, data):
+        loss = self.model(data["cls_weights"].float().sum(1, keepdim=True)).pow(2).mean()
+        if not self.model.training:
+            batch = (data["labels"], data["predictions"], data["cls_indices"], data["cls_weights"], data["input_ids"])
+            self.rouge1(*batch)
+            self.rouge2(*batch)
+        return loss
+
+
+def _picked_data(params):
+    labels, predictions, cls_indices, cls_weights, input_ids = _batch()
+    examples = [{"labels": labels[i], "predictions": predictions[i], "cls_indices": cls_indices[i],
+                 "cls_weights": cls_weights[i], "input_ids": input_ids[i]} for i in range(2)]
+    return torch.utils.data.DataLoader(examples, batch_size=1)
+
+
+def test_the_runner_reports_each_rouge_score(vocab_file, tmp_path):
+    params = tmp_path / "params.yaml"
+    params.write_text(f"model:\n  vocab_file: {vocab_file}\nrunconfig:\n  max_steps: 1\n  checkpoint_steps: 1\n")
+    results = run(PickedSentences, _picked_data, _picked_data,
+                  argv=["--params", str(params), "--model_dir", str(tmp_path / "run"), "--mode", "train_and_eval"])
+    assert {k: v for k, v in results.items() if k.startswith("rouge")} == pytest.approx({
+        "rouge1/precision": 0.5, "rouge1/recall": 0.5, "rouge1/f1_score": 0.5,
+        "rouge2/precision": 3 / 8, "rouge2/recall": 3 / 8, "rouge2/f1_score": 3 / 8})
+    written = read_scalars(str(tmp_path / "run" / "eval"))
+    assert written["rouge2/recall"] == [(1, pytest.approx(3 / 8))]
