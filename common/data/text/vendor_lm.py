@@ -154,9 +154,7 @@ def prepare_vendor_lm(
         log(f"{split}: {arrays['input_ids'].shape[0]:,} examples of {max_seq_length} tokens in the vendor's layout "
             f"-> {output_dir / split} ({len(written[split])} file(s))")
     overrides = [f"{split}_input.data_dir={output_dir / split}" for split in SPLITS if split in written]
-    overrides += [f"model.vocab_size={meta['vocab_size']}", f"train_input.vocab_size={meta['vocab_size']}",
-                  f"eval_input.vocab_size={meta['vocab_size']}", f"train_input.max_sequence_length={max_seq_length}",
-                  f"eval_input.max_sequence_length={max_seq_length}",
-                  f"model.max_position_embeddings={max_seq_length}"]
+    overrides += [f"model.vocab_size={meta['vocab_size']}", f"train_input.max_sequence_length={max_seq_length}",
+                  f"eval_input.max_sequence_length={max_seq_length}", f"model.max_position_embeddings={max_seq_length}"]
     log(f"the vendor's GPT-2 folder trains on it with: {' '.join(overrides)}")
     return written
