@@ -1,0 +1,133 @@
+"""The vendor's BERT CSV, T5 and Transformer text layouts (common/data/vendor/text.py, datasets/prepare_vendor_*.py).
+
+Each layout is read back by a small reader written here from the vendor's documented
+contract (meta.dat lines, CSV columns, one example a line of space-separated pieces), not
+by the writer's own code."""
+
+import ast
+import csv
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from common.data.vendor.text import prepare_vendor_bert, prepare_vendor_t5, prepare_vendor_transformer
+from common.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = {"vocab_size": 300, "max_documents": 12, "log": lambda *_: None}
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "datasets" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _meta(data_dir: Path) -> list[list[str]]:
+    """meta.dat as the vendor reads it: each line split on whitespace."""
+    return [line.split() for line in (data_dir / "meta.dat").read_text().splitlines()]
+
+
+def _vocab(path: Path) -> list[str]:
+    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _pieces_lines(path) -> list[list[str]]:
+    """A text file as the vendor's T5 and Transformer readers take it: csv rows on "\\n", pieces split on spaces."""
+    with open(path, newline="") as f:
+        return ["".join(row).split() for row in csv.reader((x.replace("\0", "") for x in f), delimiter="\n")]
+
+
+def test_bert_csv_is_the_vendors_columns_meta_and_vocab(tmp_path):
+    msl = 32
+    made = prepare_vendor_bert(tmp_path / "d", max_seq_length=msl, num_files=2, num_eval_files=1, dupe_factor=1, **TINY)
+    vocab = _vocab(tmp_path / "d" / "vocab.txt")
+    assert len(vocab) == made["vocab_size"] and {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"} <= set(vocab)
+    labels = set()
+    for split, files in (("train", 2), ("eval", 1)):
+        data_dir = tmp_path / "d" / split
+        meta = _meta(data_dir)
+        assert len(meta) == files and all(len(line) == 2 for line in meta)
+        total = 0
+        for name, count in meta:
+            with open(data_dir / name, newline="") as f:  # the reader joins the name to data_dir
+                reader = csv.DictReader(f)
+                rows = list(reader)
+            assert reader.fieldnames == ["tokens", "segment_ids", "is_random_next"]
+            assert len(rows) == int(count) > 0
+            total += len(rows)
+            for row in rows:
+                tokens = ast.literal_eval(row["tokens"])  # the vendor evals it
+                segments = list(map(int, row["segment_ids"].strip("[]").split(", ")))  # as the vendor parses it
+                assert len(tokens) <= msl and len(segments) == len(tokens)
+                assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and tokens.count("[SEP]") == 2
+                first_sep = tokens.index("[SEP]")
+                assert segments == [0] * (first_sep + 1) + [1] * (len(tokens) - first_sep - 1)
+                assert set(tokens) <= set(vocab) and "[MASK]" not in tokens  # unmasked: the reader masks
+                labels.add(int(row["is_random_next"]))
+        assert total == made[split]
+    assert labels == {0, 1}
+
+
+def test_t5_lines_are_pieces_of_the_vocab_counted_in_meta(tmp_path):
+    made = prepare_vendor_t5(tmp_path / "d", num_files=2, num_eval_files=2, sentences_per_line=3, **TINY)
+    vocab = _vocab(tmp_path / "d" / "vocab.txt")
+    assert vocab[:4] == ["<pad>", "</s>", "<unk>", "<s>"] and len(vocab) == made["vocab_size"]
+    for split in ("train", "eval"):
+        meta, total = _meta(tmp_path / "d" / split), 0
+        assert len(meta) == 2
+        for name, count in meta:
+            lines = _pieces_lines(tmp_path / "d" / split / name)
+            assert len(lines) == int(count) > 0 and all(lines)
+            assert {p for line in lines for p in line} <= set(vocab)
+            total += len(lines)
+        assert total == made[split]
+
+
+def test_transformer_pairs_are_aligned_and_meta_names_them_absolutely(tmp_path):
+    made = prepare_vendor_transformer(tmp_path / "d", num_files=2, num_eval_files=1, **TINY)
+    vocab = set(_vocab(tmp_path / "d" / "vocab.txt"))
+    assert {"<pad>", "<s>", "</s>", "<unk>"} <= vocab
+    reversed_pairs = 0
+    for split, files in (("train", 2), ("eval", 1)):
+        meta, total = _meta(tmp_path / "d" / split / "src"), 0
+        assert len(meta) == files and all(len(line) == 3 for line in meta)
+        for src, tgt, count in meta:
+            assert os.path.isabs(src) and os.path.isabs(tgt)  # opened as written, from any directory
+            sources, targets = _pieces_lines(src), _pieces_lines(tgt)
+            assert len(sources) == len(targets) == int(count) > 0
+            for s, t in zip(sources, targets):
+                assert set(s) <= vocab and set(t) <= vocab
+                words = "".join(s).replace("Ġ", " ").split()
+                if all(ord(c) < 128 for c in "".join(words)):  # byte-level BPE spells ASCII as itself
+                    assert "".join(t).replace("Ġ", " ").split() == words[::-1]
+                    reversed_pairs += 1
+            total += len(sources)
+        assert total == made[split]
+    assert reversed_pairs > 0
+
+
+@pytest.mark.parametrize("name", ["prepare_vendor_bert", "prepare_vendor_t5", "prepare_vendor_transformer"])
+def test_a_non_empty_output_dir_is_refused_and_kept(tmp_path, capsys, name):
+    out = tmp_path / "d"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert _script(name).main(["--output_dir", str(out), "--max_documents", "4", "--vocab_size", "300"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --output_dir {out}: not empty; give a new or empty folder (nothing is overwritten)\n"
+    assert [p.name for p in out.iterdir()] == ["keep.txt"] and (out / "keep.txt").read_text() == "mine"
+
+
+def test_bad_sizes_are_refused_before_anything_is_written(tmp_path, capsys):
+    out = tmp_path / "d"
+    assert _script("prepare_vendor_bert").main(["--output_dir", str(out), "--num_files", "0"]) == 2
+    assert capsys.readouterr().err == "error: --num_files 0: must be at least 1\n"
+    with pytest.raises(UserError, match=r"^\d+ eval lines cannot fill --num_eval_files 50; lower it or give more text$"):
+        prepare_vendor_t5(out, num_eval_files=50, **TINY)
+    with pytest.raises(UserError, match=r"^--output_dir .*: is a file, not a folder$"):
+        (tmp_path / "f").write_text("x")
+        prepare_vendor_transformer(tmp_path / "f", **TINY)
+    assert not out.exists()
