@@ -13,6 +13,13 @@ Like ``tf_upgrade_v2`` for TF 1 code, it rewrites only what must change, line by
                                                           is added after ``import tensorflow as tf``)
     keras.mixed_precision.experimental -> keras.mixed_precision  (set_policy -> set_global_policy,
                                                           Policy(name, loss_scale=None) -> Policy(name))
+    from huggingface_hub import HfFolder, Repository  -> from common.pytorch.hf_compat import ...
+    from transformers.utils.versions import importlib_metadata -> from importlib import metadata as ...
+    from keras_preprocessing.text import Tokenizer     -> from common.keras_text import Tokenizer
+                                                          (third-party names since removed: MOVED_NAMES)
+
+A library the vendor's code imports that this environment has not (nltk, spacy) is listed with
+the pip command that installs it.
 
 The checkout is the folder above the ``modelzoo`` package SRC lies in; a SRC outside one is a
 standalone folder whose own modules are ``modelzoo.<family>.<fw>.<mod>``. A carried module
@@ -29,6 +36,7 @@ from __future__ import annotations
 import argparse
 import ast
 import functools
+import importlib.util
 import os
 import re
 import shutil
@@ -51,6 +59,41 @@ MODULE_RENAMES = {
 TF_ESTIMATOR_NAMES = {"ModeKeys", "TrainSpec", "EvalSpec", "train_and_evaluate", "EstimatorSpec", "RunConfig"}
 TF_ESTIMATOR_IMPORT = "from common.tf import estimator as tf_estimator  # TF 2.16 and later have no tf.estimator"
 _TF_ESTIMATOR = r"(?<![\w.])tf\.estimator\."  # TensorFlow's, not common.tf.estimator
+# Third-party API drift: names the vendor's code imports from a library that has since dropped them,
+# (library module, name) -> (where the name is now, the name there, why). One import line becomes
+# one line of ``;``-separated imports, the names that did not move staying where they were.
+MOVED_NAMES = {
+    # huggingface_hub 1.0 removed HfFolder (a token store) and Repository (a git clone of a Hub repo)
+    ("huggingface_hub", "HfFolder"): ("common.pytorch.hf_compat", "HfFolder",
+                                      "huggingface_hub 1.0 removed HfFolder: common.pytorch.hf_compat's get_token "
+                                      "reads huggingface_hub.get_token()"),
+    ("huggingface_hub", "Repository"): ("common.pytorch.hf_compat", "Repository",
+                                        "huggingface_hub 1.0 removed Repository: common.pytorch.hf_compat's is one "
+                                        "error line when made (the vendor makes one only in push_to_hub)"),
+    # transformers 4.x re-exported the importlib_metadata back-port; 5.x has not, and Python 3.8 on has it
+    ("transformers.utils.versions", "importlib_metadata"): ("importlib", "metadata",
+                                                            "transformers 5 has no importlib_metadata: it is the "
+                                                            "standard library's importlib.metadata"),
+    # Keras-Preprocessing (unmaintained, not a dependency here): the two names the vendor calls, written here
+    ("keras_preprocessing.text", "Tokenizer"): ("common.keras_text", "Tokenizer",
+                                                "keras_preprocessing is not installed here: common.keras_text has "
+                                                "its Tokenizer"),
+    ("keras_preprocessing.text", "text_to_word_sequence"): ("common.keras_text", "text_to_word_sequence",
+                                                            "keras_preprocessing is not installed here: "
+                                                            "common.keras_text has its text_to_word_sequence"),
+}
+_MOVED_FROM = {module for module, _ in MOVED_NAMES}
+# the vendor's huggingface_common/dependency_versions_check.py checks these at import; neither is imported by the
+# vendor's code: sacremoses served HF's own XLM/FSMT tokenizers, tokenizers is pinned <0.11 (transformers 4.9's)
+UNCHECKED_PACKAGES = {"sacremoses", "tokenizers"}
+# packages the vendor's code imports that this zoo does not install, each with how to install it and what needs it
+TO_INSTALL = {
+    "nltk": "pip install nltk (the vendor's BERTSUM data processing takes nltk.ngrams)",
+    "spacy": "pip install spacy, then python -m spacy download <its spacy_model> (the vendor's BERT "
+             "pre-training data scripts split sentences with a spaCy model)",
+    "keras_preprocessing": "pip install keras-preprocessing (common.keras_text has only Tokenizer and "
+                           "text_to_word_sequence)",
+}
 WHY_OWN = "the folder's own module, imported relatively"
 WHY_CARRIED = "a module of the vendor's checkout, carried into vendor_deps/ and imported relatively"
 PACKAGE_LINE = ("from common.folder import folder_package; "
@@ -89,6 +132,11 @@ class Carried:
     file: str  # in DEST, e.g. vendor_deps/transformers/pytorch/layers/x.py
     origin: str  # in the checkout, e.g. modelzoo/transformers/pytorch/layers/x.py ("" for an empty package file)
     by: str  # what pulled it in: "file:line" of the import, or "a package above <module>" for an empty one
+
+
+def _installed(package: str) -> bool:
+    """Whether ``package`` can be imported in this environment (found, not imported)."""
+    return importlib.util.find_spec(package) is not None
 
 
 def _module_exists(dotted: str) -> bool:
@@ -357,7 +405,8 @@ class FileMigration:
         for number, line in enumerate(self.lines, 1):
             body, ending = _split_ending(line)
             new, whys = body, []
-            for rule in (self._imports, self._common, self._sys_path, self._tf_estimator, self._keras_mixed):
+            for rule in (self._imports, self._common, self._sys_path, self._tf_estimator, self._keras_mixed,
+                         self._moved_names, self._version_checks):
                 new, why = rule(new, number)
                 if why:
                     whys.append(why)
@@ -412,6 +461,37 @@ class FileMigration:
         new = re.sub(r"(\bPolicy\([^()]*?),\s*loss_scale\s*=\s*None\s*\)", r"\1)", new)
         return new, "keras.mixed_precision.experimental became keras.mixed_precision" if new != line else ""
 
+    def _moved_names(self, line: str, number: int) -> tuple[str, str]:
+        """``from <library> import names`` where some names moved (MOVED_NAMES): each from where it is now."""
+        m = re.match(r"(\s*)from\s+([\w.]+)\s+import\s+([\w\s,]+?)\s*(#.*)?$", line)
+        if not m or m.group(2) not in _MOVED_FROM:
+            return line, ""
+        stay, moved, whys = [], {}, []
+        for item in m.group(3).split(","):
+            name, _, alias = (part.strip() for part in item.strip().partition(" as "))
+            if (m.group(2), name) not in MOVED_NAMES:
+                stay.append(item.strip())
+                continue
+            module, new_name, why = MOVED_NAMES[(m.group(2), name)]
+            alias = alias or name
+            moved.setdefault(module, []).append(new_name if new_name == alias else f"{new_name} as {alias}")
+            whys.append(why)
+        if not moved:
+            return line, ""
+        imports = ([f"from {m.group(2)} import {', '.join(stay)}"] if stay else []) + \
+            [f"from {module} import {', '.join(names)}" for module, names in moved.items()]
+        return m.group(1) + "; ".join(imports) + (f"  {m.group(4)}" if m.group(4) else ""), "; ".join(whys)
+
+    def _version_checks(self, line: str, number: int) -> tuple[str, str]:
+        """The vendor's import-time version check of HF transformers 4.9's dependencies: without the two
+        (UNCHECKED_PACKAGES) that its code never imports and this environment has not, or has newer."""
+        m = re.match(r"(\s*pkgs_to_check_at_runtime\s*=\s*\")([^\"]*)(\".*)$", line)
+        if not m or not set(m.group(2).split()) & UNCHECKED_PACKAGES:
+            return line, ""
+        kept = " ".join(p for p in m.group(2).split() if p not in UNCHECKED_PACKAGES)
+        return m.group(1) + kept + m.group(3), ("sacremoses and tokenizers are checked at import, yet the "
+                                                "vendor's code imports neither (tokenizers pinned below 0.11)")
+
     def _leftovers(self, line: str, number: int) -> None:
         """What the rules could not rewrite, with the reason."""
         text = line.strip()
@@ -439,6 +519,9 @@ class FileMigration:
                 why = "the vendor's system software, not present here: its try's `except ImportError` runs instead"
         elif re.search(r"\bsys\.path\.(append|insert)\(", line):
             why = "a sys.path change inside code: this folder's modules import each other relatively"
+        elif (m := re.match(r"\s*(?:from|import)\s+(\w+)", line)) and m.group(1) in TO_INSTALL \
+                and not _installed(m.group(1)):
+            why = f"{m.group(1)} is not installed here: {TO_INSTALL[m.group(1)]}"
         if why:
             self.left.append(Left(self.rel, number, text, why))
 

@@ -1,0 +1,203 @@
+"""``zoo port migrate`` on third-party API drift in the vendor's zoo (R1.6, written for
+huggingface_hub 0.0.12, transformers 4.9 and Keras-Preprocessing): the names since removed are
+imported from where they are now (common.pytorch.hf_compat, importlib.metadata,
+common.keras_text), the vendor's import-time version check loses the two packages its code never
+imports, and a library not installed here is listed with its pip command. The fake checkout,
+in the shape of the vendor's lines, is written here; so are the expected values of
+common.keras_text, worked by hand from Keras-Preprocessing's documented behaviour."""
+
+import os
+import subprocess
+import sys
+
+import huggingface_hub
+import pytest
+
+from common.errors import UserError
+from common.keras_text import Tokenizer, text_to_word_sequence
+from common.port import migrate as migrate_module
+from common.port.migrate import REPORT, migrate
+from common.pytorch.hf_compat import HfFolder, Repository
+
+TINY = "modelzoo/transformers/pytorch/tiny"
+HUB = "modelzoo/transformers/pytorch/hub"
+CHECKOUT = {
+    "modelzoo/__init__.py": "",
+    "modelzoo/transformers/__init__.py": "",
+    "modelzoo/transformers/pytorch/__init__.py": "",
+    f"{HUB}/__init__.py": "",
+    f"{HUB}/file_utils.py": (
+        "import os\n"
+        "\n"
+        "from huggingface_hub import HfApi, HfFolder, Repository\n"
+        "from transformers.utils.versions import importlib_metadata\n"
+        "\n"
+        "TORCH = importlib_metadata.version(\"torch\")\n"
+        "\n"
+        "\n"
+        "def token():\n"
+        "    return HfFolder.get_token()\n"
+        "\n"
+        "\n"
+        "def clone(path):\n"
+        "    return Repository(path, clone_from=\"user/model\")\n"),
+    f"{HUB}/versions_check.py": (
+        "from importlib import metadata\n"
+        "\n"
+        "pkgs_to_check_at_runtime = \"python tqdm regex sacremoses requests packaging filelock numpy "
+        "tokenizers\".split()\n"
+        "CHECKED = [p for p in pkgs_to_check_at_runtime if p != \"python\" and metadata.version(p)]\n"),
+    "modelzoo/transformers/data_processing/__init__.py": "",
+    "modelzoo/transformers/data_processing/Tokenization.py": (
+        "from keras_preprocessing.text import Tokenizer\n"
+        "from keras_preprocessing.text import text_to_word_sequence as words  # the vendor's utils.py form\n"
+        "\n"
+        "\n"
+        "def vocab(tokens):\n"
+        "    tokenizer = Tokenizer(filters='', lower=True)\n"
+        "    tokenizer.fit_on_texts(tokens)\n"
+        "    return tokenizer\n"),
+    f"{TINY}/summaries.py": "from nltk import ngrams\nimport spacy\n",
+    f"{TINY}/__init__.py": "",
+    f"{TINY}/run.py": (
+        "import os\n"
+        "import sys\n"
+        "\n"
+        "sys.path.append(os.path.join(os.path.dirname(__file__), \"../../../..\"))\n"
+        "from modelzoo.transformers.pytorch.hub.file_utils import TORCH, clone, token\n"
+        "from modelzoo.transformers.pytorch.hub.versions_check import CHECKED\n"
+        "from modelzoo.transformers.data_processing.Tokenization import vocab, words\n"
+        "\n"
+        "if __name__ == \"__main__\":\n"
+        "    tokenizer = vocab([\"[CLS]\", \"the\", \"cat\", \"the\"])\n"
+        "    print(token(), TORCH.split('.')[0].isdigit(), CHECKED[-1])\n"
+        "    print(tokenizer.word_index, tokenizer.texts_to_sequences([\"The\", \"dog\"]))\n"
+        "    print(words(\"A b\\tc\", filters=\"\\t\"))\n"
+        "    try:\n"
+        "        clone(\"here\")\n"
+        "    except Exception as e:\n"
+        "        print(type(e).__name__, str(e).split(\" is gone\")[0])\n"),
+}
+
+
+def _write(root, files):
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+@pytest.fixture
+def migrated(tmp_path, monkeypatch):
+    _write(tmp_path / "vendor", CHECKOUT)
+    # nltk and spacy are not installed in this zoo's environment; say so whatever this machine has
+    monkeypatch.setattr(migrate_module, "_installed", lambda package: package not in {"nltk", "spacy"})
+    out = tmp_path / "out"
+    return out, migrate(str(tmp_path / "vendor" / TINY), str(out))
+
+
+def _change(migration, file, line):
+    [change] = [c for c in migration.changes if (c.file, c.line) == (file, line)]
+    return change
+
+
+def test_removed_hub_and_transformers_names_come_from_where_they_are_now(migrated):
+    out, migration = migrated
+    hub = _change(migration, "vendor_deps/transformers/pytorch/hub/file_utils.py", 3)
+    assert hub.after == "from huggingface_hub import HfApi; from common.pytorch.hf_compat import HfFolder, Repository"
+    assert "huggingface_hub 1.0 removed HfFolder" in hub.why and "removed Repository" in hub.why
+    meta = _change(migration, "vendor_deps/transformers/pytorch/hub/file_utils.py", 4)
+    assert meta.after == "from importlib import metadata as importlib_metadata"
+    assert "importlib.metadata" in meta.why
+    report = (out / REPORT).read_text()
+    assert ("vendor_deps/transformers/pytorch/hub/file_utils.py:4: transformers 5 has no importlib_metadata: it is "
+            "the standard library's importlib.metadata\n"
+            "-    from transformers.utils.versions import importlib_metadata\n"
+            "+    from importlib import metadata as importlib_metadata\n") in report
+
+
+def test_keras_preprocessing_names_come_from_common_keras_text_keeping_alias_and_comment(migrated):
+    _, migration = migrated
+    rel = "vendor_deps/transformers/data_processing/Tokenization.py"
+    assert _change(migration, rel, 1).after == "from common.keras_text import Tokenizer"
+    assert _change(migration, rel, 2).after == ("from common.keras_text import text_to_word_sequence as words  "
+                                                "# the vendor's utils.py form")
+
+
+def test_the_version_check_drops_the_packages_the_vendors_code_never_imports(migrated):
+    _, migration = migrated
+    change = _change(migration, "vendor_deps/transformers/pytorch/hub/versions_check.py", 3)
+    assert change.after == 'pkgs_to_check_at_runtime = "python tqdm regex requests packaging filelock numpy".split()'
+
+
+def test_a_library_not_installed_here_is_listed_with_its_pip_command(migrated):
+    _, migration = migrated
+    left = {(x.file, x.line): x.why for x in migration.left}
+    rel = "summaries.py"
+    assert left[(rel, 1)].startswith("nltk is not installed here: pip install nltk ")
+    assert left[(rel, 2)].startswith("spacy is not installed here: pip install spacy, then python -m spacy download")
+
+
+def test_a_name_that_did_not_move_stays_and_an_unknown_keras_preprocessing_name_is_listed(tmp_path):
+    (tmp_path / "alone").mkdir()
+    (tmp_path / "alone" / "m.py").write_text("from keras_preprocessing.text import Tokenizer, one_hot\n")
+    migration = migrate(str(tmp_path / "alone"), str(tmp_path / "out"))
+    [change] = migration.changes
+    assert change.after == "from keras_preprocessing.text import one_hot; from common.keras_text import Tokenizer"
+    [left] = migration.left
+    if not migrate_module._installed("keras_preprocessing"):
+        assert left.why.startswith("keras_preprocessing is not installed here: pip install keras-preprocessing")
+
+
+def test_the_migrated_folder_runs_with_the_names_rewritten(migrated, tmp_path):
+    out, _ = migrated
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_TOKEN="hf_fake_token", HF_HUB_OFFLINE="1")
+    done = subprocess.run([sys.executable, str(out / "run.py")], capture_output=True, text=True, cwd=tmp_path,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "hf_fake_token True numpy",
+        "{'the': 1, '[cls]': 2, 'cat': 3} [[1], []]",
+        "['a', 'b', 'c']",
+        "UserError huggingface_hub.Repository (a git clone of a Hub repository, which the vendor's push_to_hub "
+        "uses)",
+    ]
+
+
+def test_hf_folder_reads_the_hubs_token(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_from_env")
+    assert HfFolder.get_token() == huggingface_hub.get_token() == "hf_from_env"
+
+
+def test_making_a_repository_is_one_error_line():
+    with pytest.raises(UserError) as e:
+        Repository("local_dir", clone_from="user/model")
+    assert "\n" not in str(e.value) and "Repository" in str(e.value) and "upload_folder" in str(e.value)
+
+
+def test_text_to_word_sequence_as_documented():
+    # default filters are punctuation (not the apostrophe) and tab and newline, read as the split character
+    assert text_to_word_sequence("Hello, World!  it's\tme.") == ["hello", "world", "it's", "me"]
+    assert text_to_word_sequence("A-b C", filters="", lower=False) == ["A-b", "C"]
+    assert text_to_word_sequence("a,b,,c", filters="", split=",") == ["a", "b", "c"]
+
+
+def test_tokenizer_indexes_by_count_ties_in_the_order_first_seen():
+    tokenizer = Tokenizer()
+    tokenizer.fit_on_texts(["The cat sat.", "the cat", "a dog"])
+    assert tokenizer.word_index == {"the": 1, "cat": 2, "sat": 3, "a": 4, "dog": 5}
+    assert tokenizer.index_word == {1: "the", 2: "cat", 3: "sat", 4: "a", 5: "dog"}
+    assert tokenizer.document_count == 3 and tokenizer.word_counts["cat"] == 2
+    assert tokenizer.texts_to_sequences(["a cat flew", ["DOG", "the"]]) == [[4, 2], [5, 1]]
+
+
+def test_tokenizer_oov_token_and_num_words():
+    tokenizer = Tokenizer(num_words=3, oov_token="<unk>")
+    tokenizer.fit_on_texts(["b a b"])
+    assert tokenizer.word_index == {"<unk>": 1, "b": 2, "a": 3}
+    # "a" is index 3, not below num_words: it is read as the oov token, as an unknown word is
+    assert tokenizer.texts_to_sequences(["b a z"]) == [[2, 1, 1]]
+    chars = Tokenizer(char_level=True, lower=False)
+    chars.fit_on_texts(["aAb", "b"])
+    assert chars.word_index == {"b": 1, "a": 2, "A": 3}
