@@ -1,12 +1,12 @@
 """Make GPT-2 language-model examples in the vendor's HDF5 layout, for a GPT-2 folder of the vendor's zoo.
 
-    python datasets/prepare_gpt2_vendor.py --output_dir DIR [--max_seq_length 1024] [--input_files FILE ...]
+    python datasets/prepare_vendor_gpt2.py --output_dir DIR [--max_seq_length 1024] [--input_files FILE ...]
 
 The examples are prepare_gpt2.py's (the same corpus, tokenizer and packing; the default
 corpus without --input_files), written in DIR as that script writes them and again in the
 layout the vendor's GptHDF5DataProcessor reads: DIR/train/gpt2-1.h5 .. gpt2-K.h5 (K =
 --num_files) and DIR/eval/gpt2-1.h5, each file an ``n_examples`` attribute and datasets
-example_0, example_1, ... of int32 (3, max_seq_length) (common/data/text/vendor_lm.py). The
+example_0, example_1, ... of int32 (3, max_seq_length) (common/data/vendor/gpt2.py). The
 last line gives the overrides that point a migrated folder at them. On bad input prints
 "error: ..." to stderr and exits with status 2.
 """
@@ -15,7 +15,7 @@ import argparse
 import sys
 
 from common.data.text.lm import DEFAULT_VOCAB_SIZE
-from common.data.text.vendor_lm import prepare_vendor_lm
+from common.data.vendor.gpt2 import prepare_vendor_lm
 from common.errors import UserError
 
 

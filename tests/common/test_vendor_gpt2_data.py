@@ -1,4 +1,4 @@
-"""GPT-2 data in the vendor's HDF5 layout (common/data/text/vendor_lm.py, datasets/prepare_gpt2_vendor.py):
+"""GPT-2 data in the vendor's HDF5 layout (common/data/vendor/gpt2.py, datasets/prepare_vendor_gpt2.py):
 the files are read back here with h5py as the vendor's GPT-2 reader reads them (every *.h5 of a folder,
 sorted; ``n_examples``; ``example_{i}`` of shape (3, max_seq_length)), and equal the zoo's own examples."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from common.data.text.lm import read_lm_hdf5
-from common.data.text.vendor_lm import (
+from common.data.vendor.gpt2 import (
     prepare_vendor_lm, read_vendor_lm_hdf5, vendor_lm_examples, write_vendor_lm_hdf5, write_vendor_lm_split,
 )
 from common.errors import UserError
@@ -108,7 +108,7 @@ def test_a_file_not_in_the_layout_is_one_line(tmp_path):
 
 
 def test_the_command_refuses_bad_input_in_one_line(tmp_path):
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "datasets", "prepare_gpt2_vendor.py"),
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "datasets", "prepare_vendor_gpt2.py"),
                              "--output_dir", str(tmp_path / "d"), "--num_files", "0"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120,
                             env={**os.environ, "PYTHONPATH": ROOT})

@@ -1,4 +1,4 @@
-"""GPT-2 language-model data in the vendor's HDF5 layout, from this zoo's: what ``zoo prepare gpt2_vendor`` runs.
+"""GPT-2 language-model data in the vendor's HDF5 layout, from this zoo's: what ``zoo prepare vendor_gpt2`` runs.
 
 The vendor's GPT-2 folder (its ``GptHDF5DataProcessor``) reads every ``*.h5`` of a
 ``data_dir``, sorted by name, one folder per split::
@@ -86,10 +86,10 @@ def vendor_lm_files(data_dir) -> list[Path]:
     """The files the vendor's reader takes from ``data_dir``: its ``*.h5``, sorted."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
-        raise UserError(f"{data_dir}: no such folder (make one with: zoo prepare gpt2_vendor --output_dir DIR)")
+        raise UserError(f"{data_dir}: no such folder (make one with: zoo prepare vendor_gpt2 --output_dir DIR)")
     files = sorted(data_dir.glob("*.h5"))
     if not files:
-        raise UserError(f"{data_dir}: no *.h5 files (make them with: zoo prepare gpt2_vendor --output_dir DIR)")
+        raise UserError(f"{data_dir}: no *.h5 files (make them with: zoo prepare vendor_gpt2 --output_dir DIR)")
     return files
 
 
