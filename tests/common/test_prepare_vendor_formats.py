@@ -1,4 +1,5 @@
-"""The vendor's BERT CSV, T5 and Transformer text layouts (common/data/vendor/text.py, datasets/prepare_vendor_*.py).
+"""The vendor's BERT CSV, T5 and Transformer text layouts and GLUE TSV stand-ins (common/data/vendor/,
+datasets/prepare_vendor_*.py).
 
 Each layout is read back by a small reader written here from the vendor's documented
 contract (meta.dat lines, CSV columns, one example a line of space-separated pieces), not
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from common.data.vendor.classifier import prepare_vendor_bert_classifier
 from common.data.vendor.text import prepare_vendor_bert, prepare_vendor_t5, prepare_vendor_transformer
 from common.errors import UserError
 
@@ -110,7 +112,44 @@ def test_transformer_pairs_are_aligned_and_meta_names_them_absolutely(tmp_path):
     assert reversed_pairs > 0
 
 
-@pytest.mark.parametrize("name", ["prepare_vendor_bert", "prepare_vendor_t5", "prepare_vendor_transformer"])
+def _glue_tsv(path) -> tuple[list[str], list[dict]]:
+    """A GLUE file as the vendor's classifier reads it: tab-separated, a header, no quoting."""
+    with open(path) as f:
+        reader = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        rows = list(reader)
+    return reader.fieldnames, rows
+
+
+def test_sst2_stand_in_is_glue_tsv_with_two_labels(tmp_path):
+    made = prepare_vendor_bert_classifier(tmp_path / "d", task="sst2", **TINY)
+    assert made["data_dir"] == str(tmp_path / "d" / "SST-2")
+    assert sorted(os.listdir(made["data_dir"])) == ["dev.tsv", "train.tsv"]
+    for name in ("train", "dev"):
+        columns, rows = _glue_tsv(Path(made["data_dir"]) / f"{name}.tsv")
+        assert columns == ["sentence", "label"] and len(rows) == made[name] > 0
+        assert {row["label"] for row in rows} == {"0", "1"}  # the vendor reads int(label)
+        assert all(row["sentence"] and None not in row for row in rows)  # no stray tab made an extra field
+    train = {row["sentence"] for row in _glue_tsv(Path(made["data_dir"]) / "train.tsv")[1]}
+    assert not train & {row["sentence"] for row in _glue_tsv(Path(made["data_dir"]) / "dev.tsv")[1]}
+    assert {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"} <= set(_vocab(tmp_path / "d" / "vocab.txt"))
+
+
+def test_mnli_stand_in_is_glue_tsv_labelled_by_its_rule(tmp_path):
+    made = prepare_vendor_bert_classifier(tmp_path / "d", task="mnli", **{**TINY, "max_documents": 30})
+    assert sorted(os.listdir(made["data_dir"])) == ["dev_matched.tsv", "dev_mismatched.tsv", "train.tsv"]
+    for name in ("train", "dev_matched", "dev_mismatched"):
+        columns, rows = _glue_tsv(Path(made["data_dir"]) / f"{name}.tsv")
+        assert columns == ["sentence1", "sentence2", "gold_label"] and len(rows) == made[name] > 0
+        assert {row["gold_label"] for row in rows} == {"entailment", "neutral", "contradiction"}
+        for row in rows:
+            assert None not in row and row["sentence1"] and row["sentence2"]
+            words = row["sentence1"].split()
+            if row["gold_label"] == "entailment":
+                assert row["sentence2"] == " ".join(words[:(len(words) + 1) // 2])
+
+
+@pytest.mark.parametrize("name", ["prepare_vendor_bert", "prepare_vendor_t5", "prepare_vendor_transformer",
+                                  "prepare_vendor_bert_classifier"])
 def test_a_non_empty_output_dir_is_refused_and_kept(tmp_path, capsys, name):
     out = tmp_path / "d"
     out.mkdir()
@@ -127,6 +166,8 @@ def test_bad_sizes_are_refused_before_anything_is_written(tmp_path, capsys):
     assert capsys.readouterr().err == "error: --num_files 0: must be at least 1\n"
     with pytest.raises(UserError, match=r"^\d+ eval lines cannot fill --num_eval_files 50; lower it or give more text$"):
         prepare_vendor_t5(out, num_eval_files=50, **TINY)
+    assert _script("prepare_vendor_bert_classifier").main(["--output_dir", str(out), "--task", "qnli"]) == 2
+    assert capsys.readouterr().err == "error: --task 'qnli': choose from sst2, mnli\n"
     with pytest.raises(UserError, match=r"^--output_dir .*: is a file, not a folder$"):
         (tmp_path / "f").write_text("x")
         prepare_vendor_transformer(tmp_path / "f", **TINY)
