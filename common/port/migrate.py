@@ -302,6 +302,9 @@ class _Planner:
     def _from(self, node: ast.ImportFrom) -> None:
         names = [a.name for a in node.names]
         number, line = node.lineno, self._body(node.lineno)
+        if node.level == 0 and node.end_lineno != number and any((node.module, n) in MOVED_NAMES for n in names):
+            return self._leave(number, f"names since removed from {node.module}, imported across lines: put the "
+                                       f"import on one line, then migrate again")
         m = re.match(r"(\s*from\s+)([\w.]+)(\s+import\b.*)$", line)
         if node.level == 0 and node.module and node.module.split(".")[0] == "modelzoo":
             if not m or m.group(2) != node.module:

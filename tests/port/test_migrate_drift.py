@@ -149,6 +149,16 @@ def test_a_name_that_did_not_move_stays_and_an_unknown_keras_preprocessing_name_
         assert left.why.startswith("keras_preprocessing is not installed here: pip install keras-preprocessing")
 
 
+def test_moved_names_imported_across_lines_are_listed(tmp_path):
+    (tmp_path / "alone").mkdir()
+    (tmp_path / "alone" / "m.py").write_text("import os\nfrom huggingface_hub import (\n    HfApi,\n    HfFolder,\n)\n")
+    migration = migrate(str(tmp_path / "alone"), str(tmp_path / "out"))
+    assert migration.changes == []
+    [left] = migration.left
+    assert (left.line, left.text) == (2, "from huggingface_hub import (")
+    assert left.why.startswith("names since removed from huggingface_hub, imported across lines")
+
+
 def test_the_migrated_folder_runs_with_the_names_rewritten(migrated, tmp_path):
     out, _ = migrated
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
