@@ -10,6 +10,7 @@
     zoo config check FILE                load a params file against its folder's defaults
     zoo port check PATH                  what stands between your code and the wafer, in fix order
     zoo port migrate SRC --out DEST      a folder of the vendor's zoo copied, its imports rewritten to this zoo's
+    zoo port vendor-check CHECKOUT       the vendor's nine PyTorch folders migrated, prepared, trained, compiled
     zoo completion bash|zsh              shell completion: eval "$(zoo completion bash)"
 
 MODEL is a folder of the zoo as ``zoo list`` prints it (``pytorch/mnist``), a bare name
@@ -416,6 +417,12 @@ def cmd_port_migrate(args) -> int:
     return migrate.run(args)
 
 
+def cmd_port_vendor_check(args) -> int:
+    from common.port import vendor_check
+
+    return vendor_check.run(args)
+
+
 # --- zoo completion -----------------------------------------------------------------------------------
 
 def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
@@ -565,6 +572,14 @@ def build_parser() -> argparse.ArgumentParser:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     migrate.add_arguments(c)
     c.set_defaults(func=cmd_port_migrate)
+    from common.port import vendor_check
+
+    c = port.add_parser("vendor-check", help="the vendor's PyTorch folders migrated, prepared, trained, evaluated, "
+                                             "compiled and trained on the emulator",
+                        description=_doc_block("common.port.vendor_check"),
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    vendor_check.add_arguments(c)
+    c.set_defaults(func=cmd_port_vendor_check)
 
     p = commands.add_parser("completion", help="print a shell completion script",
                             description='Print the completion script; load it with eval "$(zoo completion bash)" '

@@ -1,0 +1,365 @@
+"""``zoo port vendor-check CHECKOUT [FOLDER ...] [--work DIR]``: the vendor's PyTorch zoo, end to end.
+
+For each of the vendor's nine PyTorch transformers folders (R1.6; or the ones named), in a
+work folder (new; a temporary one by default): ``zoo port migrate`` it, run the data command
+of FOLDERS for it, then, each in a process of its own with the folder's small overrides
+(FOLDERS, each with its reason): train 10 steps on the CPU, eval, --validate_only,
+--compile_only, and train 10 steps with --device emulator. The first loss of the two trainings
+must agree within 1e-4 (a float16 loss: within one float16 ulp of it, and the table says so).
+Prints one table row a folder and the first error line of each step that failed; exits 0
+only if every step of every folder passed. The work folder is kept and named, with the table
+in WORK/vendor_check.md (a "running" line there means the check was stopped before its end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from common.errors import UserError
+from common.port import migrate as port_migrate
+
+STEPS = 10  # training steps on the CPU and on the emulator
+EVAL_STEPS = 2
+LOSS_TOLERANCE = 1e-4  # first loss, CPU against the emulator
+FAMILY = ("modelzoo", "transformers", "pytorch")  # where the folders lie in a checkout
+REPORT = "vendor_check.md"
+
+# what every folder's runs set: dropout and mixed precision off, so the CPU and the emulator compute alike
+_SMALL_BERT = ("model.num_hidden_layers=1 model.hidden_size=64 model.num_heads=2 model.filter_size=128 "
+               "model.max_position_embeddings=128 model.mixed_precision=false")
+_SMALL_INPUT = ("train_input.batch_size=8 eval_input.batch_size=8 train_input.num_workers=1 "
+                "eval_input.num_workers=1")
+_NUM_WORKERS = ("the vendor's loaders pass prefetch_factor, which torch 2's DataLoader refuses without a worker; "
+                "one worker, as few processes as will do")
+_SEQ2SEQ_SMALL = ("model.encoder_num_hidden_layers=1 model.decoder_num_hidden_layers=1 model.d_model=64 "
+                  "model.d_kv=32 model.num_heads=2 model.d_ff=128 model.mixed_precision=false")
+
+
+@dataclass(frozen=True)
+class Folder:
+    """One folder of the vendor's zoo and how it is checked: ``overrides`` are (overrides, why) pairs."""
+
+    path: str  # below modelzoo/transformers/pytorch/
+    config: str  # the params file, relative to the folder
+    data: tuple[str, ...] | None  # the data command ({python}, {out}: the data folder); None: the folder makes its own
+    overrides: tuple[tuple[str, str], ...]
+    loss_dtype: str = "float32"  # the dtype the folder's loss is returned in
+    loss_dtype_why: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.path
+
+    def override_args(self) -> list[str]:
+        return [o for text, _ in self.overrides for o in text.split()]
+
+
+def _prepare(name: str, *extra: str) -> tuple[str, ...]:
+    return ("{python}", "-m", "common.zoo_cli", "prepare", name, "--output_dir", "{out}", *extra)
+
+
+# The nine folders, in the vendor's order. Sizes are small so that each run takes seconds; what is not size
+# is given with its reason.
+FOLDERS: dict[str, Folder] = {f.name: f for f in (
+    Folder("bert", "configs/bert_base_msl128.yaml", _prepare("vendor_bert", "--max_seq_length", "128"), (
+        (_SMALL_BERT + " model.dropout_rate=0.0 model.attention_dropout_rate=0.0", "small size, dropout off"),
+        (_SMALL_INPUT, _NUM_WORKERS),
+        ("model.enable_vts=false", "variable tensor shapes are the vendor's system software (cbtorch), not here"),
+    )),
+    Folder("bert/fine_tuning/classifier", "configs/bert_base_classifier_sst2.yaml",
+           _prepare("vendor_bert_classifier", "--task", "sst2"), (
+        (_SMALL_BERT + " model.dropout_rate=0.0 model.attention_dropout_rate=0.0 model.task_dropout=0.0 "
+         "train_input.max_sequence_length=128 eval_input.max_sequence_length=128", "small size, dropout off"),
+        (_SMALL_INPUT, _NUM_WORKERS),
+    )),
+    Folder("bert/fine_tuning/extractive_summarization", "configs/bert_base_summarization.yaml", None, (
+        (_SMALL_BERT + " model.dropout_rate=0.0 model.attention_dropout_rate=0.0 "
+         "train_input.max_sequence_length=128 eval_input.max_sequence_length=128", "small size, dropout off"),
+        (_SMALL_INPUT, _NUM_WORKERS),
+    )),
+    Folder("bert/fine_tuning/qa", "configs/bert_base_squad.yaml", None, (
+        (_SMALL_BERT + " model.dropout_rate=0.0 model.attention_dropout_rate=0.0 "
+         "train_input.max_sequence_length=128 eval_input.max_sequence_length=128", "small size, dropout off"),
+        (_SMALL_INPUT, _NUM_WORKERS),
+    )),
+    Folder("bert/fine_tuning/token_classifier", "configs/bert_base_ner_bc5cdr_chem.yaml", None, (
+        (_SMALL_BERT + " model.encoder_output_dropout_rate=0.0 "
+         "train_input.max_sequence_length=128 eval_input.max_sequence_length=128", "small size, dropout off"),
+        (_SMALL_INPUT, _NUM_WORKERS),
+    )),
+    Folder("gpt2", "configs/params_gpt2_small.yaml", _prepare("vendor_gpt2", "--max_seq_length", "128"), (
+        ("model.num_hidden_layers=2 model.hidden_size=64 model.num_heads=2 model.filter_size=128 "
+         "model.max_position_embeddings=128 model.mixed_precision=false model.dropout_rate=0.0 "
+         "model.attention_dropout_rate=0.0", "small size, dropout off"),
+        (_SMALL_INPUT, _NUM_WORKERS),
+    ), loss_dtype="float16", loss_dtype_why="the vendor's GPT2LMHeadModel returns its loss .half()"),
+    Folder("t5", "configs/t5_small.yaml", _prepare("vendor_t5"), (
+        (_SEQ2SEQ_SMALL + " model.dropout_rate=0.0 train_input.src_max_sequence_length=128 "
+         "eval_input.src_max_sequence_length=128 train_input.tgt_max_sequence_length=32 "
+         "eval_input.tgt_max_sequence_length=32", "small size, dropout off"),
+        (_SMALL_INPUT, _NUM_WORKERS),
+        ("model.enable_vts=false", "variable tensor shapes are the vendor's system software (cbtorch), not here"),
+    )),
+    Folder("transformer", "configs/transformer_base.yaml", _prepare("vendor_transformer"), (
+        (_SEQ2SEQ_SMALL + " model.dropout_rate=0.0 train_input.src_max_sequence_length=64 "
+         "eval_input.src_max_sequence_length=64 train_input.tgt_max_sequence_length=64 "
+         "eval_input.tgt_max_sequence_length=64", "small size, dropout off"),
+        (_SMALL_INPUT, _NUM_WORKERS),
+        ("model.enable_vts=false", "variable tensor shapes are the vendor's system software (cbtorch), not here"),
+    )),
+    Folder("layers_api_demo", "configs/params.yaml", None, (
+        ("model.num_hidden_layers=1 model.hidden_size=32 model.embedding_size=32 model.num_heads=2 "
+         "model.mixed_precision=false model.dropout=0.0 train_input.batch_size=8 eval_input.batch_size=8 "
+         "train_input.num_samples=256 eval_input.num_samples=64", "small size, dropout off"),
+    )),
+)}
+
+
+# --- one folder ----------------------------------------------------------------------------------------
+
+_TRAIN_LINE = re.compile(r"\| Train Device=\S+ Step=(\d+) Loss=(\S+)")
+
+
+@dataclass
+class Step:
+    ok: bool
+    cell: str
+    error: str = ""  # the first error line, when it failed
+    losses: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Row:
+    folder: str
+    cells: dict[str, str] = field(default_factory=dict)
+    errors: list[tuple[str, str]] = field(default_factory=list)  # (step, its error line)
+    passed: bool = True
+
+
+def error_line(output: str) -> str:
+    """The line that says why a run failed: the last ``error:`` line, else the last traceback's exception
+    line, else the last line."""
+    lines = [line.rstrip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.lstrip().startswith("error:")]
+    if errors:
+        return errors[-1].strip()
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("Traceback"):
+            ending = [line for line in lines[i + 1:] if not line.startswith((" ", "\t"))]
+            if ending:  # the exception's line: the first after the traceback that is not indented
+                return ending[0].strip()
+    return lines[-1].strip() if lines else "(no output)"
+
+
+def _run(argv: list[str], cwd: str, log: str, timeout: float) -> tuple[int, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    try:
+        done = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=timeout)
+        rc, output = done.returncode, done.stdout
+    except subprocess.TimeoutExpired as e:
+        partial = e.stdout or ""
+        rc = -1
+        output = partial.decode("utf-8", "replace") if isinstance(partial, bytes) else partial
+        output += f"\nerror: stopped after {timeout:.0f} s (--timeout)"
+    with open(log, "w", encoding="utf-8") as f:
+        f.write(" ".join(argv) + "\n\n" + output)
+    return rc, output
+
+
+def _losses(output: str) -> list[float]:
+    return [float(m.group(2)) for m in _TRAIN_LINE.finditer(output)]
+
+
+def _f16_ulp(value: float) -> float:
+    return float(np.spacing(np.float16(abs(value))))
+
+
+def check_folder(folder: Folder, checkout: str, work: str, timeout: float) -> Row:
+    row = Row(folder.name)
+    slug = folder.name.replace("/", "_")
+    dest = os.path.join(work, slug)
+    logs = os.path.join(work, "logs", slug)
+    os.makedirs(logs, exist_ok=True)
+
+    def fail(step: str, line: str) -> None:
+        row.passed = False
+        row.errors.append((step, line))
+
+    src = os.path.join(checkout, *FAMILY, *folder.path.split("/"))
+    try:
+        migration = port_migrate.migrate(src, dest)
+    except UserError as e:
+        for column in ("migrate changed (lines)", "carried", "not rewritten"):
+            row.cells[column] = "failed"
+        fail("migrate", f"error: {e}")
+        return row
+    with open(os.path.join(logs, "migrate.log"), "w", encoding="utf-8") as f:
+        f.write(migration.render())
+    row.cells["migrate changed (lines)"] = str(len(migration.changes))
+    row.cells["carried"] = str(len(migration.carried))
+    row.cells["not rewritten"] = str(len(migration.left))
+
+    data_overrides: list[str] = []
+    if folder.data is None:
+        row.cells["data"] = "its own"
+    else:
+        out = os.path.join(work, "data", slug)
+        argv = [a.format(python=sys.executable, out=out) for a in folder.data]
+        rc, output = _run(argv, work, os.path.join(logs, "data.log"), timeout)
+        if rc == 0:
+            data_overrides = data_keys(output)
+            row.cells["data"] = "ok"
+        else:
+            row.cells["data"] = "failed"
+            fail("data", error_line(output))
+
+    run_py = os.path.join(dest, "run.py")
+    params = os.path.join(dest, *folder.config.split("/"))
+    overrides = folder.override_args() + data_overrides
+    model_dirs = os.path.join(work, "model_dir", slug)
+
+    def step(name: str, extra: list[str], model_dir: str, settings: list[str]) -> Step:
+        argv = [sys.executable, run_py, *extra, "-p", params, "-o", os.path.join(model_dirs, model_dir),
+                *overrides, *settings]
+        rc, output = _run(argv, work, os.path.join(logs, f"{name}.log"), timeout)
+        losses = _losses(output)
+        if rc != 0:
+            fail(name, error_line(output))
+            return Step(False, "failed", losses=losses)
+        return Step(True, "ok", losses=losses)
+
+    train_settings = [f"runconfig.max_steps={STEPS}", "runconfig.log_steps=1", f"runconfig.checkpoint_steps={STEPS}"]
+    cpu = step("cpu train", ["-m", "train"], "cpu", train_settings)
+    if cpu.ok and not cpu.losses:
+        cpu.ok = False
+        fail("cpu train", "no '| Train ... Loss=' line in its output")
+    row.cells["cpu train"] = f"{cpu.losses[0]:.5f} -> {cpu.losses[-1]:.5f}" if cpu.ok else "failed"
+    if cpu.ok:
+        row.cells["eval"] = step("eval", ["-m", "eval"], "cpu", [f"runconfig.eval_steps={EVAL_STEPS}"]).cell
+    else:
+        row.cells["eval"] = "not run (no checkpoint)"
+        row.passed = False
+    row.cells["validate"] = step("validate", ["-m", "train", "--validate_only"], "validate", train_settings).cell
+    row.cells["compile"] = step("compile", ["-m", "train", "--compile_only"], "compile", train_settings).cell
+    emu = step("emulator", ["-m", "train", "--device", "emulator"], "emulator", train_settings)
+    if emu.ok and not emu.losses:
+        emu.ok = False
+        fail("emulator", "no '| Train ... Loss=' line in its output")
+    if not emu.ok:
+        row.cells["emulator"] = "failed"
+    elif not cpu.ok:
+        row.cells["emulator"] = f"{emu.losses[0]:.5f}, no cpu loss"
+    else:
+        gap = abs(emu.losses[0] - cpu.losses[0])
+        if folder.loss_dtype == "float16":
+            ulp = _f16_ulp(cpu.losses[0])
+            within = gap <= ulp * (1 + 1e-3)  # the printed losses have 5 decimals
+            row.cells["emulator"] = f"{emu.losses[0]:.5f}, gap {gap:.1e} (fp16 ulp {ulp:.1e})"
+            limit = f"one float16 ulp ({ulp:.1e}; {folder.loss_dtype_why})"
+        else:
+            within = gap <= LOSS_TOLERANCE
+            row.cells["emulator"] = f"{emu.losses[0]:.5f}, gap {gap:.1e}"
+            limit = f"{LOSS_TOLERANCE:g}"
+        if not within:
+            fail("emulator", f"first loss {emu.losses[0]:.5f} on the emulator, {cpu.losses[0]:.5f} on the cpu: "
+                             f"{gap:.1e} apart, over {limit}")
+    return row
+
+
+def data_keys(output: str) -> list[str]:
+    """The overrides a data command prints on its last line: ``section.key=value`` kept, a bare ``key=value``
+    given to train_input and eval_input both (as the vendor's configs repeat the input keys)."""
+    lines = [line for line in output.splitlines() if "=" in line]
+    if not lines:
+        return []
+    keys = []
+    for token in lines[-1].split():
+        if "=" not in token:
+            continue
+        key = token.split("=", 1)[0]
+        keys += [token] if "." in key else [f"train_input.{token}", f"eval_input.{token}"]
+    return keys
+
+
+# --- the table ------------------------------------------------------------------------------------------
+
+COLUMNS = ("folder", "migrate changed (lines)", "carried", "not rewritten", "data", "cpu train (first -> last loss)",
+           "eval", "validate", "compile", "emulator (first loss, gap)", "result")
+_CELL = {"cpu train (first -> last loss)": "cpu train", "emulator (first loss, gap)": "emulator"}
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for row in rows:
+        cells = [row.folder] + [row.cells.get(_CELL.get(c, c), "not run") for c in COLUMNS[1:-1]]
+        cells.append("passed" if row.passed else "failed")
+        lines.append("| " + " | ".join(cells) + " |")
+    errors = [f"- {row.folder}, {step}: {line}" for row in rows for step, line in row.errors]
+    if errors:
+        lines += ["", "First error line of each step that failed:", "", *errors]
+    return "\n".join(lines) + "\n"
+
+
+def check(checkout: str, names: list[str], work: str | None, timeout: float = 900.0,
+          folders: dict[str, Folder] | None = None) -> int:
+    folders = FOLDERS if folders is None else folders
+    if not (os.path.isfile(os.path.join(checkout, "modelzoo", "__init__.py"))
+            and os.path.isdir(os.path.join(checkout, *FAMILY))):
+        raise UserError(f"{checkout}: not a checkout of the vendor's zoo (no modelzoo/__init__.py and "
+                        f"modelzoo/transformers/pytorch/ in it): give the folder that holds modelzoo/")
+    unknown = [n for n in names if n.strip("/") not in folders]
+    if unknown:
+        raise UserError(f"no vendor folder {unknown[0]!r} to check: {', '.join(folders)}")
+    chosen = [folders[n.strip("/")] for n in names] or list(folders.values())
+    if work is None:
+        work = tempfile.mkdtemp(prefix="vendor_check_")
+    elif os.path.lexists(work):
+        raise UserError(f"--work {work} exists: give a new folder (the check never writes into an old one)")
+    else:
+        os.makedirs(work)
+    work = os.path.abspath(work)
+    checkout = os.path.abspath(checkout)
+    report = os.path.join(work, REPORT)
+    with open(report, "w", encoding="utf-8") as f:
+        f.write(f"running since {time.strftime('%Y-%m-%d %H:%M:%S')}: this line stays if the check was stopped\n")
+    print(f"work folder: {work} (migrated folders, data, model_dir/, logs/ of every step)", flush=True)
+    rows = []
+    try:
+        for folder in chosen:
+            t0 = time.perf_counter()
+            rows.append(check_folder(folder, checkout, work, timeout))
+            print(f"{folder.name}: {'passed' if rows[-1].passed else 'failed'} "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    except KeyboardInterrupt:
+        print(f"stopped; what was done is in {work}", file=sys.stderr)
+        raise
+    text = table(rows)
+    with open(report, "w", encoding="utf-8") as f:
+        f.write(text)
+    print()
+    print(text, end="")
+    print(f"\nthe table is in {report}; each step's command and output in {os.path.join(work, 'logs')}")
+    return 0 if all(row.passed for row in rows) else 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkout", metavar="CHECKOUT", help="the folder holding the vendor's modelzoo/ (R_1.6.0)")
+    parser.add_argument("folders", nargs="*", metavar="FOLDER",
+                        help=f"below modelzoo/transformers/pytorch/ (default: all nine: {', '.join(FOLDERS)})")
+    parser.add_argument("--work", metavar="DIR", help="a new folder for the migrated folders, data and runs "
+                                                      "(default: a new temporary one)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds a step may take (default 900)")
+
+
+def run(args: argparse.Namespace) -> int:
+    return check(args.checkout, args.folders, args.work, args.timeout)
