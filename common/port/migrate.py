@@ -134,7 +134,7 @@ class Carried:
     by: str  # what pulled it in: "file:line" of the import, or "a package above <module>" for an empty one
 
 
-def _installed(package: str) -> bool:
+def installed(package: str) -> bool:
     """Whether ``package`` can be imported in this environment (found, not imported)."""
     return importlib.util.find_spec(package) is not None
 
@@ -523,7 +523,7 @@ class FileMigration:
         elif re.search(r"\bsys\.path\.(append|insert)\(", line):
             why = "a sys.path change inside code: this folder's modules import each other relatively"
         elif (m := re.match(r"\s*(?:from|import)\s+(\w+)", line)) and m.group(1) in TO_INSTALL \
-                and not _installed(m.group(1)):
+                and not installed(m.group(1)):
             why = f"{m.group(1)} is not installed here: {TO_INSTALL[m.group(1)]}"
         if why:
             self.left.append(Left(self.rel, number, text, why))

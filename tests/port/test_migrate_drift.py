@@ -91,7 +91,7 @@ def _write(root, files):
 def migrated(tmp_path, monkeypatch):
     _write(tmp_path / "vendor", CHECKOUT)
     # nltk and spacy are not installed in this zoo's environment; say so whatever this machine has
-    monkeypatch.setattr(migrate_module, "_installed", lambda package: package not in {"nltk", "spacy"})
+    monkeypatch.setattr(migrate_module, "installed", lambda package: package not in {"nltk", "spacy"})
     out = tmp_path / "out"
     return out, migrate(str(tmp_path / "vendor" / TINY), str(out))
 
@@ -145,7 +145,7 @@ def test_a_name_that_did_not_move_stays_and_an_unknown_keras_preprocessing_name_
     [change] = migration.changes
     assert change.after == "from keras_preprocessing.text import one_hot; from common.keras_text import Tokenizer"
     [left] = migration.left
-    if not migrate_module._installed("keras_preprocessing"):
+    if not migrate_module.installed("keras_preprocessing"):
         assert left.why.startswith("keras_preprocessing is not installed here: pip install keras-preprocessing")
 
 
