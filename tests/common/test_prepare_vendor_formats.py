@@ -6,14 +6,17 @@ contract (meta.dat lines, CSV columns, one example a line of space-separated pie
 by the writer's own code."""
 
 import ast
+import builtins
 import csv
 import importlib.util
+import json
 import os
 from pathlib import Path
 
 import pytest
 
 from common.data.vendor.classifier import prepare_vendor_bert_classifier
+from common.data.vendor.ner import prepare_vendor_bert_ner, word_labels
 from common.data.vendor.text import prepare_vendor_bert, prepare_vendor_t5, prepare_vendor_transformer
 from common.errors import UserError
 
@@ -148,8 +151,50 @@ def test_mnli_stand_in_is_glue_tsv_labelled_by_its_rule(tmp_path):
                 assert row["sentence2"] == " ".join(words[:(len(words) + 1) // 2])
 
 
+def test_ner_stand_in_is_the_vendors_csv_labelled_by_its_rule(tmp_path):
+    msl = 24
+    made = prepare_vendor_bert_ner(tmp_path / "d", max_sequence_length=msl, num_files=2, **{**TINY, "max_documents": 20})
+    label_map = json.loads((tmp_path / "d" / "train" / "label2id.json").read_text())
+    assert label_map == {"[PAD]": 0, "B": 1, "I": 2, "O": 3, "X": 4, "[CLS]": 5, "[SEP]": 6}
+    vocab = set(_vocab(tmp_path / "d" / "vocab.txt"))
+    builtin_names = {n.lower() for n in dir(builtins) if not n.startswith("_")}
+    seen = set()
+    for split, files in (("train", 2), ("dev", 1)):
+        meta, total = _meta(tmp_path / "d" / split), 0
+        assert len(meta) == files
+        for name, count in meta:
+            with open(tmp_path / "d" / split / name, newline="") as f:
+                reader = csv.DictReader(f, delimiter=",", quoting=csv.QUOTE_MINIMAL)  # as the vendor reads it
+                rows = list(reader)
+            assert reader.fieldnames == ["tokens", "labels"] and len(rows) == int(count) > 0
+            for row in rows:
+                tokens, labels = row["tokens"].split(), row["labels"].split()
+                assert len(tokens) == len(labels) <= msl and set(tokens) <= vocab
+                assert tokens[0] == labels[0] == "[CLS]" and tokens[-1] == labels[-1] == "[SEP]"
+                assert set(labels[1:-1]) <= {"B", "I", "O", "X"}
+                words, first_labels = [], []  # WordPiece: a word's later pieces start with ##
+                for token, label in zip(tokens[1:-1], labels[1:-1]):
+                    assert (label == "X") == token.startswith("##")
+                    if label == "X":
+                        words[-1] += token[2:]
+                    else:
+                        words.append(token)
+                        first_labels.append(label)
+                for k, (word, label) in enumerate(zip(words, first_labels)):
+                    if label in ("B", "I"):
+                        assert word in builtin_names  # uncased here; the rule reads the printed case
+                    if label == "I":
+                        assert first_labels[k - 1] in ("B", "I")
+                seen.update(labels)
+            total += len(rows)
+        assert total == made[split]
+    assert {"B", "O", "X"} <= seen
+    # a run of builtin names is one entity; the rule reads the word as printed
+    assert word_labels(["call", "len", "None", "on", "object", "Len"]) == ["O", "B", "I", "O", "B", "O"]
+
+
 @pytest.mark.parametrize("name", ["prepare_vendor_bert", "prepare_vendor_t5", "prepare_vendor_transformer",
-                                  "prepare_vendor_bert_classifier"])
+                                  "prepare_vendor_bert_classifier", "prepare_vendor_bert_ner"])
 def test_a_non_empty_output_dir_is_refused_and_kept(tmp_path, capsys, name):
     out = tmp_path / "d"
     out.mkdir()
