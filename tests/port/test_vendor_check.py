@@ -119,11 +119,16 @@ if "--compile_only" in sys.argv and "{fail}" == "compile":
     print("ValueError: the fake compile refused the graph", flush=True)
     sys.exit(1)
 shift = 0.01 if "emulator" in sys.argv and "{fail}" == "emulator" else 0.0
+device = "emulator" if "emulator" in sys.argv and "{fail}" != "device" else "cpu"
 if "-m" in sys.argv and sys.argv[sys.argv.index("-m") + 1] == "eval":
     print("| Eval Device=cpu Step=10 loss=1.00000")
-elif "--validate_only" not in sys.argv and "--compile_only" not in sys.argv:
+elif "--validate_only" in sys.argv:
+    print("validation passed: 0 error(s)")
+elif "--compile_only" in sys.argv:
+    print("12:00:00 INFO compile report: here")
+else:
     for step in range(1, 11):
-        print(f"12:00:00 INFO | Train Device=x Step={{step}} Loss={{1.1 - step / 100 + shift:.5f}} Rate=1.00 samples/sec")
+        print(f"12:00:00 INFO | Train Device={{device}} Step={{step}} Loss={{1.1 - step / 100 + shift:.5f}} Rate=1.00")
 '''
 
 
@@ -172,6 +177,7 @@ def test_a_folder_passes_all_five_steps(tmp_path, capsys):
 @pytest.mark.parametrize("fail, step, line", [
     ("emulator", "emulator", "first loss 1.10000 on the emulator, 1.09000 on the cpu: 1.0e-02 apart, over 0.0001"),
     ("compile", "compile", "ValueError: the fake compile refused the graph"),
+    ("device", "emulator", "exit status 0 but no '| Train Device=emulator ... Loss=' line in its output"),
 ])
 def test_a_failing_step_is_a_failed_row_with_its_error_line(tmp_path, capsys, fail, step, line):
     folders = write_checkout(tmp_path / "vendor", run_py=FAKE_RUN.format(fail=fail))
