@@ -40,6 +40,7 @@ _SMALL_INPUT = ("train_input.batch_size=8 eval_input.batch_size=8 train_input.nu
                 "eval_input.num_workers=1")
 _NUM_WORKERS = ("the vendor's loaders pass prefetch_factor, which torch 2's DataLoader refuses without a worker; "
                 "one worker, as few processes as will do")
+_BERT_HALF = "the vendor's huggingface_common/modeling_bert.py returns this loss .half()"
 _SEQ2SEQ_SMALL = ("model.encoder_num_hidden_layers=1 model.decoder_num_hidden_layers=1 model.d_model=64 "
                   "model.d_kv=32 model.num_heads=2 model.d_ff=128 model.mixed_precision=false")
 
@@ -50,7 +51,8 @@ class Folder:
 
     path: str  # below modelzoo/transformers/pytorch/
     config: str  # the params file, relative to the folder
-    data: tuple[str, ...] | None  # the data command ({python}, {out}: the data folder); None: the folder makes its own
+    # the data command ({python}, {out}: the data folder); None: the folder makes its own; (): none here yet
+    data: tuple[str, ...] | None
     overrides: tuple[tuple[str, str], ...]
     loss_dtype: str = "float32"  # the dtype the folder's loss is returned in
     loss_dtype_why: str = ""
@@ -74,28 +76,30 @@ FOLDERS: dict[str, Folder] = {f.name: f for f in (
         (_SMALL_BERT + " model.dropout_rate=0.0 model.attention_dropout_rate=0.0", "small size, dropout off"),
         (_SMALL_INPUT, _NUM_WORKERS),
         ("model.enable_vts=false", "variable tensor shapes are the vendor's system software (cbtorch), not here"),
-    )),
+    ), loss_dtype="float16", loss_dtype_why=_BERT_HALF),
     Folder("bert/fine_tuning/classifier", "configs/bert_base_classifier_sst2.yaml",
            _prepare("vendor_bert_classifier", "--task", "sst2"), (
         (_SMALL_BERT + " model.dropout_rate=0.0 model.attention_dropout_rate=0.0 model.task_dropout=0.0 "
          "train_input.max_sequence_length=128 eval_input.max_sequence_length=128", "small size, dropout off"),
         (_SMALL_INPUT, _NUM_WORKERS),
     )),
-    Folder("bert/fine_tuning/extractive_summarization", "configs/bert_base_summarization.yaml", None, (
+    Folder("bert/fine_tuning/extractive_summarization", "configs/bert_base_summarization.yaml", (), (
+        (_SMALL_BERT + " model.dropout_rate=0.0 model.attention_dropout_rate=0.0 "
+         "train_input.max_sequence_length=128 eval_input.max_sequence_length=128", "small size, dropout off"),
+        (_SMALL_INPUT, _NUM_WORKERS),
+    ), loss_dtype="float16", loss_dtype_why=_BERT_HALF),
+    Folder("bert/fine_tuning/qa", "configs/bert_base_squad.yaml",
+           _prepare("vendor_bert_qa", "--max_sequence_length", "128"), (
         (_SMALL_BERT + " model.dropout_rate=0.0 model.attention_dropout_rate=0.0 "
          "train_input.max_sequence_length=128 eval_input.max_sequence_length=128", "small size, dropout off"),
         (_SMALL_INPUT, _NUM_WORKERS),
     )),
-    Folder("bert/fine_tuning/qa", "configs/bert_base_squad.yaml", None, (
-        (_SMALL_BERT + " model.dropout_rate=0.0 model.attention_dropout_rate=0.0 "
-         "train_input.max_sequence_length=128 eval_input.max_sequence_length=128", "small size, dropout off"),
-        (_SMALL_INPUT, _NUM_WORKERS),
-    )),
-    Folder("bert/fine_tuning/token_classifier", "configs/bert_base_ner_bc5cdr_chem.yaml", None, (
+    Folder("bert/fine_tuning/token_classifier", "configs/bert_base_ner_bc5cdr_chem.yaml",
+           _prepare("vendor_bert_ner", "--max_sequence_length", "128"), (
         (_SMALL_BERT + " model.encoder_output_dropout_rate=0.0 "
          "train_input.max_sequence_length=128 eval_input.max_sequence_length=128", "small size, dropout off"),
         (_SMALL_INPUT, _NUM_WORKERS),
-    )),
+    ), loss_dtype="float16", loss_dtype_why=_BERT_HALF),
     Folder("gpt2", "configs/params_gpt2_small.yaml", _prepare("vendor_gpt2", "--max_seq_length", "128"), (
         ("model.num_hidden_layers=2 model.hidden_size=64 model.num_heads=2 model.filter_size=128 "
          "model.max_position_embeddings=128 model.mixed_precision=false model.dropout_rate=0.0 "
@@ -220,6 +224,9 @@ def check_folder(folder: Folder, checkout: str, work: str, timeout: float) -> Ro
     data_overrides: list[str] = []
     if folder.data is None:
         row.cells["data"] = "its own"
+    elif not folder.data:
+        row.cells["data"] = "none"
+        fail("data", "no zoo prepare writes this folder's data layout yet (FOLDERS has no data command for it)")
     else:
         out = os.path.join(work, "data", slug)
         argv = [a.format(python=sys.executable, out=out) for a in folder.data]

@@ -198,6 +198,16 @@ def test_a_failed_data_command_is_named_with_its_error_line(tmp_path, capsys):
     assert "| failed |" in _row(out) and "- demo, data: error: no corpus here" in out
 
 
+def test_a_folder_without_a_data_command_is_failed_at_data(tmp_path, capsys):
+    folders = write_checkout(tmp_path / "vendor", run_py=FAKE_RUN.format(fail=""))
+    folders = {"demo": Folder("demo", "configs/params.yaml", (), folders["demo"].overrides)}
+    assert vendor_check.check(str(tmp_path / "vendor"), [], str(tmp_path / "work"), folders=folders) == 1
+    out = capsys.readouterr().out
+    assert _row(out).split("|")[5].strip() == "none"
+    assert [line for line in out.splitlines() if line.startswith("- demo,")] == [
+        "- demo, data: no zoo prepare writes this folder's data layout yet (FOLDERS has no data command for it)"]
+
+
 def test_not_a_checkout_is_one_error_line(tmp_path, capsys):
     (tmp_path / "modelzoo").mkdir()
     assert zoo_cli.main(["port", "vendor-check", str(tmp_path)]) == 2
