@@ -17,6 +17,7 @@ import pytest
 
 from common.data.vendor.classifier import prepare_vendor_bert_classifier
 from common.data.vendor.ner import prepare_vendor_bert_ner, word_labels
+from common.data.vendor.qa import prepare_vendor_bert_qa
 from common.data.vendor.text import prepare_vendor_bert, prepare_vendor_t5, prepare_vendor_transformer
 from common.errors import UserError
 
@@ -193,8 +194,53 @@ def test_ner_stand_in_is_the_vendors_csv_labelled_by_its_rule(tmp_path):
     assert word_labels(["call", "len", "None", "on", "object", "Len"]) == ["O", "B", "I", "O", "B", "O"]
 
 
+def _int_list(text: str) -> list[int]:
+    """As the vendor's convert_str_to_int_list: "[1, 5, 7]" -> [1, 5, 7]."""
+    assert text.startswith("[") and text.endswith("]")
+    return [int(x.strip()) for x in text.strip("[]").split(",")]
+
+
+def test_qa_stand_in_is_the_vendors_squad_csv_answered_by_its_rule(tmp_path):
+    msl = 96
+    made = prepare_vendor_bert_qa(tmp_path / "d", max_sequence_length=msl, sentences_per_context=2,
+                                  num_files=2, num_eval_files=1, **{**TINY, "max_documents": 20})
+    vocab = _vocab(tmp_path / "d" / "vocab.txt")
+    for split, files in (("train", 2), ("dev", 1)):
+        meta, total = _meta(tmp_path / "d" / split), 0
+        assert len(meta) == files
+        for name, count in meta:
+            with open(tmp_path / "d" / split / name, newline="") as f:
+                reader = csv.DictReader(f, delimiter=",", quoting=csv.QUOTE_MINIMAL)
+                rows = list(reader)
+            assert reader.fieldnames == ["unique_id", "example_index", "doc_span_index", "tokens", "token_to_orig_map",
+                                         "token_is_max_context", "input_ids", "input_mask", "segment_ids",
+                                         "start_position", "end_position", "is_impossible"]
+            assert len(rows) == int(count) > 0
+            for row in rows:
+                ids, mask, segments = (_int_list(row[k]) for k in ("input_ids", "input_mask", "segment_ids"))
+                tokens = ast.literal_eval(row["tokens"])
+                n = len(tokens)
+                assert len(ids) == len(mask) == len(segments) == msl and mask == [1] * n + [0] * (msl - n)
+                assert ids[:n] == [vocab.index(t) for t in tokens] and ids[n:] == [0] * (msl - n)
+                sep = tokens.index("[SEP]")
+                assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]"
+                assert segments[:n] == [0] * (sep + 1) + [1] * (n - sep - 1)
+                start, end = int(row["start_position"]), int(row["end_position"])
+                assert sep < start <= end < n - 1 and row["is_impossible"] == "False"
+                orig = ast.literal_eval(row["token_to_orig_map"])
+                assert sorted(orig) == list(range(sep + 1, n - 1))
+                # the rule: the question is the opening of the answer sentence
+                question, answer = tokens[1:sep], tokens[start:end + 1]
+                assert answer[:len(question)] == question and len(answer) > len(question)
+                # ... and ends where its last word ends (a word's later pieces start with ##)
+                assert not tokens[end + 1].startswith("##") and orig.get(end + 1) != orig[end]
+            total += len(rows)
+        assert total == made[split]
+
+
 @pytest.mark.parametrize("name", ["prepare_vendor_bert", "prepare_vendor_t5", "prepare_vendor_transformer",
-                                  "prepare_vendor_bert_classifier", "prepare_vendor_bert_ner"])
+                                  "prepare_vendor_bert_classifier", "prepare_vendor_bert_ner",
+                                  "prepare_vendor_bert_qa"])
 def test_a_non_empty_output_dir_is_refused_and_kept(tmp_path, capsys, name):
     out = tmp_path / "d"
     out.mkdir()
