@@ -317,7 +317,12 @@ def table(rows: list[Row]) -> str:
         cells = [row.folder] + [row.cells.get(_CELL.get(c, c), "not run") for c in COLUMNS[1:-1]]
         cells.append("passed" if row.passed else "failed")
         lines.append("| " + " | ".join(cells) + " |")
-    errors = [f"- {row.folder}, {step}: {line}" for row in rows for step, line in row.errors]
+    errors = []
+    for row in rows:  # the steps of a folder that failed with the same line, on one line
+        steps: dict[str, list[str]] = {}
+        for step, line in row.errors:
+            steps.setdefault(line, []).append(step)
+        errors += [f"- {row.folder}, {', '.join(names)}: {line}" for line, names in steps.items()]
     if errors:
         lines += ["", "First error line of each step that failed:", "", *errors]
     return "\n".join(lines) + "\n"

@@ -224,6 +224,13 @@ def test_an_existing_work_folder_is_refused(tmp_path, capsys):
     assert err.count("\n") == 1 and "--work" in err and "exists" in err
 
 
+def test_steps_failing_with_the_same_line_are_one_line():
+    row = vendor_check.Row("demo", errors=[("cpu train", "E: a"), ("compile", "E: b"), ("emulator", "E: a")],
+                           passed=False)
+    assert vendor_check.table([row]).splitlines()[-2:] == ["- demo, cpu train, emulator: E: a",
+                                                           "- demo, compile: E: b"]
+
+
 def test_error_line_is_the_last_error_or_the_tracebacks_last_line():
     assert vendor_check.error_line("a\nerror: one\nb\nerror: two\nc\n") == "error: two"
     trace = 'x\nTraceback (most recent call last):\n  File "a.py", line 1\n    boom()\nKeyError: \'k\'\nlater\n'
