@@ -18,6 +18,7 @@ import pytest
 from common.data.vendor.classifier import prepare_vendor_bert_classifier
 from common.data.vendor.ner import prepare_vendor_bert_ner, word_labels
 from common.data.vendor.qa import prepare_vendor_bert_qa
+from common.data.vendor.summarization import prepare_vendor_bert_summarization, summary_labels
 from common.data.vendor.text import prepare_vendor_bert, prepare_vendor_t5, prepare_vendor_transformer
 from common.errors import UserError
 
@@ -238,9 +239,40 @@ def test_qa_stand_in_is_the_vendors_squad_csv_answered_by_its_rule(tmp_path):
         assert total == made[split]
 
 
+def test_summarization_stand_in_is_the_vendors_bertsum_csv(tmp_path):
+    msl = 64
+    made = prepare_vendor_bert_summarization(tmp_path / "d", max_sequence_length=msl, sentences_per_article=4,
+                                             num_files=2, num_eval_files=1, **TINY)
+    vocab = _vocab(tmp_path / "d" / "vocab.txt")
+    cls_id, sep_id = vocab.index("[CLS]"), vocab.index("[SEP]")
+    for split, files in (("train", 2), ("valid", 1)):
+        meta, total = _meta(tmp_path / "d" / split), 0
+        assert len(meta) == files
+        for name, count in meta:
+            with open(tmp_path / "d" / split / name, newline="") as f:
+                reader = csv.DictReader(f, delimiter=",", quoting=csv.QUOTE_MINIMAL)
+                rows = list(reader)
+            assert reader.fieldnames == ["input_token_ids", "labels", "segment_ids", "cls_ids"]
+            assert len(rows) == int(count) > 0
+            for row in rows:
+                # the vendor takes the values in column order, each by convert_str_to_int_list
+                ids, labels, segments, cls_ids = (_int_list(v) for v in row.values())
+                assert len(ids) == len(segments) <= msl and ids[-1] == sep_id
+                assert cls_ids == [i for i, t in enumerate(ids) if t == cls_id] and cls_ids[0] == 0
+                assert len(labels) == len(cls_ids) <= 4 and set(labels) <= {0, 1}
+                assert sum(labels) == -(-len(labels) // 3)  # ceil(k / 3) sentences in the summary
+                ends = cls_ids[1:] + [len(ids)]
+                for k, (start, end) in enumerate(zip(cls_ids, ends)):
+                    assert ids[end - 1] == sep_id and segments[start:end] == [k % 2] * (end - start)
+            total += len(rows)
+        assert total == made[split]
+    # the rule: the most shared words first; a tie goes to the earlier sentence
+    assert summary_labels(["Names bind objects.", "Objects have names.", "Spam eggs.", "Other eggs."]) == [1, 1, 0, 0]
+
+
 @pytest.mark.parametrize("name", ["prepare_vendor_bert", "prepare_vendor_t5", "prepare_vendor_transformer",
                                   "prepare_vendor_bert_classifier", "prepare_vendor_bert_ner",
-                                  "prepare_vendor_bert_qa"])
+                                  "prepare_vendor_bert_qa", "prepare_vendor_bert_summarization"])
 def test_a_non_empty_output_dir_is_refused_and_kept(tmp_path, capsys, name):
     out = tmp_path / "d"
     out.mkdir()
