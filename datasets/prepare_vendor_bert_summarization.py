@@ -1,4 +1,4 @@
-"""Make a stand-in summarization set in the vendor's BertSum CSV layout, for a migrated vendor extractive summarization folder.
+"""Make a stand-in summarization set in the vendor's BertSum CSV layout, for its extractive summarization folder.
 
     python datasets/prepare_vendor_bert_summarization.py --output_dir DIR [--max_sequence_length 512]
 

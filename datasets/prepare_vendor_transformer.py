@@ -1,4 +1,4 @@
-"""Make translation-shaped text in the vendor's layout (pieces a line, meta.dat), for a migrated vendor Transformer folder.
+"""Make translation-shaped text in the vendor's layout (pieces a line, meta.dat), for a vendor Transformer folder.
 
     python datasets/prepare_vendor_transformer.py --output_dir DIR [--vocab_size 4096] [--num_files 8]
 
