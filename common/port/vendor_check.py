@@ -83,7 +83,8 @@ FOLDERS: dict[str, Folder] = {f.name: f for f in (
          "train_input.max_sequence_length=128 eval_input.max_sequence_length=128", "small size, dropout off"),
         (_SMALL_INPUT, _NUM_WORKERS),
     )),
-    Folder("bert/fine_tuning/extractive_summarization", "configs/bert_base_summarization.yaml", (), (
+    Folder("bert/fine_tuning/extractive_summarization", "configs/bert_base_summarization.yaml",
+           _prepare("vendor_bert_summarization", "--max_sequence_length", "128"), (
         (_SMALL_BERT + " model.dropout_rate=0.0 model.attention_dropout_rate=0.0 "
          "train_input.max_sequence_length=128 eval_input.max_sequence_length=128", "small size, dropout off"),
         (_SMALL_INPUT, _NUM_WORKERS),
