@@ -561,6 +561,7 @@ class Migration:
     left: list[Left]
     copied: list[str]
     carried: list[Carried] = field(default_factory=list)
+    next_steps: list[str] = field(default_factory=list)  # commands that prepare the folder's data and run it
 
     def render(self) -> str:
         lines = [f"# Migrated from {self.src}", "",
@@ -586,6 +587,9 @@ class Migration:
         for item in self.left:
             where = f"{item.file}:{item.line}" if item.line else item.file
             lines += [f"{where}: {item.why}", f"     {item.text}", ""]
+        if self.next_steps:
+            lines += ["## Next: its data, then a first run at a small size", ""]
+            lines += [f"    {command}" for command in self.next_steps] + [""]
         return "\n".join(lines)
 
 
@@ -669,7 +673,8 @@ def migrate(src: str, dest: str) -> Migration:
     order = {rel: i for i, rel in enumerate(copied + sorted(carried))}
     changes.sort(key=lambda c: (order[c.file], c.line))
     left.sort(key=lambda x: (order[x.file], x.line))
-    migration = Migration(src, dest, changes, left, copied, [carried[rel] for rel in sorted(carried)])
+    migration = Migration(src, dest, changes, left, copied, [carried[rel] for rel in sorted(carried)],
+                          next_steps(checkout, src, dest))
     os.makedirs(dest)
     for rel, path in plan + [(rel, carry_paths.get(rel)) for rel in sorted(carried)]:
         target = os.path.join(dest, *rel.split("/"))
@@ -684,6 +689,34 @@ def migrate(src: str, dest: str) -> Migration:
     with open(os.path.join(dest, REPORT), "w", encoding="utf-8") as f:
         f.write(migration.render())
     return migration
+
+
+def next_steps(checkout: "Checkout | None", src: str, dest: str) -> list[str]:
+    """For a folder of the vendor's PyTorch transformers zoo: the command that writes its data in the vendor's
+    layout (it prints the overrides that point the config at that data), a first run of the migrated folder at
+    the small size ``zoo port vendor-check`` uses, and that check itself; [] for any other folder."""
+    from common.port import vendor_check  # it migrates through this module
+
+    if checkout is None:
+        return []
+    family = os.path.join(checkout.root, *vendor_check.FAMILY)
+    rel = os.path.relpath(os.path.realpath(src), os.path.realpath(family)).replace(os.sep, "/")
+    folder = vendor_check.FOLDERS.get(rel)
+    if folder is None:
+        return []
+    steps = []
+    data_keys = ""
+    if folder.data:
+        out = "data/vendor_" + rel.replace("/", "_").replace("fine_tuning_", "")
+        command = [a.format(out=out) for a in folder.data[folder.data.index("prepare") + 1:]]
+        steps.append("zoo prepare " + " ".join(command) + "    # its last line: the overrides for that data")
+        data_keys = " <those overrides>"
+    steps.append(f"python {os.path.join(dest, 'run.py')} -m train -p {os.path.join(dest, *folder.config.split('/'))} "
+                 f"-o model_dir/{os.path.basename(os.path.normpath(dest))} {' '.join(folder.override_args())}"
+                 f"{data_keys} runconfig.max_steps=10")
+    steps.append(f"zoo port vendor-check {checkout.root} {rel}    # the same, then eval, --validate_only, "
+                 f"--compile_only and the emulator, checked")
+    return steps
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -297,3 +297,26 @@ def test_the_import_that_carried_a_module_is_named_by_its_line_in_dest(checkout,
     assert lines[2] == "from .vendor_deps.transformers.pytorch.tf_only import X"
     carried = {c.file: c.by for c in migration.carried}
     assert carried["vendor_deps/transformers/pytorch/tf_only.py"] == "tf_hooks.py:3"
+
+
+def test_a_known_vendor_folder_is_told_its_data_command_and_a_first_run(tmp_path, capsys):
+    files = {rel.replace(TINY + "/", "modelzoo/transformers/pytorch/bert/fine_tuning/qa/"): text
+             for rel, text in CHECKOUT.items()}
+    _write(tmp_path / "vendor", files)
+    dest = tmp_path / "qa_pt"
+    assert zoo_cli.main(["port", "migrate", str(tmp_path / "vendor/modelzoo/transformers/pytorch/bert/fine_tuning/qa"),
+                         "--out", str(dest)]) == 0
+    out = capsys.readouterr().out
+    report = (dest / "MIGRATION.md").read_text()
+    steps = report.split("## Next: its data, then a first run at a small size\n\n", 1)[1].splitlines()
+    assert steps[0].startswith("    zoo prepare vendor_bert_qa --output_dir data/vendor_bert_qa "
+                               "--max_sequence_length 128")
+    assert steps[1].startswith(f"    python {dest / 'run.py'} -m train -p {dest / 'configs/bert_base_squad.yaml'} ")
+    assert "model.num_hidden_layers=1" in steps[1] and steps[1].endswith("runconfig.max_steps=10")
+    assert steps[2].startswith(f"    zoo port vendor-check {tmp_path / 'vendor'} bert/fine_tuning/qa ")
+    assert "\n".join(steps[:3]) in out  # printed as written
+
+
+def test_another_folder_is_told_no_data_command(checkout, tmp_path):
+    migrate(str(checkout / TINY), str(tmp_path / "out"))
+    assert "## Next" not in (tmp_path / "out" / "MIGRATION.md").read_text()
