@@ -18,12 +18,18 @@ order with the global batch size (batch_size x processes) and takes its slice of
 global batch, so N processes see exactly the batches of one process with N times the
 batch size. The state records the global batch size, and a run resumed with another
 number of processes continues from the same example.
+
+The emulator compiles the model for the first batch before training starts
+(``peek_first_batch``); the loop then continues that same draw, so that data which
+draws another order on each pass (a sampler that shuffles its own list in place, a
+stream whose persistent workers carry on) trains on the emulator on the CPU's batches.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import weakref
 from typing import Any, Iterator
 
 import logging
@@ -37,6 +43,13 @@ from common.pytorch.distributed import SINGLE, World
 logger = logging.getLogger("zoo")
 
 _MISSING = object()
+
+# loader -> (seed, the rest of its epoch-0 batches) after peek_first_batch: the next draw of
+# epoch 0 from its start (the training loop's, or the eval's) continues that one instead of
+# drawing again. A dataset or sampler with a state of its own draws another order on each
+# pass (a sampler that shuffles its list in place, an IterableDataset whose persistent
+# workers carry on their stream): a second draw would train on other batches than the CPU.
+_PEEKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
@@ -84,6 +97,9 @@ def _slices_of_global_batches(loader: DataLoader, generator: torch.Generator, ep
 def epoch_batches(loader: DataLoader, seed: int, epoch: int, skip: int = 0, world: World = SINGLE) -> Iterator[Any]:
     """The batches of ``epoch``, from batch ``skip`` on, in the order (seed, epoch) fixes
     (in a data-parallel run: this process's slices of the global batches)."""
+    peeked = _take_peeked(loader, seed, epoch == 0 and not world.distributed)
+    if peeked is not None:
+        return itertools.islice(peeked, skip, None)
     generator = torch.Generator().manual_seed(epoch_seed(seed, epoch))
     if world.distributed:
         order = _slices_of_global_batches(loader, generator, epoch, world)[skip:]
@@ -100,11 +116,36 @@ def eval_shard(loader: DataLoader, seed: int, limit: int | None = None, world: W
     of that order. The processes thus evaluate exactly the batches of one process with the same
     batch size, each once; when their number does not divide by N, the first processes get one
     batch more (nothing is padded or dropped: the runner sums the eval over the processes)."""
+    peeked = _take_peeked(loader, seed, not world.distributed)  # epoch 0's order, as drawn here
+    if peeked is not None:
+        return itertools.islice(peeked, limit)
     if isinstance(loader.dataset, IterableDataset):  # its own order: every process reads it, keeps its share
         return itertools.islice(iter(loader), world.rank, limit, world.size)
     generator = torch.Generator().manual_seed(epoch_seed(seed, 0))
     order = _index_order(loader, generator, 0)[:limit][world.rank::world.size]
     return _replay(loader, order, generator, batched=loader.batch_sampler is not None)
+
+
+def peek_first_batch(loader: DataLoader, seed: int) -> Any:
+    """The first batch of epoch 0 (None if the epoch has none), drawn as training or an eval
+    would draw it: the next ``epoch_batches(loader, seed, 0)`` or ``eval_shard(loader, seed)``
+    gives it again, then the rest of that same draw (a single-process run's; any other draw
+    first drops it). The emulator compiles the model for this batch before its loop starts."""
+    batches = iter(epoch_batches(loader, seed, epoch=0))
+    first = next(batches, _MISSING)
+    if first is _MISSING:
+        return None
+    _PEEKED[loader] = (seed, itertools.chain([first], batches))
+    return first
+
+
+def _take_peeked(loader: DataLoader, seed: int, usable: bool) -> Iterator[Any] | None:
+    """The draw peek_first_batch left for ``loader``, if it is one of ``seed``'s and ``usable``
+    (epoch 0, one process); it is given once, and dropped either way."""
+    peeked = _PEEKED.pop(loader, None)
+    if peeked is None or not usable or peeked[0] != seed:
+        return None
+    return peeked[1]
 
 
 def _replay(loader: DataLoader, order: list, generator: torch.Generator, batched: bool) -> Iterator[Any]:
