@@ -8,13 +8,18 @@ it is, and the runner's own keys it leaves out get their defaults.
 
 import argparse  # noqa: F401  (the fixture's run.py builds a parser)
 import importlib
+import importlib.util
 import os
 
-import torch  # noqa: F401  (torch before TensorFlow in one process)
 import pytest
 import yaml
 
 from common.folder import folder_package
+
+# each framework's tests need that framework only (tox runs them where the other is absent);
+# torch, where present, is imported first (tests/conftest.py)
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
+needs_tf = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow not installed")
 
 PT_MODEL = '''
 import torch
@@ -141,6 +146,7 @@ def run_module(folder: str, name: str):
     return importlib.import_module(f"{folder_package(folder)}.{name}")
 
 
+@needs_torch
 @pytest.mark.parametrize("entry", ["run_positional", "run_keywords", "run_five"])
 def test_pytorch_run_without_defaults_trains_on_the_file_as_it_is(pt_folder, entry, tmp_path):
     model_dir = tmp_path / "model"
@@ -158,6 +164,7 @@ def test_pytorch_run_without_defaults_trains_on_the_file_as_it_is(pt_folder, ent
         assert saved["runconfig"]["tag"] == "t1"  # the folder's own flag, in runconfig as the vendor's runner put it
 
 
+@needs_torch
 def test_pytorch_run_without_a_data_function_the_mode_reads_is_one_line(pt_folder, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         run_module(pt_folder, "run_model_only").main(["--mode", "train", "--model_dir", str(tmp_path / "m")])
@@ -231,6 +238,7 @@ def tf_folder(tmp_path_factory):
     return write_folder(tmp_path_factory.mktemp("no_defaults_tf"), {"model": TF_MODEL, **TF_RUNS})
 
 
+@needs_tf
 @pytest.mark.parametrize("entry", ["run_positional", "run_keywords"])
 def test_tf_run_without_defaults_trains_on_the_file_as_it_is(tf_folder, entry, tmp_path):
     model_dir = tmp_path / "model"

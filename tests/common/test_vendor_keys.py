@@ -3,19 +3,21 @@ accepted and named once with their file:line, the ones that mean something are h
 wrong type is one error line, and an unknown key that is not the vendor's is refused as before."""
 
 import argparse
+import importlib.util
 import logging
 
 import numpy as np
-import torch  # torch before TensorFlow in one process
 import pytest
 
 from common.cli import check_device_optimizer, guarded
 from common.errors import UserError
 from common.params import ALIASES, COMMON_DEFAULTS, load_params, load_vendor_params
-from common.pytorch.base_model import PyTorchBaseModel
-from common.pytorch.optim import build_optimizer
 from common.schedules import build_schedule
 from common.vendor_keys import VENDOR_KEYS
+
+# each framework's tests need that framework only (tox runs them where the other is absent)
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
+needs_tf = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow not installed")
 
 # Every runconfig and optimizer key of the vendor's R1.6 configs (transformers/pytorch/**/configs,
 # fc_mnist/pytorch/configs and **/tf/**/configs), collected from its git tag by script:
@@ -176,8 +178,13 @@ def _adamw_params(tmp_path, spelling):
     return load_vendor_params(path, None)
 
 
+@needs_torch
 @pytest.mark.parametrize("spelling", ["correct_bias", "use_bias_correction"])
 def test_pytorch_adamw_with_correct_bias_false_is_adamw_without_bias_correction(tmp_path, spelling):
+    import torch
+
+    from common.pytorch.optim import build_optimizer
+
     params = _adamw_params(tmp_path, spelling)
     start = np.array([1.0, -2.0])
     weight = torch.nn.Parameter(torch.tensor(start))
@@ -196,6 +203,7 @@ def test_pytorch_adamw_with_correct_bias_false_is_adamw_without_bias_correction(
     assert not np.allclose(corrected.detach().numpy(), weight.detach().numpy(), rtol=1e-3)
 
 
+@needs_tf
 def test_tf_adamw_with_use_bias_correction_false_is_adamw_without_bias_correction(tmp_path):
     import tensorflow as tf
 
@@ -217,24 +225,36 @@ def test_tf_adamw_with_use_bias_correction_false_is_adamw_without_bias_correctio
     np.testing.assert_allclose(result, adamw_without_bias_correction(start), rtol=1e-6)
 
 
-class _Scaled(PyTorchBaseModel):
-    def __init__(self, params):
-        self.model = torch.nn.Linear(2, 1)
-        super().__init__(params, self.model)
+def _scaled(params):
+    """A PyTorchBaseModel of one linear layer, built from ``params``."""
+    import torch
 
-    def __call__(self, batch):
-        return self.model(batch).square().mean()
+    from common.pytorch.base_model import PyTorchBaseModel
+
+    class Scaled(PyTorchBaseModel):
+        def __init__(self, params):
+            self.model = torch.nn.Linear(2, 1)
+            super().__init__(params, self.model)
+
+        def __call__(self, batch):
+            return self.model(batch).square().mean()
+
+    return Scaled(params)
 
 
+@needs_torch
 def test_pytorch_dynamic_loss_scale_grows_no_further_than_max_loss_scale():
+    import torch
+
     overrides = ["mixed_precision.enabled=true", "optimizer.loss_scaling_factor=dynamic",
                  "optimizer.initial_loss_scale=8.0", "optimizer.steps_per_increase=1", "optimizer.max_loss_scale=32"]
-    model = _Scaled(load_params(None, {}, overrides))
+    model = _scaled(load_params(None, {}, overrides))
     for _ in range(5):  # 8 -> 16 -> 32, then held at 32
         model.train_step(torch.ones(4, 2))
     assert model.scaler.get_scale() == 32.0
 
 
+@needs_tf
 def test_tf_dynamic_loss_scale_grows_no_further_than_max_loss_scale():
     import tensorflow as tf
 
@@ -258,14 +278,15 @@ SCHEDULE = [{"scheduler": "Linear", "initial_learning_rate": 0.0, "end_learning_
             {"scheduler": "Linear", "initial_learning_rate": 1.0, "end_learning_rate": 0.0, "steps": 10}]
 
 
+@needs_torch
 def test_disable_lr_steps_reset_makes_each_schedule_read_the_global_step():
     reset = build_schedule(SCHEDULE)
     assert reset(15) == pytest.approx(0.5)  # the second schedule's step 5
     for value, expected in ((False, 0.5), (True, 0.0)):  # true: the second schedule at step 15 of its 10: its end
         params = load_params(None, {}, [f"optimizer.learning_rate={SCHEDULE}".replace("'", ""),
                                         f"optimizer.disable_lr_steps_reset={str(value).lower()}"])
-        assert _Scaled(params).schedule(15) == pytest.approx(expected)
-        assert _Scaled(params).schedule(5) == pytest.approx(0.5)  # the first schedule: the same either way
+        assert _scaled(params).schedule(15) == pytest.approx(expected)
+        assert _scaled(params).schedule(5) == pytest.approx(0.5)  # the first schedule: the same either way
 
 
 CONSTANT = {"scheduler": "Constant", "learning_rate": 0.5}
@@ -283,6 +304,7 @@ def test_the_vendors_tf_cosine_decay_steps_is_its_steps():
         build_schedule([{**vendor, "steps": 20}, CONSTANT])
 
 
+@needs_tf
 def test_tf_disable_lr_steps_reset_makes_each_schedule_read_the_global_step():
     import tensorflow as tf
 

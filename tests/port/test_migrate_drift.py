@@ -32,7 +32,7 @@ CHECKOUT = {
         "from huggingface_hub import HfApi, HfFolder, Repository\n"
         "from transformers.utils.versions import importlib_metadata\n"
         "\n"
-        "TORCH = importlib_metadata.version(\"torch\")\n"
+        "NUMPY = importlib_metadata.version(\"numpy\")\n"
         "\n"
         "\n"
         "def token():\n"
@@ -44,7 +44,7 @@ CHECKOUT = {
     f"{HUB}/versions_check.py": (
         "from importlib import metadata\n"
         "\n"
-        "pkgs_to_check_at_runtime = \"python tqdm regex sacremoses requests packaging filelock numpy "
+        "pkgs_to_check_at_runtime = \"python tqdm regex sacremoses packaging filelock numpy "
         "tokenizers\".split()\n"
         "CHECKED = [p for p in pkgs_to_check_at_runtime if p != \"python\" and metadata.version(p)]\n"),
     "modelzoo/transformers/data_processing/__init__.py": "",
@@ -64,13 +64,13 @@ CHECKOUT = {
         "import sys\n"
         "\n"
         "sys.path.append(os.path.join(os.path.dirname(__file__), \"../../../..\"))\n"
-        "from modelzoo.transformers.pytorch.hub.file_utils import TORCH, clone, token\n"
+        "from modelzoo.transformers.pytorch.hub.file_utils import NUMPY, clone, token\n"
         "from modelzoo.transformers.pytorch.hub.versions_check import CHECKED\n"
         "from modelzoo.transformers.data_processing.Tokenization import vocab, words\n"
         "\n"
         "if __name__ == \"__main__\":\n"
         "    tokenizer = vocab([\"[CLS]\", \"the\", \"cat\", \"the\"])\n"
-        "    print(token(), TORCH.split('.')[0].isdigit(), CHECKED[-1])\n"
+        "    print(token(), NUMPY.split('.')[0].isdigit(), CHECKED[-1])\n"
         "    print(tokenizer.word_index, tokenizer.texts_to_sequences([\"The\", \"dog\"]))\n"
         "    print(words(\"A b\\tc\", filters=\"\\t\"))\n"
         "    try:\n"
@@ -127,7 +127,7 @@ def test_keras_preprocessing_names_come_from_common_keras_text_keeping_alias_and
 def test_the_version_check_drops_the_packages_the_vendors_code_never_imports(migrated):
     _, migration = migrated
     change = _change(migration, "vendor_deps/transformers/pytorch/hub/versions_check.py", 3)
-    assert change.after == 'pkgs_to_check_at_runtime = "python tqdm regex requests packaging filelock numpy".split()'
+    assert change.after == 'pkgs_to_check_at_runtime = "python tqdm regex packaging filelock numpy".split()'
 
 
 def test_a_library_not_installed_here_is_listed_with_its_pip_command(migrated):

@@ -3,6 +3,9 @@ layers_api_demo: a PyTorchBaseModel subclass, a DataLoader, a run.py calling run
 and a fake data command go through migrate, data and the five runs; a folder whose first loss
 moves on the emulator, or whose step fails, is a failed row with its error line and exit 1."""
 
+import dataclasses
+import importlib.util
+
 import pytest
 
 from common import zoo_cli
@@ -158,6 +161,7 @@ def _row(out, name="demo"):
     return next(line for line in out.splitlines() if line.startswith(f"| {name} |"))
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
 def test_a_folder_passes_all_five_steps(tmp_path, capsys):
     folders = write_checkout(tmp_path / "vendor")
     work = tmp_path / "work"
@@ -243,3 +247,13 @@ def test_data_keys_give_a_bare_key_to_both_inputs():
     assert vendor_check.data_keys(out) == ["train_input.data_dir=/d", "eval_input.data_dir=/d",
                                            "train_input.vocab_file=/v", "eval_input.vocab_file=/v",
                                            "model.vocab_size=7"]
+
+
+def test_a_folder_whose_losses_cannot_be_compared_is_not_passed_and_says_why(tmp_path, capsys):
+    folders = write_checkout(tmp_path / "vendor", run_py=FAKE_RUN.format(fail=""))
+    folders = {"demo": dataclasses.replace(folders["demo"], uncomparable="its dropout is fixed on")}
+    assert vendor_check.check(str(tmp_path / "vendor"), [], str(tmp_path / "work"), timeout=60,
+                              folders=folders) == 1
+    out = capsys.readouterr().out
+    assert ", not compared |" in _row(out) and _row(out).rstrip().endswith("| failed |")
+    assert "- demo, emulator: first loss not compared: its dropout is fixed on" in out.splitlines()
