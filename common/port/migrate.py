@@ -44,6 +44,7 @@ import sys
 from dataclasses import dataclass, field
 
 from common.errors import UserError
+from common.port import vendor_folders
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REPORT = "MIGRATION.md"
@@ -695,13 +696,11 @@ def next_steps(checkout: "Checkout | None", src: str, dest: str) -> list[str]:
     """For a folder of the vendor's PyTorch transformers zoo: the command that writes its data in the vendor's
     layout (it prints the overrides that point the config at that data), a first run of the migrated folder at
     the small size ``zoo port vendor-check`` uses, and that check itself; [] for any other folder."""
-    from common.port import vendor_check  # it migrates through this module
-
     if checkout is None:
         return []
-    family = os.path.join(checkout.root, *vendor_check.FAMILY)
+    family = os.path.join(checkout.root, *vendor_folders.FAMILY)
     rel = os.path.relpath(os.path.realpath(src), os.path.realpath(family)).replace(os.sep, "/")
-    folder = vendor_check.FOLDERS.get(rel)
+    folder = vendor_folders.FOLDERS.get(rel)
     if folder is None:
         return []
     steps = []

@@ -1,0 +1,116 @@
+"""The vendor's nine PyTorch transformers folders (R1.6) and how each is run here: one table.
+
+Each entry names the folder (below ``modelzoo/transformers/pytorch/`` of a checkout), its
+params file, the ``zoo prepare vendor_*`` command that writes its data in the vendor's layout,
+and the command-line overrides of a small first run, each with its reason. ``zoo port
+vendor-check`` (vendor_check.py) runs them; ``zoo port migrate`` (migrate.py) ends its report
+with them. Nothing here imports either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FAMILY = ("modelzoo", "transformers", "pytorch")  # where the folders lie in a checkout
+
+# what every folder's runs set: dropout and mixed precision off, so the CPU and the emulator compute alike
+_SMALL_BERT = ("model.num_hidden_layers=1 model.hidden_size=64 model.num_heads=2 model.filter_size=128 "
+               "model.max_position_embeddings=128 model.mixed_precision=false")
+_SMALL_INPUT = ("train_input.batch_size=8 eval_input.batch_size=8 train_input.num_workers=1 "
+                "eval_input.num_workers=1")
+_NUM_WORKERS = ("the vendor's loaders pass prefetch_factor, which torch 2's DataLoader refuses without a worker; "
+                "one worker, as few processes as will do")
+_BERT_HALF = "the vendor's huggingface_common/modeling_bert.py returns this loss .half()"
+_SEQ2SEQ_SMALL = ("model.encoder_num_hidden_layers=1 model.decoder_num_hidden_layers=1 model.d_model=64 "
+                  "model.d_kv=32 model.num_heads=2 model.d_ff=128 model.mixed_precision=false")
+
+
+@dataclass(frozen=True)
+class Folder:
+    """One folder of the vendor's zoo and how it is checked: ``overrides`` are (overrides, why) pairs."""
+
+    path: str  # below modelzoo/transformers/pytorch/
+    config: str  # the params file, relative to the folder
+    # the data command ({python}, {out}: the data folder); None: the folder makes its own; (): none here yet
+    data: tuple[str, ...] | None
+    overrides: tuple[tuple[str, str], ...]
+    loss_dtype: str = "float32"  # the dtype the folder's loss is returned in
+    loss_dtype_why: str = ""
+    # why the first losses cannot be compared (dropout its code fixes on): the row is then not passed
+    uncomparable: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.path
+
+    def override_args(self) -> list[str]:
+        return [o for text, _ in self.overrides for o in text.split()]
+
+
+def _prepare(name: str, *extra: str) -> tuple[str, ...]:
+    return ("{python}", "-m", "common.zoo_cli", "prepare", name, "--output_dir", "{out}", *extra)
+
+
+# The nine folders, in the vendor's order. Sizes are small so that each run takes seconds; what is not size
+# is given with its reason.
+FOLDERS: dict[str, Folder] = {f.name: f for f in (
+    Folder("bert", "configs/bert_base_msl128.yaml", _prepare("vendor_bert", "--max_seq_length", "128"), (
+        (_SMALL_BERT + " model.dropout_rate=0.0 model.attention_dropout_rate=0.0", "small size, dropout off"),
+        (_SMALL_INPUT, _NUM_WORKERS),
+        ("model.enable_vts=false", "variable tensor shapes are the vendor's system software (cbtorch), not here"),
+    ), loss_dtype="float16", loss_dtype_why=_BERT_HALF),
+    Folder("bert/fine_tuning/classifier", "configs/bert_base_classifier_sst2.yaml",
+           _prepare("vendor_bert_classifier", "--task", "sst2"), (
+        (_SMALL_BERT + " model.dropout_rate=0.0 model.attention_dropout_rate=0.0 model.task_dropout=0.0 "
+         "train_input.max_sequence_length=128 eval_input.max_sequence_length=128", "small size, dropout off"),
+        (_SMALL_INPUT, _NUM_WORKERS),
+    )),
+    Folder("bert/fine_tuning/extractive_summarization", "configs/bert_base_summarization.yaml",
+           _prepare("vendor_bert_summarization", "--max_sequence_length", "128"), (
+        (_SMALL_BERT + " model.dropout_rate=0.0 model.attention_dropout_rate=0.0 "
+         "train_input.max_sequence_length=128 eval_input.max_sequence_length=128", "small size, dropout off"),
+        (_SMALL_INPUT, _NUM_WORKERS),
+    ), loss_dtype="float16", loss_dtype_why=_BERT_HALF),
+    Folder("bert/fine_tuning/qa", "configs/bert_base_squad.yaml",
+           _prepare("vendor_bert_qa", "--max_sequence_length", "128"), (
+        (_SMALL_BERT + " model.dropout_rate=0.0 model.attention_dropout_rate=0.0 "
+         "train_input.max_sequence_length=128 eval_input.max_sequence_length=128", "small size, dropout off"),
+        (_SMALL_INPUT, _NUM_WORKERS),
+    )),
+    Folder("bert/fine_tuning/token_classifier", "configs/bert_base_ner_bc5cdr_chem.yaml",
+           _prepare("vendor_bert_ner", "--max_sequence_length", "128"), (
+        (_SMALL_BERT + " model.encoder_output_dropout_rate=0.0 "
+         "train_input.max_sequence_length=128 eval_input.max_sequence_length=128", "small size, dropout off"),
+        (_SMALL_INPUT, _NUM_WORKERS),
+        ("train_input.shuffle_seed=1 eval_input.shuffle_seed=1",
+         "its config sets no shuffle seed, and its loader then shuffles unseeded: two CPU runs differ"),
+    ), loss_dtype="float16", loss_dtype_why=_BERT_HALF,
+           uncomparable="its model.py builds BertConfig without dropout rates, so the encoder's dropout is "
+                        "transformers' 0.1 whatever the config says, and the emulator draws its own masks: "
+                        "pass hidden_dropout_prob and attention_probs_dropout_prob to BertConfig to compare"),
+    Folder("gpt2", "configs/params_gpt2_small.yaml", _prepare("vendor_gpt2", "--max_seq_length", "128"), (
+        ("model.num_hidden_layers=2 model.hidden_size=64 model.num_heads=2 model.filter_size=128 "
+         "model.max_position_embeddings=128 model.mixed_precision=false model.dropout_rate=0.0 "
+         "model.attention_dropout_rate=0.0", "small size, dropout off"),
+        (_SMALL_INPUT, _NUM_WORKERS),
+    ), loss_dtype="float16", loss_dtype_why="the vendor's GPT2LMHeadModel returns its loss .half()"),
+    Folder("t5", "configs/t5_small.yaml", _prepare("vendor_t5"), (
+        (_SEQ2SEQ_SMALL + " model.dropout_rate=0.0 train_input.src_max_sequence_length=128 "
+         "eval_input.src_max_sequence_length=128 train_input.tgt_max_sequence_length=32 "
+         "eval_input.tgt_max_sequence_length=32", "small size, dropout off"),
+        (_SMALL_INPUT, _NUM_WORKERS),
+        ("model.enable_vts=false", "variable tensor shapes are the vendor's system software (cbtorch), not here"),
+    )),
+    Folder("transformer", "configs/transformer_base.yaml", _prepare("vendor_transformer"), (
+        (_SEQ2SEQ_SMALL + " model.dropout_rate=0.0 train_input.src_max_sequence_length=64 "
+         "eval_input.src_max_sequence_length=64 train_input.tgt_max_sequence_length=64 "
+         "eval_input.tgt_max_sequence_length=64", "small size, dropout off"),
+        (_SMALL_INPUT, _NUM_WORKERS),
+        ("model.enable_vts=false", "variable tensor shapes are the vendor's system software (cbtorch), not here"),
+    )),
+    Folder("layers_api_demo", "configs/params.yaml", None, (
+        ("model.num_hidden_layers=1 model.hidden_size=32 model.embedding_size=32 model.num_heads=2 "
+         "model.mixed_precision=false model.dropout=0.0 train_input.batch_size=8 eval_input.batch_size=8 "
+         "train_input.num_samples=256 eval_input.num_samples=64", "small size, dropout off"),
+    )),
+)}
