@@ -17,6 +17,9 @@ Like ``tf_upgrade_v2`` for TF 1 code, it rewrites only what must change, line by
     from transformers.utils.versions import importlib_metadata -> from importlib import metadata as ...
     from keras_preprocessing.text import Tokenizer     -> from common.keras_text import Tokenizer
                                                           (third-party names since removed: MOVED_NAMES)
+    DataLoader(..., num_workers=W, prefetch_factor=P)  -> prefetch_factor=P if W > 0 else None
+                                                          (torch 2 refuses a prefetch factor without workers;
+                                                          torch 1 took its default, 2, and ignored it)
 
 A library the vendor's code imports that this environment has not (nltk, spacy) is listed with
 the pip command that installs it.
@@ -398,6 +401,7 @@ class FileMigration:
         self.left: list[Left] = []
         self.is_script = bool(re.search(r"^if __name__ == ['\"]__main__['\"]", text, re.M))
         self.added_after: int | None = None  # the SRC line after which a line was added (the tf_estimator import)
+        self.prefetch = _prefetch_factors(text)
 
     def dest_line(self, src_line: int) -> int:
         """The number in DEST of SRC's line ``src_line``."""
@@ -410,7 +414,7 @@ class FileMigration:
             body, ending = _split_ending(line)
             new, whys = body, []
             for rule in (self._imports, self._common, self._sys_path, self._tf_estimator, self._keras_mixed,
-                         self._moved_names, self._version_checks):
+                         self._moved_names, self._version_checks, self._prefetch_factor):
                 new, why = rule(new, number)
                 if why:
                     whys.append(why)
@@ -496,9 +500,26 @@ class FileMigration:
         return m.group(1) + kept + m.group(3), ("sacremoses and tokenizers are checked at import, yet the "
                                                 "vendor's code imports neither (tokenizers pinned below 0.11)")
 
+    def _prefetch_factor(self, line: str, number: int) -> tuple[str, str]:
+        """A DataLoader's prefetch_factor, passed whatever its number of workers: None without workers."""
+        if number not in self.prefetch:
+            return line, ""
+        value, workers = self.prefetch[number]
+        old = f"prefetch_factor={value}"
+        if not value or line.count(old) != 1:
+            return line, ""
+        shown = f"({value})" if re.search(r"\bif\b|\blambda\b", value) else value
+        return line.replace(old, f"prefetch_factor={shown} if {workers} > 0 else None"), \
+            ("torch 2's DataLoader refuses a prefetch_factor without workers (torch 1 took 2 and ignored it): "
+             "None when num_workers is 0")
+
     def _leftovers(self, line: str, number: int) -> None:
         """What the rules could not rewrite, with the reason."""
         text = line.strip()
+        if number in self.prefetch and not (self.prefetch[number][0] and
+                                            f"if {self.prefetch[number][1]} > 0 else None" in line):
+            self.left.append(Left(self.rel, number, text, "a DataLoader's prefetch_factor, which torch 2 refuses "
+                                  "without workers: pass None when num_workers is 0"))
         if number in self.plan.left:
             self.left.append(Left(self.rel, number, text, self.plan.left[number]))
             return
@@ -547,6 +568,32 @@ class FileMigration:
         self.left = [Left(x.file, x.line + 1 if x.line > at + 1 else x.line, x.text, x.why) for x in self.left]
         self.added_after = at + 1
         return out[:at + 1] + [TF_ESTIMATOR_IMPORT + ending] + out[at + 1:]
+
+
+def _prefetch_factors(text: str) -> dict[int, tuple[str, str]]:
+    """The lines of ``text`` that pass a DataLoader (any call named so) a prefetch_factor along with
+    num_workers: line -> (the prefetch_factor's source, num_workers' source), each written on one line."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return {}
+    found = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        keywords = {k.arg: k for k in node.keywords if k.arg}
+        if name != "DataLoader" or "prefetch_factor" not in keywords or "num_workers" not in keywords:
+            continue
+        prefetch, workers = keywords["prefetch_factor"], keywords["num_workers"].value
+        if isinstance(prefetch.value, ast.Constant) and prefetch.value.value is None:
+            continue
+        if prefetch.lineno != prefetch.end_lineno or workers.lineno != workers.end_lineno:
+            found[prefetch.lineno] = ("", "")  # written over lines: listed, not rewritten
+            continue
+        found[prefetch.lineno] = (ast.get_source_segment(text, prefetch.value),
+                                  ast.get_source_segment(text, workers))
+    return found
 
 
 def _split_ending(line: str) -> tuple[str, str]:

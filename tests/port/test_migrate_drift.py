@@ -6,6 +6,7 @@ imports, and a library not installed here is listed with its pip command. The fa
 in the shape of the vendor's lines, is written here; so are the expected values of
 common.keras_text, worked by hand from Keras-Preprocessing's documented behaviour."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -211,3 +212,55 @@ def test_tokenizer_oov_token_and_num_words():
     chars = Tokenizer(char_level=True, lower=False)
     chars.fit_on_texts(["aAb", "b"])
     assert chars.word_index == {"b": 1, "a": 2, "A": 3}
+
+
+LOADERS = (
+    "import torch\n"
+    "\n"
+    "\n"
+    "def loaders(num_workers, prefetch_factor):\n"
+    "    data = torch.utils.data.TensorDataset(torch.arange(6.0))\n"
+    "    made = [torch.utils.data.DataLoader(\n"
+    "        data,\n"
+    "        batch_size=2,\n"
+    "        num_workers=num_workers,\n"
+    "        prefetch_factor=prefetch_factor,\n"
+    "    )]\n"
+    "    made.append(torch.utils.data.DataLoader(data, batch_size=3, num_workers=num_workers, "
+    "prefetch_factor=prefetch_factor if num_workers > 0 else 2))\n"
+    "    made.append(torch.utils.data.DataLoader(data, num_workers=num_workers, prefetch_factor=None))\n"
+    "    return made\n"
+    "\n"
+    "\n"
+    "def listed(data, num_workers, prefetch_factor):\n"
+    "    return torch.utils.data.DataLoader(data, num_workers=num_workers, prefetch_factor=(\n"
+    "        prefetch_factor))\n"
+    "\n"
+    "\n"
+    "if __name__ == \"__main__\":\n"
+    "    print([len(list(loader)) for loader in loaders(0, 10)])\n")
+
+
+def test_a_prefetch_factor_without_workers_becomes_none_as_torch_2_asks(tmp_path):
+    (tmp_path / "alone").mkdir()
+    (tmp_path / "alone" / "data.py").write_text(LOADERS)
+    migration = migrate(str(tmp_path / "alone"), str(tmp_path / "out"))
+    rewritten = {c.line: (c.before.strip(), c.after.strip()) for c in migration.changes}
+    assert rewritten == {
+        10: ("prefetch_factor=prefetch_factor,", "prefetch_factor=prefetch_factor if num_workers > 0 else None,"),
+        12: ("made.append(torch.utils.data.DataLoader(data, batch_size=3, num_workers=num_workers, "
+             "prefetch_factor=prefetch_factor if num_workers > 0 else 2))",
+             "made.append(torch.utils.data.DataLoader(data, batch_size=3, num_workers=num_workers, "
+             "prefetch_factor=(prefetch_factor if num_workers > 0 else 2) if num_workers > 0 else None))"),
+    }
+    assert all("torch 2's DataLoader refuses a prefetch_factor without workers" in c.why for c in migration.changes)
+    [left] = migration.left  # None is left as it is; a value written over lines is listed
+    assert (left.line, left.text) == (18, "return torch.utils.data.DataLoader(data, num_workers=num_workers, "
+                                          "prefetch_factor=(")
+    assert left.why.startswith("a DataLoader's prefetch_factor, which torch 2 refuses without workers")
+    if importlib.util.find_spec("torch") is None:
+        return
+    done = subprocess.run([sys.executable, str(tmp_path / "out" / "data.py")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[3, 2, 6]"
