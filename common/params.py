@@ -116,6 +116,9 @@ COMMON_DEFAULTS: dict[str, Any] = {
         # devices (common/tf/estimator/distribute.py); PyTorch runs data parallel through torchrun
         "train_distribute": Typed(None, (str,), ("mirrored", "multi_worker_mirrored")),
         "num_devices": Typed(None, (int,), range=AT_LEAST_1),
+        # PyTorch: every dropout at rate 0, whatever the model's code says, to compare runs step by step
+        # (common/pytorch/dropout_off.py); TF refuses it
+        "disable_dropout": False,
     },
     "optimizer": {
         "optimizer_type": Typed("adam", (str,), KINDS),

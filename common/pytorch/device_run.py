@@ -47,8 +47,9 @@ import torch.fx.traceback
 
 from common.errors import UserError
 from common.precision import compute_precision, loss_scaling
+from common.pytorch import dropout_off
 from common.pytorch.base_model import PyTorchBaseModel, split_result
-from common.pytorch.data_order import epoch_batches, peek_first_batch
+from common.pytorch.data_order import epoch_batches, peek_first_batch, start_of
 from common.pytorch.metrics import CapturedMetricCalls, recording_metric_calls
 from common.pytorch.runner import TRAINS, DataFn, ModelFn, Runner, built_model, data_loader, seed_everything
 from device.api import (DeviceCompileError, Graph, build_program, capture_torch, compile_graph,
@@ -58,14 +59,16 @@ from device.api import (DeviceCompileError, Graph, build_program, capture_torch,
 logger = logging.getLogger("zoo")
 
 
-def first_batch(loader, seed: int, keep: bool = False) -> Any:
+def first_batch(loader, seed: int, keep: bool = False, start: tuple[int, int] = (0, 0)) -> Any:
     """The first batch of epoch 0, drawn as training would (without touching the global torch RNG).
 
-    With ``keep``, the training loop (or eval) that follows continues this very draw, starting
-    with this batch (data_order.peek_first_batch): a dataset or sampler that draws another
-    order on each pass (the vendor's shuffle in place, persistent workers that carry on their
-    stream) then trains on the emulator on the batches it trains on on the CPU."""
-    batch = peek_first_batch(loader, seed) if keep else next(iter(epoch_batches(loader, seed, epoch=0)), None)
+    With ``keep``, the first batch training from ``start`` (epoch, batch: a resumed run's) draws,
+    and the training loop (or eval) that follows continues this very draw, starting with this
+    batch (data_order.peek_first_batch): a dataset or sampler that draws another order on each
+    pass (the vendor's shuffle in place, persistent workers that carry on their stream) then
+    trains on the emulator on the batches it trains on on the CPU."""
+    batch = peek_first_batch(loader, seed, *start) if keep else next(iter(epoch_batches(loader, seed, epoch=0)),
+                                                                       None)
     if batch is not None:
         return batch
     raise UserError("the data yielded no batch to capture the model with (is the dataset smaller than "
@@ -128,6 +131,8 @@ def capture_step(model: PyTorchBaseModel, batch: Any, training: bool,
                           max_gradient_value=optimizer["max_gradient_value"], loss_scale=loss_scaling(params),
                           initial_loss_scale=optimizer["initial_loss_scale"],
                           steps_per_increase=optimizer["steps_per_increase"])
+    if params["runconfig"].get("disable_dropout"):
+        dropout_off.refuse_captured(graph)
     return graph, step.metric_calls
 
 
@@ -306,7 +311,9 @@ class EmulatorSteps:
         rc, device = runner.params["runconfig"], runner.params["device"]
         training = runner.mode in TRAINS
         loader = runner.train_loader if training else runner.eval_loader
-        first = first_batch(loader, rc["seed"], keep=True)  # the loop's own first batch (see first_batch)
+        # the loop's own first batch (see first_batch): a resumed run's, where it resumes
+        start = start_of(loader, getattr(runner, "data_state", None))[:2] if training else (0, 0)
+        first = first_batch(loader, rc["seed"], keep=True, start=start)
         self.graph, self.metric_calls = capture_step(self.model, first, training, runner.params)
         # the first batch's tensors by input name, in the graph's order (a dict batch: its keys)
         self.inputs = list(torch_batch(first))

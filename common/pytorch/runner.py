@@ -55,6 +55,7 @@ from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.checkpoint import (UnreadableCheckpoint, describe_mismatch, last_readable, list_checkpoints,
                                        load_checkpoint, optimizer_mismatch, rng_state, save_checkpoint,
                                        set_rng_state)
+from common.pytorch import dropout_off
 from common.pytorch.data_order import TrainOrder, eval_shard
 from common.pytorch.distributed import SINGLE, World, mean_across, sum_across, wrap
 from common.pytorch.metrics import cb_metrics_of, set_summed_state, summed_state
@@ -97,6 +98,10 @@ def built_model(model_fn: ModelFn, params: Mapping, device: torch.device) -> PyT
     if not isinstance(model, PyTorchBaseModel):
         raise UserError(f"{where(model_fn)} returned {type(model).__name__}; the runner takes a PyTorchBaseModel "
                         f"(common/pytorch/base_model.py), which wraps the torch module with its optimizer")
+    if params["runconfig"].get("disable_dropout"):
+        changed = dropout_off.switch_off(model.model)
+        logger.info("%s: %d dropout rate%s set to 0%s", dropout_off.KEY, len(changed), "" if len(changed) == 1 else "s",
+                    f" ({', '.join(changed[:4])}{', ...' if len(changed) > 4 else ''})" if changed else "")
     return model
 
 
@@ -221,9 +226,15 @@ class FrameworkSteps:
         self.model, self.device, self.world = runner.model, runner.device, runner.world
         if self.world.distributed:
             self.model.model = wrap(self.model.model, self.device)
+        # runconfig.disable_dropout: the first step watches for a dropout the switch did not reach
+        self.watch_dropout = bool(getattr(runner, "params", {}).get("runconfig", {}).get("disable_dropout"))
 
     def train(self, batch: Any) -> float:
         """One training step on ``batch`` (as the DataLoader gives it); the loss (of the global batch)."""
+        if self.watch_dropout:
+            self.watch_dropout = False
+            with dropout_off.DropoutWatch():
+                return mean_across(self.model.train_step(to_device(batch, self.device)).item(), self.world)
         return mean_across(self.model.train_step(to_device(batch, self.device)).item(), self.world)
 
     def eval(self, batch: Any) -> tuple[float, dict[str, np.ndarray]]:

@@ -154,6 +154,10 @@ def _run(args, model_fn, train_input_fn, eval_input_fn, default_params_fn: Calla
     if not (args.validate_only or args.compile_only):  # these build for the device, which takes every 16-bit format
         check_precision(params, args.device)
     _check_device(args.device)
+    if params["runconfig"]["disable_dropout"]:
+        raise UserError("runconfig.disable_dropout: true is PyTorch's only: a TF graph's dropout rates are written "
+                        "into its ops (tf.nn.dropout's rate, a Keras Dropout layer's); set them to 0 through the "
+                        "model's own params")
     if (args.validate_only or args.compile_only) and params["runconfig"]["train_distribute"] is not None:
         raise UserError(f"runconfig.train_distribute={params['runconfig']['train_distribute']} with "
                         f"{'--validate_only' if args.validate_only else '--compile_only'}: the device is one system "

@@ -249,3 +249,15 @@ def test_tf_run_without_defaults_trains_on_the_file_as_it_is(tf_folder, entry, t
     for section in ("model", "train_input", "eval_input"):
         assert saved[section] == file[section]
     assert saved["runconfig"]["keep_checkpoint_max"] == 5  # the runner's own default
+
+
+@needs_tf
+def test_tf_refuses_disable_dropout_in_one_line_and_writes_nothing(tf_folder, tmp_path, capsys):
+    model_dir = tmp_path / "model"
+    with pytest.raises(SystemExit) as exit_:
+        run_module(tf_folder, "run_positional").main(["--mode", "train", "--model_dir", str(model_dir),
+                                                      "runconfig.disable_dropout=true"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: runconfig.disable_dropout: true is PyTorch's only: a TF graph's dropout rates")
+    assert not model_dir.exists()
