@@ -20,9 +20,10 @@ batch size. The state records the global batch size, and a run resumed with anot
 number of processes continues from the same example.
 
 The emulator compiles the model for the first batch before training starts
-(``peek_first_batch``); the loop then continues that same draw, so that data which
-draws another order on each pass (a sampler that shuffles its own list in place, a
-stream whose persistent workers carry on) trains on the emulator on the CPU's batches.
+(``peek_first_batch``: epoch 0's first, or the one a resumed run starts from); the loop then
+continues that same draw, so that data which draws another order on each pass (a sampler that
+shuffles its own list in place, a stream whose persistent workers carry on) trains on the
+emulator on the CPU's batches.
 """
 
 from __future__ import annotations
@@ -44,11 +45,11 @@ logger = logging.getLogger("zoo")
 
 _MISSING = object()
 
-# loader -> (seed, the rest of its epoch-0 batches) after peek_first_batch: the next draw of
-# epoch 0 from its start (the training loop's, or the eval's) continues that one instead of
-# drawing again. A dataset or sampler with a state of its own draws another order on each
-# pass (a sampler that shuffles its list in place, an IterableDataset whose persistent
-# workers carry on their stream): a second draw would train on other batches than the CPU.
+# loader -> [((seed, epoch, skip), the batches of that draw), ...] after peek_first_batch: the
+# next draws of those (the training loop's, or the eval's) continue them instead of drawing
+# again. A dataset or sampler with a state of its own draws another order on each pass (a
+# sampler that shuffles its list in place, an IterableDataset whose persistent workers carry
+# on their stream): a second draw would train on other batches than the CPU.
 _PEEKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -97,9 +98,9 @@ def _slices_of_global_batches(loader: DataLoader, generator: torch.Generator, ep
 def epoch_batches(loader: DataLoader, seed: int, epoch: int, skip: int = 0, world: World = SINGLE) -> Iterator[Any]:
     """The batches of ``epoch``, from batch ``skip`` on, in the order (seed, epoch) fixes
     (in a data-parallel run: this process's slices of the global batches)."""
-    peeked = _take_peeked(loader, seed, epoch == 0 and not world.distributed)
+    peeked = _take_peeked(loader, (seed, epoch, skip), not world.distributed)
     if peeked is not None:
-        return itertools.islice(peeked, skip, None)
+        return peeked
     generator = torch.Generator().manual_seed(epoch_seed(seed, epoch))
     if world.distributed:
         order = _slices_of_global_batches(loader, generator, epoch, world)[skip:]
@@ -116,7 +117,7 @@ def eval_shard(loader: DataLoader, seed: int, limit: int | None = None, world: W
     of that order. The processes thus evaluate exactly the batches of one process with the same
     batch size, each once; when their number does not divide by N, the first processes get one
     batch more (nothing is padded or dropped: the runner sums the eval over the processes)."""
-    peeked = _take_peeked(loader, seed, not world.distributed)  # epoch 0's order, as drawn here
+    peeked = _take_peeked(loader, (seed, 0, 0), not world.distributed)  # epoch 0's order, as drawn here
     if peeked is not None:
         return itertools.islice(peeked, limit)
     if isinstance(loader.dataset, IterableDataset):  # its own order: every process reads it, keeps its share
@@ -126,26 +127,41 @@ def eval_shard(loader: DataLoader, seed: int, limit: int | None = None, world: W
     return _replay(loader, order, generator, batched=loader.batch_sampler is not None)
 
 
-def peek_first_batch(loader: DataLoader, seed: int) -> Any:
-    """The first batch of epoch 0 (None if the epoch has none), drawn as training or an eval
-    would draw it: the next ``epoch_batches(loader, seed, 0)`` or ``eval_shard(loader, seed)``
-    gives it again, then the rest of that same draw (a single-process run's; any other draw
-    first drops it). The emulator compiles the model for this batch before its loop starts."""
-    batches = iter(epoch_batches(loader, seed, epoch=0))
-    first = next(batches, _MISSING)
-    if first is _MISSING:
-        return None
-    _PEEKED[loader] = (seed, itertools.chain([first], batches))
-    return first
+def peek_first_batch(loader: DataLoader, seed: int, epoch: int = 0, skip: int = 0) -> Any:
+    """The first batch a run starting at batch ``skip`` of ``epoch`` draws (None if there is
+    none), drawn as training (TrainOrder) or an eval (from epoch 0's start) would draw it: the
+    next ``epoch_batches(loader, seed, epoch, skip)`` or ``eval_shard(loader, seed)`` gives it
+    again, then the rest of that same draw (a single-process run's; any other draw first drops
+    it). Where that epoch has no batch left (a run resumed at an epoch's end), the draw that
+    found none is kept too, and the batch is the next epoch's first, as TrainOrder goes on.
+    The emulator compiles the model for this batch before its loop starts."""
+    peeks: list = []
+    for key in ((seed, epoch, skip), (seed, epoch + 1, 0)):
+        batches = iter(epoch_batches(loader, *key))
+        first = next(batches, _MISSING)
+        if first is not _MISSING:
+            _PEEKED[loader] = [*peeks, (key, itertools.chain([first], batches))]
+            return first
+        if key[2] == 0:  # a whole epoch without a batch: training refuses it (TrainOrder)
+            return None
+        peeks.append((key, iter(())))
+    return None
 
 
-def _take_peeked(loader: DataLoader, seed: int, usable: bool) -> Iterator[Any] | None:
-    """The draw peek_first_batch left for ``loader``, if it is one of ``seed``'s and ``usable``
-    (epoch 0, one process); it is given once, and dropped either way."""
-    peeked = _PEEKED.pop(loader, None)
-    if peeked is None or not usable or peeked[0] != seed:
+def _take_peeked(loader: DataLoader, key: tuple[int, int, int], usable: bool) -> Iterator[Any] | None:
+    """The draw peek_first_batch left for ``loader`` under ``key`` (seed, epoch, skip), if it is
+    the next one kept and ``usable`` (one process); it is given once, and all are dropped at the
+    first draw that is not theirs."""
+    peeks = _PEEKED.get(loader)
+    if not peeks:
         return None
-    return peeked[1]
+    if not usable or peeks[0][0] != key:
+        del _PEEKED[loader]
+        return None
+    _, batches = peeks.pop(0)
+    if not peeks:
+        del _PEEKED[loader]
+    return batches
 
 
 def _replay(loader: DataLoader, order: list, generator: torch.Generator, batched: bool) -> Iterator[Any]:
@@ -164,22 +180,29 @@ def _replay(loader: DataLoader, order: list, generator: torch.Generator, batched
     return iter(replay)
 
 
+def start_of(loader: DataLoader, state: dict | None, world: World = SINGLE) -> tuple[int, int, int]:
+    """Where training resumes from a checkpoint's data-order ``state`` (None: the start): (epoch,
+    global batches of it consumed, examples past the last whole one: a run resumed with another
+    number of processes or batch size whose global batch does not divide what was consumed)."""
+    if not state:
+        return 0, 0, 0
+    global_batch = (loader.batch_size or 1) * world.size
+    epoch, batch = int(state["epoch"]), int(state["batch"])
+    examples = batch * int(state.get("global_batch", global_batch))
+    return epoch, examples // global_batch, examples % global_batch
+
+
 class TrainOrder:
     """Endless training batches, epoch after epoch; ``state()`` says where the next one comes from."""
 
     def __init__(self, loader: DataLoader, seed: int, state: dict | None = None, world: World = SINGLE):
         self.loader, self.seed, self.world = loader, seed, world
         self.global_batch = (loader.batch_size or 1) * world.size
-        self.epoch = int(state["epoch"]) if state else 0
-        self.batch = int(state["batch"]) if state else 0  # (global) batches of this epoch already consumed
-        saved = int(state.get("global_batch", self.global_batch)) if state else self.global_batch
-        if saved != self.global_batch:  # resumed with another number of processes (or batch size)
-            examples = self.batch * saved
-            self.batch = examples // self.global_batch
-            if examples % self.global_batch:
-                logger.warning("data order: the checkpoint stopped %d example(s) into epoch %d, not a multiple of "
-                               "the global batch of %d; resuming at example %d", examples, self.epoch,
-                               self.global_batch, self.batch * self.global_batch)
+        self.epoch, self.batch, left_over = start_of(loader, state, world)  # batch: of this epoch, consumed
+        if left_over:
+            logger.warning("data order: the checkpoint stopped %d example(s) into epoch %d, not a multiple of "
+                           "the global batch of %d; resuming at example %d", self.batch * self.global_batch +
+                           left_over, self.epoch, self.global_batch, self.batch * self.global_batch)
 
     def state(self) -> dict[str, int]:
         return {"epoch": self.epoch, "batch": self.batch, "global_batch": self.global_batch}

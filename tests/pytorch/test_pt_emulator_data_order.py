@@ -142,3 +142,40 @@ def test_the_emulator_trains_on_the_cpus_batches_and_gets_its_losses(tmp_path, d
     emulator = trained(tmp_path, "emulator", EmulatorSteps, data)
     assert_same_batches([b for b, _ in emulator], [b for b, _ in cpu])
     assert [loss for _, loss in emulator] == pytest.approx([loss for _, loss in cpu], abs=1e-5)
+
+
+def resumed(tmp_path, device, steps_class, data, start):
+    """A run to step ``start`` on the CPU, then resumed to step 8 on ``device``: the resumed run's batches."""
+    model_dir = tmp_path / f"{device}_{start}"
+
+    def params(max_steps):
+        return load_params(None, {"runconfig": {"model_dir": str(model_dir), "max_steps": max_steps,
+                                                "log_steps": 1, "checkpoint_steps": start, "seed": 3},
+                                  "optimizer": {"optimizer_type": "sgd", "learning_rate": 0.1}})
+
+    Runner(argparse.Namespace(mode="train", device="cpu", checkpoint_path=None), params(start), Linear, data, data,
+           FrameworkSteps).execute()
+    record: list = []
+    Runner(argparse.Namespace(mode="train", device=device, checkpoint_path=None), params(8), Linear, data, data,
+           recording(steps_class, record)).execute()
+    return record
+
+
+@pytest.mark.parametrize("start", [4, 5])  # at an epoch's end (the shuffled data's), inside one
+@pytest.mark.parametrize("data", DATA)
+def test_a_run_resumed_after_epoch_0_trains_on_the_emulator_on_the_cpus_batches(tmp_path, data, start):
+    cpu = resumed(tmp_path, "cpu", FrameworkSteps, data, start)
+    emulator = resumed(tmp_path, "emulator", EmulatorSteps, data, start)
+    assert len(cpu) == 8 - start
+    assert_same_batches([b for b, _ in emulator], [b for b, _ in cpu])
+    assert [loss for _, loss in emulator] == pytest.approx([loss for _, loss in cpu], abs=1e-5)
+
+
+def test_a_peek_at_an_epochs_end_keeps_the_empty_draw_and_gives_the_next_epochs_first():
+    loader = shuffled_in_place()
+    state = {"epoch": 2, "batch": EXAMPLES // BATCH, "global_batch": BATCH}
+    first = peek_first_batch(loader, 3, 2, EXAMPLES // BATCH)
+    cpu = shuffled_in_place()
+    expected = first_batches(TrainOrder(cpu, seed=3, state=state))
+    assert_same_batches([first], expected[:1])
+    assert_same_batches(first_batches(TrainOrder(loader, seed=3, state=state)), expected)
