@@ -69,6 +69,9 @@ class _Step:
     compute16: bool  # inputs, outputs and gradients rounded to the 16-bit format
     round_inputs: tuple[int, ...]  # input positions not rounded yet (weights, fp32 values)
     round_outputs: tuple[int, ...]  # output positions of floating values (not running statistics)
+    # outputs the IR types 16-bit that round_outputs does not round to their format (a model's own .half() in a
+    # float32 graph, a 16-bit value of the loss): rounded to it, with their gradients, as the framework holds them
+    typed_outputs: tuple[tuple[int, str], ...] = ()
     needs: tuple[bool, ...] = ()  # per input: does anything upstream want its gradient
     differentiate: bool = False  # is this node on a path from a parameter to the loss
 
@@ -165,11 +168,14 @@ class Program:
             round_outputs = tuple(j for j, v in enumerate(node.outputs)
                                   if compute16 and graph.values[v].dtype in FLOATS and j not in state_outputs)
             rounded.update(node.outputs[j] for j in round_outputs)
+            typed_outputs = tuple((j, graph.values[v].dtype) for j, v in enumerate(node.outputs)
+                                  if graph.values[v].dtype in HALF_PRECISIONS
+                                  and not (j in round_outputs and graph.values[v].dtype == self._format))
             state_updates = tuple((out, graph.state[node.inputs[inp]]) for out, inp in record.state_updates
                                   if node.inputs[inp] in graph.state)
             plan.append(_Step(index, node, record.forward, record.backward, node.attrs,
                               tuple(self._slot[v] for v in node.inputs), tuple(self._slot[v] for v in node.outputs),
-                              state_updates, compute16, round_inputs, round_outputs))
+                              state_updates, compute16, round_inputs, round_outputs, typed_outputs=typed_outputs))
         self._mark_gradients(plan)
         return plan
 
@@ -242,6 +248,8 @@ class Program:
                 raise UserError(f"{step.node.loc}: {error}") from None
             for j in step.round_outputs:
                 outputs[j] = self._round(outputs[j])
+            for j, fmt in step.typed_outputs:
+                outputs[j] = round_to(outputs[j], fmt)
             for slot, output in zip(step.outputs, outputs):
                 env[slot] = output
             if ctx.training:
@@ -263,6 +271,9 @@ class Program:
                 continue
             if step.compute16:
                 upstream = [None if g is None else self._round(g) for g in upstream]
+            for j, fmt in step.typed_outputs:
+                if upstream[j] is not None:
+                    upstream[j] = round_to(upstream[j], fmt)
             downstream = step.backward(saved[step.index], upstream, step.attrs, step.needs)
             saved[step.index] = None  # free activations as soon as they are used
             for slot, need, g in zip(step.inputs, step.needs, downstream):
