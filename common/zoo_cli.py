@@ -128,17 +128,23 @@ def cmd_list(args) -> int:
     return 0
 
 
+NO_DEFAULTS = "no defaults function"
+
+
 def _defaults_function(folder: str):
-    """(the folder's defaults function, its form) as run.py hands it over (utils.default_params or set_defaults)."""
+    """(the folder's defaults function, its form, its name) as run.py hands it over (utils.default_params or
+    set_defaults); a folder whose utils.py has neither, or that has no utils.py, passes none, as the vendor's
+    gpt2 does (run()'s default_params_fn is optional): its configs load as they are written."""
     from common.folder import import_beside
     from common.params import defaults_form
 
-    utils = import_beside(os.path.join(folder, "utils.py"), "utils")
-    for name in ("default_params", "set_defaults"):
-        fn = getattr(utils, name, None)
-        if callable(fn):
-            return fn, defaults_form(fn), name
-    raise UserError(f"{folder}/utils.py: defines neither default_params() nor set_defaults(params)")
+    if os.path.isfile(os.path.join(folder, "utils.py")):
+        utils = import_beside(os.path.join(folder, "utils.py"), "utils")
+        for name in ("default_params", "set_defaults"):
+            fn = getattr(utils, name, None)
+            if callable(fn):
+                return fn, defaults_form(fn), f"utils.{name}"
+    return None, "vendor", NO_DEFAULTS
 
 
 def _flat(mapping, prefix: str = "") -> list[tuple[str, object]]:
@@ -192,8 +198,12 @@ def cmd_info(args) -> int:
         missing = zoo.missing_files(folder)
         print(f"  files       {'all of the skeleton' if not missing else 'missing ' + ', '.join(missing)}")
         defaults_fn, form, fn_name = _defaults_function(folder)
-        print(f"  defaults    utils.{fn_name}" + (" (the zoo's form: the defaults are the schema)" if form == "zoo"
-                                                  else " (the vendor's form: fills the config's params in place)"))
+        if fn_name == NO_DEFAULTS:
+            how = "run() is given none: the configs load as written"
+        else:
+            how = "the zoo's form: the defaults are the schema" if form == "zoo" else \
+                "the vendor's form: fills the config's params in place"
+        print(f"  defaults    {fn_name} ({how})")
         for path in sorted(glob.glob(os.path.join(folder, "configs", "*.yaml"))):
             try:
                 params = _load_config(folder, path, defaults_fn, form, framework)
@@ -331,9 +341,10 @@ def cmd_prepare(args) -> int:
         print("\n".join(available))
         return 0
     if args.dataset is None:
+        width = max(map(len, available), default=0)
         for name, path in available.items():
             doc = (_script_module(path).__doc__ or "").strip().splitlines()
-            print(f"{name:<10} {doc[0] if doc else ''}   ({os.path.relpath(path, zoo.ROOT)})")
+            print(f"{name:<{width}}  {doc[0] if doc else ''}   ({os.path.relpath(path, zoo.ROOT)})")
         print("zoo prepare DATASET --help: that data set's options")
         return 0
     if args.dataset not in available:
@@ -376,7 +387,7 @@ def config_folder(path: str, model: str | None) -> str:
         return folders[0]
     here = os.path.dirname(os.path.abspath(path))
     for candidate in (os.path.dirname(here) if os.path.basename(here) == "configs" else None, here):
-        if candidate and os.path.isfile(os.path.join(candidate, "utils.py")):
+        if candidate and any(os.path.isfile(os.path.join(candidate, f)) for f in ("utils.py", "run.py")):
             return candidate
     raise UserError(f"{path}: not in a model folder's configs/: say whose defaults it goes with, --model FOLDER")
 
@@ -392,10 +403,11 @@ def cmd_config(args) -> int:
         params = _load_config(folder, args.file, defaults_fn, form, framework, args.overrides)
     except UserError as e:
         print(f"{e}")
-        print(f"{args.file}: does not load against {shown(folder)}'s utils.{fn_name}")
+        print(f"{args.file}: does not load against {shown(folder)}'s {fn_name}")
         return 1
-    print(f"{args.file}: loads against {shown(folder)}'s utils.{fn_name} "
-          f"({'the zoo' if form == 'zoo' else 'the vendor'}'s form); model_dir {params['runconfig']['model_dir']}")
+    how = "the file as written" if fn_name == NO_DEFAULTS else f"the {'zoo' if form == 'zoo' else 'vendor'}'s form"
+    print(f"{args.file}: loads against {shown(folder)}'s {fn_name} ({how}); "
+          f"model_dir {params['runconfig']['model_dir']}")
     if args.show:
         import yaml
 

@@ -150,6 +150,8 @@ def test_prepare_lists_the_data_sets_and_runs_one(capsys, tmp_path):
     code, out, _ = run(capsys, "prepare")
     assert code == 0 and "\nmnist " in out and "datasets/prepare_mnist.py" in out
     assert out.startswith("bert ") and "datasets/prepare_bert.py" in out
+    listed = out.splitlines()[:-1]  # the descriptions start in one column, after the longest name
+    assert len({len(line) - len(line.split("  ", 1)[1].lstrip()) for line in listed}) == 1, listed
     source = tmp_path / "source"
     write_fake_mnist(source, n_train=20, n_test=10, seed=0)
     code, out, _ = run(capsys, "prepare", "mnist", "--source", str(source / "MNIST" / "raw"),
@@ -350,3 +352,19 @@ def test_bash_completion_completes_commands_options_and_models(capsys, tmp_path)
     assert result.stdout.splitlines() == ["port", "--no-capture", "pytorch/mnist"], result.stderr
     code, script, _ = run(capsys, "completion", "zsh")
     assert script.startswith("autoload -U +X bashcompinit && bashcompinit\n")
+
+
+def test_config_check_and_info_take_a_folder_that_passes_run_no_defaults(capsys, tmp_path):
+    """As the vendor's gpt2: run() is given no default_params_fn, and utils.py has none (or is absent)."""
+    folder = tmp_path / "no_defaults"
+    shutil.copytree(os.path.join(ROOT, "tests", "fixtures", "vendor_pytorch"), folder)
+    (folder / "utils.py").write_text("def get_input_dtype(to_float16):\n    return 'float32'\n")
+    config = str(folder / "configs" / "params.yaml")
+    code, out, _ = run(capsys, "config", "check", config, "--show", "runconfig.max_steps=3")
+    assert code == 0 and f"loads against {folder}'s no defaults function (the file as written)" in out
+    assert "max_steps: 3" in out
+    (folder / "utils.py").unlink()
+    code, out, _ = run(capsys, "info", str(folder))
+    assert code == 0 and "defaults    no defaults function (run() is given none: the configs load as" in out
+    code, out, _ = run(capsys, "config", "check", config)
+    assert code == 0 and f"loads against {folder}'s no defaults function" in out
