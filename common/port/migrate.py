@@ -60,7 +60,8 @@ MODULE_RENAMES = {
     "modelzoo.common.pytorch.run_utils": "common.pytorch.run",
 }
 # tf.estimator names common.tf.estimator provides, with tf.estimator's meaning
-TF_ESTIMATOR_NAMES = {"ModeKeys", "TrainSpec", "EvalSpec", "train_and_evaluate", "EstimatorSpec", "RunConfig"}
+TF_ESTIMATOR_NAMES = {"ModeKeys", "TrainSpec", "EvalSpec", "train_and_evaluate", "EstimatorSpec", "RunConfig",
+                      "WarmStartSettings"}
 TF_ESTIMATOR_IMPORT = "from common.tf import estimator as tf_estimator  # TF 2.16 and later have no tf.estimator"
 _TF_ESTIMATOR = r"(?<![\w.])tf\.estimator\."  # TensorFlow's, not common.tf.estimator
 # Third-party API drift: names the vendor's code imports from a library that has since dropped them,

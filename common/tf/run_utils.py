@@ -10,7 +10,10 @@ A folder from the vendor's zoo keeps its argparse and calls, in order::
 
 ``--device emulator`` (this zoo's) reaches the emulator through the same path:
 update_params_from_args keeps it in runconfig, get_csrunconfig_dict hands it to the
-RunConfig, and the CerebrasEstimator runs its steps there. Params stay the plain dict the
+RunConfig, and the CerebrasEstimator runs its steps there. The rest of the vendor's names
+answer as the vendor's did without its system: get_execution_mode() (OutsideCerebras),
+get_csconfig (None), update_input_checkpoint_steps (params as they are), and get_params,
+create_warm_start_settings, save_predictions and get_predict_directory as the vendor's. Params stay the plain dict the
 folder loaded; the runconfig keys are read with the vendor's and this zoo's spellings, and
 the keys of the vendor's system are named once, with why they are ignored.
 """
@@ -20,6 +23,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
+from enum import Enum
 from typing import Any, Mapping, MutableMapping
 
 import yaml
@@ -123,3 +128,98 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+# --- the rest of the vendor's run_utils: where no vendor system is, as the vendor's answered there ---
+
+
+class ExecutionMode(Enum):
+    """How the vendor's system runs a model; a folder asks get_execution_mode() to pick its kernels."""
+
+    WeightStreaming = 1
+    Pipeline = 2
+    OutsideCerebras = 3
+
+
+def get_execution_mode() -> ExecutionMode:
+    """OutsideCerebras: no vendor system software here (the vendor's answer where it could import neither
+    of its estimators). The emulator's own execution mode is ``device.execution_mode`` in params."""
+    return ExecutionMode.OutsideCerebras
+
+
+def get_csconfig(params: Mapping | None) -> None:
+    """The vendor system's CSConfig proto: None without its system software, as the vendor's gave."""
+    if params:
+        logger.warning("csconfig %s is ignored: it configures the vendor's system", ", ".join(sorted(params)))
+    return None
+
+
+def get_params(params_file: str) -> dict:
+    """The YAML file as written (the vendor's: no defaults, no checks; the runner checks what it reads)."""
+    try:
+        with open(params_file, encoding="utf-8") as f:
+            params = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise UserError(f"{params_file}: params file not found") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise UserError(f"{params_file}{line}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
+    if not isinstance(params, dict):
+        raise UserError(f"{params_file}: a params file is a mapping of sections, this one holds "
+                        f"{type(params).__name__}")
+    return params
+
+
+def create_warm_start_settings(runconfig_params: Mapping, exclude_string: str | None = None):
+    """Warm start from ``runconfig.checkpoint_path`` (None without one): the model's trainable variables
+    from that checkpoint, except those whose name contains ``exclude_string`` (a fine-tuning head,
+    initialised afresh), at step 0; a model_dir that holds a checkpoint resumes from it instead."""
+    from common.tf.estimator import WarmStartSettings
+
+    checkpoint_path = runconfig_params.get("checkpoint_path")
+    if checkpoint_path is None:
+        return None
+    regex = f"^((?!{re.escape(exclude_string)}).)*$" if exclude_string else ".*"
+    return WarmStartSettings(ckpt_to_initialize_from=checkpoint_path, vars_to_warm_start=regex)
+
+
+def get_predict_directory(model_dir: str) -> str:
+    """``model_dir/predict``, where save_predictions wrote; a UserError before any predict run."""
+    path = os.path.join(model_dir, "predict")
+    if not os.path.isdir(path):
+        raise UserError(f"{path}: no predictions yet; run with --mode predict first")
+    return path
+
+
+def save_predictions(model_dir: str, outputs, name: str = "outputs.npz") -> str | None:
+    """Every prediction of ``outputs`` (estimator.predict's dicts) into ``model_dir/predict/name`` as the
+    vendor's (one array, ``arr_0``, of the dicts); nothing is written for no outputs. Replaces a file of
+    that name, with a warning."""
+    import numpy as np
+
+    predict_dir = os.path.join(model_dir, "predict")
+    os.makedirs(predict_dir, exist_ok=True)
+    path = os.path.join(predict_dir, name)
+    collected = list(outputs)
+    if not collected:
+        return None
+    if os.path.exists(path):
+        logger.warning("%s exists: replaced by this run's predictions", path)
+    np.savez(path, collected)
+    return path
+
+
+def get_input_checkpoint_steps(model_dir: str) -> int:
+    """The global step of model_dir's newest checkpoint (0 without one): the batches a resumed input skips."""
+    from common.tf.estimator import checkpoints
+
+    newest = checkpoints.latest_checkpoint(model_dir)
+    return checkpoints.checkpoint_step(newest) if newest else 0
+
+
+def update_input_checkpoint_steps(params: MutableMapping) -> MutableMapping:
+    """The vendor set ``train_input.skip_steps`` for its system's input pipeline only, and left params as
+    they are elsewhere; so here. This zoo's runner restores the input position from the checkpoint
+    itself (common/tf/estimator/session.py), on every device."""
+    return params

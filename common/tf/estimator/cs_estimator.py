@@ -48,6 +48,7 @@ from common.tf.estimator.mode_keys import ModeKeys
 from common.tf.estimator.run_config import RunConfig
 from common.tf.estimator.session import GraphSession
 from common.tf.estimator.tf_logs import quiet_tf_logs
+from common.tf.estimator.warm_start import WarmStartSettings
 from common.tf.optim import NON_FINITE
 
 logger = logging.getLogger("zoo")
@@ -75,7 +76,7 @@ class CerebrasEstimator:
     """tf.estimator.Estimator's contract for ``model_fn(features, labels, mode, params)``."""
 
     def __init__(self, model_fn: Callable, model_dir: str | None = None, config: RunConfig | None = None,
-                 params: Mapping | None = None, warm_start_from: str | None = None):
+                 params: Mapping | None = None, warm_start_from: str | WarmStartSettings | None = None):
         self.model_fn = model_fn
         self.config = config or RunConfig()
         self.model_dir = model_dir or self.config.model_dir
@@ -110,6 +111,18 @@ class CerebrasEstimator:
             return checkpoints.resolve_checkpoint(explicit)
         return checkpoints.newest_readable(self.model_dir)
 
+    def training_start(self) -> tuple[str | None, Callable[[str], bool] | None]:
+        """The checkpoint a training starts from, and which trainable variables it gives (None: all it
+        holds): warm_start_from's path; or, for WarmStartSettings, model_dir's newest checkpoint if it
+        has one, else the settings' checkpoint with the variables they select (warm_start.py)."""
+        settings = self.warm_start_from
+        if not isinstance(settings, WarmStartSettings):
+            return self.checkpoint_to_load(settings), None
+        newest = checkpoints.newest_readable(self.model_dir)
+        if newest is not None:
+            return newest, None
+        return checkpoints.resolve_checkpoint(settings.ckpt_to_initialize_from), settings.selects
+
     def ready_model_dir(self, on_ready: Callable[[], Any] | None) -> None:
         """Everything loaded fine: from here on the run may write into model_dir."""
         if on_ready is not None:
@@ -141,9 +154,9 @@ class CerebrasEstimator:
         backend = self.step_backend()
         run = self.open_session(input_fn, ModeKeys.TRAIN, mixed_policy=backend.mixed_policy)
         try:
-            start = self.checkpoint_to_load(self.warm_start_from)
+            start, select = self.training_start()
             if start is not None:
-                run.restore(start)
+                run.restore(start, select=select)
             step = run.step()
             last = step + steps if steps is not None else max_steps
             train_step = backend.train_step(run)  # the emulator compiles here: a model that will not stops
@@ -169,9 +182,11 @@ class CerebrasEstimator:
         writer = ScalarWriter(os.path.join(self.model_dir, "train"))
         saved_step, saved_path = step, self.latest_checkpoint()
         finite = VariablesFinite(run.built.graph)
-        explicit = self.warm_start_from is not None
-        meter = TrainMeter(cfg.device, step, last, checkpoints.resolve_checkpoint(self.warm_start_from)
-                           if explicit else saved_path, explicit_start=explicit)
+        explicit = self.warm_start_from is not None and not (isinstance(self.warm_start_from, WarmStartSettings)
+                                                             and saved_path is not None)
+        start = getattr(self.warm_start_from, "ckpt_to_initialize_from", self.warm_start_from)
+        meter = TrainMeter(cfg.device, step, last, checkpoints.resolve_checkpoint(start) if explicit else saved_path,
+                           explicit_start=explicit)
         try:
             # Ctrl-C / SIGTERM: the step under way finishes, is saved, and the run stops (common/interrupt.py)
             with stop_between_steps() as stop:

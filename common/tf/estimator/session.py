@@ -7,7 +7,7 @@ SessionSteps, common/tf/device_run.py: EmulatorSteps, whose host it is).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
 import tensorflow as tf
 
@@ -45,14 +45,18 @@ class GraphSession:
         self._restorers: dict[frozenset, Any] = {}
         self.session.run([self._init, built.iterator.initializer])
 
-    def restore(self, path: str) -> None:
+    def restore(self, path: str, select: Callable[[str], bool] | None = None) -> None:
         """Every variable of the graph that the checkpoint holds, and the input position when it
-        holds one for this input pipeline; a checkpoint of another model is a UserError."""
+        holds one for this input pipeline; a checkpoint of another model is a UserError. With
+        ``select`` (a warm start, warm_start.py): only the trainable variables it selects that the
+        checkpoint holds; the rest, the global step and the input position start afresh."""
         shapes = checkpoints.read_checkpoint(path)
         trainable = {v.op.name for v in self.built.graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)}
         present, missing = [], []
         for v in self.built.variables:
             name = v.op.name
+            if select is not None and not (name in trainable and select(name)):
+                continue
             if name not in shapes:
                 missing.append(name)
             elif list(shapes[name]) != v.shape.as_list():
@@ -60,11 +64,17 @@ class GraphSession:
                                 f"{v.shape.as_list()} (a checkpoint of another model or config?)")
             else:
                 present.append(v)
+        if select is not None:
+            if not present:
+                raise UserError(f"{path}: holds none of the variables the warm start selects; a checkpoint of "
+                                f"another model?")
+            logger.info("warm start from %s: %d variables; initialised afresh: %s", path, len(present),
+                        ", ".join(sorted(trainable - {v.op.name for v in present})) or "none of the model's")
         lost = [name for name in missing if name in trainable]
-        if lost:
+        if lost and select is None:
             raise UserError(f"{path}: holds no '{lost[0]}'" + (f" (nor {len(lost) - 1} more model variables)"
                             if len(lost) > 1 else "") + "; a checkpoint of another model?")
-        if missing:
+        if missing and select is None:
             logger.info("not in %s, initialised afresh: %s", path, ", ".join(missing))
         key = frozenset(v.op.name for v in present)
         if key not in self._restorers:
@@ -77,7 +87,7 @@ class GraphSession:
             except tf.errors.OpError as e:
                 raise UserError(f"{path}: corrupt or unreadable checkpoint ({checkpoints.op_error_line(e)})") from None
         saveable = self.built.iterator_saveable
-        if saveable is not None and all(spec.name in shapes for spec in saveable.specs):
+        if select is None and saveable is not None and all(spec.name in shapes for spec in saveable.specs):
             try:
                 with self.built.graph.as_default(), quiet_tf_logs():
                     tf.compat.v1.train.Saver(var_list=[saveable]).restore(self.session, path)
@@ -85,7 +95,8 @@ class GraphSession:
                 self.session.run(self.built.iterator.initializer)
                 logger.warning("%s: the input position there is for another input pipeline; the data starts "
                                "from its beginning", path)
-        logger.info("restored %s", path)
+        if select is None:
+            logger.info("restored %s", path)
 
     def step(self) -> int:
         return int(self.session.run(self.built.global_step))
