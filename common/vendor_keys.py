@@ -59,6 +59,12 @@ VENDOR_KEYS: dict[tuple[str, str], VendorKey] = {
     ("runconfig", "enable_distributed"): _ignored(
         "the vendor's multi-worker TF run on its system; runconfig.train_distribute picks a tf.distribute "
         "strategy here, and torchrun launches PyTorch data parallel", bool),
+    ("runconfig", "multiple_workers"): _ignored(
+        "the vendor's TF run on several workers of its system (its gpt2's set_defaults adds it); "
+        "runconfig.train_distribute picks a tf.distribute strategy here", bool),
+    ("runconfig", "disable_standard_logs"): _ignored(
+        "the vendor's Estimator's own step log (its set_defaults turns it off with gradient accumulation); the "
+        "runner's log line comes every runconfig.log_steps here", bool),
     ("runconfig", "enable_gpu_optimizations"): _ignored(
         "the vendor's BERT picked GPU-friendly ops with it; a model here picks its own ops", bool),
     ("runconfig", "show_debug_metrics"): _ignored("the vendor's system's debug metrics", bool),

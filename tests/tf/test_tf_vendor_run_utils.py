@@ -3,6 +3,9 @@ folders ask for it (``create_warm_start_settings(runconfig, exclude_string=...)`
 estimator): the selected trainable variables from the checkpoint, the rest afresh, from step 0; a
 model_dir that holds a checkpoint resumes from it."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -119,3 +122,22 @@ def test_the_input_checkpoint_steps_are_the_newest_checkpoints_step(tmp_path):
     assert get_input_checkpoint_steps(str(tmp_path)) == 0
     estimator(tmp_path, lr=0.1).train(input_fn, max_steps=2)
     assert get_input_checkpoint_steps(str(tmp_path)) == 2
+
+
+def test_bad_input_a_vendor_run_py_meets_is_one_line_and_exit_2(tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import argparse\n"
+        "from common.tf.run_utils import get_csrunconfig_dict, update_params_from_args\n"
+        "runconfig = {'model_dir': 'm', 'multiple_workers': False, 'disable_standard_logs': False}\n"
+        "update_params_from_args(argparse.Namespace(mode='train'), runconfig)\n"
+        "get_csrunconfig_dict(runconfig)  # the vendor's set_defaults keys: accepted\n"
+        "runconfig['save_checkpoint_step'] = 10\n"
+        "get_csrunconfig_dict(runconfig)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: runconfig.save_checkpoint_step: unknown key (this zoo reads checkpoint_path, compile_only, device, "
+        "eval_steps, max_steps, mode, model_dir, params, predict_steps, steps, validate_only, and "
+        "save_summary_steps, log_steps, save_checkpoints_steps, checkpoint_steps, keep_checkpoint_max, "
+        "tf_random_seed, seed)"]
