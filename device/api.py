@@ -140,14 +140,14 @@ def build_program(graph: Graph, weights: dict[str, np.ndarray], state: dict[str,
 # --- capture: each frontend is imported on its first use, so that device.api imports no framework
 
 def capture_torch(step_fn, module, batch, **options) -> Graph:
-    """``step_fn(batch)`` of the torch ``module`` as the IR (device/capture/torch.py: capture)."""
+    """``step_fn(batch)`` of the torch ``module`` as the IR (device/capture/torch/export.py: capture)."""
     from device.capture import torch as frontend
     return frontend.capture(step_fn, module, batch, **options)
 
 
 def torch_batch(batch) -> dict[str, Any]:
     """A torch batch (a tuple, list or dict of tensors) as capture_torch makes it the graph's inputs:
-    its tensors by input name, in ``graph.inputs``' order (device/capture/torch.py: batch_tensors);
+    its tensors by input name, in ``graph.inputs``' order (device/capture/torch/step.py: batch_tensors);
     a batch the device does not take is a UserError naming where in it the fault is."""
     from device.capture import torch as frontend
     return frontend.batch_tensors(batch)

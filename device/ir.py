@@ -1,6 +1,6 @@
 """The device IR: one framework-neutral graph of a model's forward pass and loss.
 
-Both capture frontends (``device/capture/torch.py``, ``device/capture/tf/``) lower a
+Both capture frontends (``device/capture/torch/``, ``device/capture/tf/``) lower a
 framework graph to this IR; every later stage (validate, match, place, cost, runtime)
 reads only this. Every value has a static shape and a dtype; every node keeps the
 framework op it came from and the user's source location, so that a report can point

@@ -1,7 +1,7 @@
 """The PyTorch runner on the device: --validate_only, --compile_only and --device emulator.
 
 The model's training step (``PyTorchBaseModel.__call__`` over one batch, with its
-torch.optim optimizer) is captured as the device IR (device/capture/torch.py), then:
+torch.optim optimizer) is captured as the device IR (device/capture/torch/), then:
 
     --validate_only     validated and matched to kernels; the report is printed, exit 0
                         when the model will compile (a failed validation is one error line
@@ -92,7 +92,7 @@ class ModelStep:
         self.model, self.training = model, training
         self.metric_calls = CapturedMetricCalls([])
         # capture keeps the stack frames of the step function it is given (this __call__), as
-        # the anchor for the user's lines (device/capture/torch.py, _Step); the model's own
+        # the anchor for the user's lines (device/capture/torch/step.py, _Step); the model's own
         # __call__ below it is the user's code: anchor it too, so that its ops keep their lines
         torch.fx.traceback.annotate_fn({})(type(model).__call__)
 

@@ -1,4 +1,4 @@
-"""The PyTorch capture frontend (device/capture/torch.py): structure, source lines, numerics.
+"""The PyTorch capture frontend (device/capture/torch/): structure, source lines, numerics.
 
 Structure: op counts, parameter names (state_dict keys), state, unsupported ops reported
 as aten nodes at the user's line. Numerics: the emulator (device.runtime.program) runs
@@ -708,7 +708,7 @@ def test_a_weight_name_the_module_lacks_is_a_validation_error():
     batch = [torch.randint(0, 7, (2, 3)), torch.randint(0, 7, (2, 3))]
     graph = capture(classify(model), model, batch)
     graph.params["tok_emb.weight"] = "renamed.weight"  # as if the module had changed since capture
-    from device.capture.torch import _check_names
+    from device.capture.torch.variables import _check_names
     _check_names(graph, model)
     report = validate(graph, mode="train", profile=None)
     assert not report.ok and any("'renamed.weight' is not a parameter or buffer" in f.message for f in report.errors)

@@ -1,4 +1,4 @@
-"""scaled_dot_product_attention through the PyTorch capture (device/capture/torch.py) with masks that
+"""scaled_dot_product_attention through the PyTorch capture (device/capture/torch/) with masks that
 are the module's own constants: a registered causal buffer, a boolean pattern per head, an additive
 bias, a mask built in forward from constants; and is_causal with fewer queries than keys. The
 emulator's outputs, loss and gradients against torch. (Masks that depend on the batch are in

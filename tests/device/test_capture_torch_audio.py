@@ -1,4 +1,4 @@
-"""The PyTorch capture of an audio model's pieces (device/capture/torch.py): a conv1d front end,
+"""The PyTorch capture of an audio model's pieces (device/capture/torch/): a conv1d front end,
 group norm, weight-normed convolutions (both of torch's forms), CTC loss in each of its target
 forms, and the checks on the data a forward makes in Python (``if labels.max() >= vocab: raise``,
 ``assert (lengths > 0).all()``), which run on the host on every batch.

@@ -1,4 +1,4 @@
-"""The PyTorch capture of a batch that is a dict (device/capture/torch.py: batch_tensors): the
+"""The PyTorch capture of a batch that is a dict (device/capture/torch/step.py: batch_tensors): the
 graph's inputs named by its keys, one level of tuple, list or dict inside it, and the one-line
 refusal of anything else, naming where in the batch it is."""
 

@@ -1,4 +1,4 @@
-"""nn.LSTM, nn.GRU and nn.RNN captured from PyTorch (device/capture/torch_recurrent.py): every
+"""nn.LSTM, nn.GRU and nn.RNN captured from PyTorch (device/capture/torch/recurrent.py): every
 attribute of their aten ops gives torch's loss and gradients, or is refused at the user's line.
 
 Each case is one layer with one attribute away from the default (and the forms the

@@ -518,7 +518,7 @@ def test_a_user_subclass_of_cbmetric_runs_with_its_host_half_only():
 
 
 def test_a_capture_that_keeps_no_metric_calls_still_captures(params_file):
-    """Traced by device/capture/torch.py directly (not through the runner): the call does nothing."""
+    """Traced by device/capture/torch/ directly (not through the runner): the call does nothing."""
     from device.capture.torch import capture
 
     params = load_params(params_file, default_params())

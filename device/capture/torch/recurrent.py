@@ -1,7 +1,7 @@
 """Recurrent layers of the PyTorch frontend: ``nn.LSTM``, ``nn.GRU`` and ``nn.RNN``, unrolled.
 
 torch.export gives each layer as one aten op (``aten.lstm.input``, ``aten.gru.input``,
-``aten.rnn_tanh.input``, ``aten.rnn_relu.input``). The capture keeps it whole (torch.py's
+``aten.rnn_tanh.input``, ``aten.rnn_relu.input``). The capture keeps it whole (export.py's
 ``_KEPT_WHOLE``) and the handlers here unroll it over its static sequence length into the
 IR's matmul, add, slice, sigmoid, tanh, mul, sub and concat, with torch's gate order and
 arithmetic (ATen's RNN.cpp cells; the formulas of the torch.nn.LSTM and GRU docs):
@@ -166,10 +166,3 @@ def packed_sequence_hint(error: BaseException) -> str:
         tb = tb.tb_next
     return ""
 
-
-LOWERINGS = {
-    "aten.lstm.input": _recurrent("lstm"),
-    "aten.gru.input": _recurrent("gru"),
-    "aten.rnn_tanh.input": _recurrent("rnn_tanh"),
-    "aten.rnn_relu.input": _recurrent("rnn_relu"),
-}
