@@ -811,12 +811,20 @@ def test_input_fn_gets_the_mode_when_it_takes_one():
     def params_kwargs(params, **kwargs):
         calls.append(("params_kwargs", params, kwargs))
 
-    for fn in (params_only, params_mode, other_names, mode_by_name, keyword_mode, varargs, params_kwargs):
+    def vendors(params, input_context=None):  # the vendor's zoo: tf.estimator passes input_context by name
+        calls.append(("vendors", params, input_context))
+
+    def estimator_config(params, config=None):
+        calls.append(("estimator_config", params, config))
+
+    for fn in (params_only, params_mode, other_names, mode_by_name, keyword_mode, varargs, params_kwargs, vendors,
+               estimator_config):
         call_input_fn(fn, {"p": 1}, "train")
     assert calls == [("params_only", {"p": 1}), ("params_mode", {"p": 1}, "train"),
                      ("other_names", {"p": 1}, "train"), ("mode_by_name", {"p": 1}, "train"),
                      ("keyword_mode", {"p": 1}, "train"), ("varargs", {"p": 1}, "train"),
-                     ("params_kwargs", {"p": 1}, {})]
+                     ("params_kwargs", {"p": 1}, {}), ("vendors", {"p": 1}, None),
+                     ("estimator_config", {"p": 1}, None)]
     assert call_input_fn(max, 3, 5) == 5  # no signature to read (a builtin): both
 
 
@@ -859,6 +867,8 @@ def test_a_spec_is_checked_against_its_mode_whole():
                 ModeKeys.PREDICT: EstimatorSpec(ModeKeys.PREDICT, predictions=vector)}
         for mode, spec in good.items():
             assert _check_spec(spec, mode, checked, graph) is spec
+        hooked = CSEstimatorSpec(ModeKeys.TRAIN, loss=loss, train_op=op, training_hooks=[], host_call=None)
+        assert _check_spec(hooked, ModeKeys.TRAIN, checked, graph) is hooked  # the vendor's empty hook list
         assert _check_spec(EstimatorSpec(ModeKeys.TRAIN, loss=loss, train_op=loss), ModeKeys.TRAIN, checked,
                            graph) is not None  # a tensor as train_op
         bad = [
@@ -887,6 +897,10 @@ def test_a_spec_is_checked_against_its_mode_whole():
              f"{fn}: train_op must be an op of the graph model_fn builds, got Operation"),
             (EstimatorSpec(ModeKeys.PREDICT, loss=loss), ModeKeys.PREDICT,
              f"{fn}: the PREDICT spec has no predictions"),
+            (CSEstimatorSpec(ModeKeys.TRAIN, loss=loss, train_op=op,
+                             training_hooks=[tf.compat.v1.train.StopAtStepHook(last_step=3)]), ModeKeys.TRAIN,
+             f"{fn}: the spec's training_hooks hold StopAtStepHook; the runner runs no session hook (it logs, saves "
+             f"and stops by itself): leave training_hooks empty"),
         ]
         for spec, mode, message in bad:
             with pytest.raises(UserError) as error:

@@ -23,6 +23,11 @@ class EstimatorSpec:
     loss: Any = None  # scalar tf.Tensor
     train_op: Any = None  # tf.Operation or tf.Tensor
     eval_metric_ops: Mapping[str, tuple[Any, Any]] | None = None  # {name: (value, update_op)}
+    # tf.estimator's session hooks: taken when empty (the vendor's model_fns pass a list that is empty unless
+    # they accumulate gradients); the runner runs no hook, so a hook given is one error line (graph.py)
+    training_hooks: Sequence[Any] = ()
+    evaluation_hooks: Sequence[Any] = ()
+    prediction_hooks: Sequence[Any] = ()
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,8 @@ class ModelGraph:
 
 
 def call_input_fn(input_fn: Callable, params: Mapping, mode: str):
-    """``input_fn(params, mode)``, or ``input_fn(params)`` when it takes one argument."""
+    """``input_fn(params, mode)``, or ``input_fn(params)`` when it takes one argument, or a second one that
+    tf.estimator passes by name (``input_context``, ``config``), left to its default."""
     try:
         signature = inspect.signature(input_fn)
     except (TypeError, ValueError):
@@ -69,7 +70,11 @@ def call_input_fn(input_fn: Callable, params: Mapping, mode: str):
         return input_fn(params, mode=mode)
     positional = [p for p in signature.parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
-    takes_mode = named is not None or len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in positional)
+    # tf.estimator passes input_context (under a tf.distribute strategy) and config by name, never the mode:
+    # the vendor's input functions are input_fn(params, input_context=None)
+    by_name = len(positional) >= 2 and positional[1].name in ("input_context", "config")
+    takes_mode = named is not None or (len(positional) >= 2 and not by_name) or \
+        any(p.kind == p.VAR_POSITIONAL for p in positional)
     return input_fn(params, mode) if takes_mode else input_fn(params)
 
 
@@ -109,6 +114,11 @@ def _check_spec(spec: Any, mode: str, model_fn: Callable, graph: tf.Graph) -> Es
                         f"CSEstimatorSpec (from common.tf.estimator)")
     if spec.mode != mode:
         raise UserError(f"{fn} returned a spec for mode {spec.mode!r} when called in mode {mode!r}")
+    for field in ("training_hooks", "evaluation_hooks", "prediction_hooks"):
+        hooks = list(getattr(spec, field, None) or ())
+        if hooks:
+            raise UserError(f"{fn}: the spec's {field} hold {', '.join(type(h).__name__ for h in hooks)}; the runner "
+                            f"runs no session hook (it logs, saves and stops by itself): leave {field} empty")
     host_call = getattr(spec, "host_call", None)
     if host_call is not None and spec.eval_metric_ops is not None:
         raise UserError(f"{fn}: the spec has both host_call and eval_metric_ops; give eval metrics through "
