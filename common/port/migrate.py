@@ -17,6 +17,13 @@ Like ``tf_upgrade_v2`` for TF 1 code, it rewrites only what must change, line by
     from transformers.utils.versions import importlib_metadata -> from importlib import metadata as ...
     from keras_preprocessing.text import Tokenizer     -> from common.keras_text import Tokenizer
                                                           (third-party names since removed: MOVED_NAMES)
+    self.variable_dtype = self._dtype_policy.variable_dtype  -> pass  (and dtype_policy, compute_dtype:
+                                                          Keras layers have them as read-only properties of
+                                                          that value since Keras 2.4)
+    import tensorflow as tf    -> import os; os.environ.setdefault("TF_USE_LEGACY_KERAS", "1"); import ...
+                                                          (in a script of a folder that carries the vendor's
+                                                          Keras 2 model library, vendor_deps/common/tf: tf.keras
+                                                          is then tf-keras, Keras 2 for TF 2.16 and later)
     DataLoader(..., num_workers=W, prefetch_factor=P)  -> prefetch_factor=P if W > 0 else None
                                                           (torch 2 refuses a prefetch factor without workers;
                                                           torch 1 took its default, 2, and ignored it)
@@ -64,6 +71,13 @@ TF_ESTIMATOR_NAMES = {"ModeKeys", "TrainSpec", "EvalSpec", "train_and_evaluate",
                       "WarmStartSettings"}
 TF_ESTIMATOR_IMPORT = "from common.tf import estimator as tf_estimator  # TF 2.16 and later have no tf.estimator"
 _TF_ESTIMATOR = r"(?<![\w.])tf\.estimator\."  # TensorFlow's, not common.tf.estimator
+_LAYER_PROPERTY = re.compile(r"(\s*)self\.(dtype_policy|variable_dtype|compute_dtype)\s*=\s*self\._dtype_policy"
+                             r"(?:\.(variable_dtype|compute_dtype))?\s*$")
+# the vendor's Keras 2 model library (TFBaseModel, layers, Trainer): carried, it runs on tf-keras
+KERAS2_LIBRARY = f"{VENDOR_DEPS}/common/tf/"
+LEGACY_KERAS = 'import os; os.environ.setdefault("TF_USE_LEGACY_KERAS", "1"); import tensorflow as tf'
+WHY_LEGACY_KERAS = ("the vendor's Keras 2 model library is carried (vendor_deps/common/tf): tf.keras is tf-keras, "
+                    "Keras 2 for TF 2.16 and later, in this process")
 # Third-party API drift: names the vendor's code imports from a library that has since dropped them,
 # (library module, name) -> (where the name is now, the name there, why). One import line becomes
 # one line of ``;``-separated imports, the names that did not move staying where they were.
@@ -415,7 +429,7 @@ class FileMigration:
             body, ending = _split_ending(line)
             new, whys = body, []
             for rule in (self._imports, self._common, self._sys_path, self._tf_estimator, self._keras_mixed,
-                         self._moved_names, self._version_checks, self._prefetch_factor):
+                         self._moved_names, self._version_checks, self._prefetch_factor, self._layer_properties):
                 new, why = rule(new, number)
                 if why:
                     whys.append(why)
@@ -501,6 +515,15 @@ class FileMigration:
         return m.group(1) + kept + m.group(3), ("sacremoses and tokenizers are checked at import, yet the "
                                                 "vendor's code imports neither (tokenizers pinned below 0.11)")
 
+    def _layer_properties(self, line: str, number: int) -> tuple[str, str]:
+        """``self.<dtype property> = self._dtype_policy[.<same>]`` in a Keras layer: a read-only property of that
+        very value since Keras 2.4, which refuses the assignment."""
+        m = _LAYER_PROPERTY.match(line)
+        if not m or (m.group(3) or "dtype_policy") != m.group(2):
+            return line, ""
+        return f"{m.group(1)}pass  # Layer.{m.group(2)} is this already", \
+            f"Keras 2.4 and later layers have {m.group(2)} as a read-only property of this value"
+
     def _prefetch_factor(self, line: str, number: int) -> tuple[str, str]:
         """A DataLoader's prefetch_factor, passed whatever its number of workers: None without workers."""
         if number not in self.prefetch:
@@ -553,7 +576,7 @@ class FileMigration:
 
     def _add_estimator_import(self, out: list[str]) -> list[str]:
         """``from common.tf import estimator as tf_estimator`` after ``import tensorflow as tf``."""
-        at = next((i for i, line in enumerate(out) if re.match(r"import tensorflow as tf\s*$", line)), None)
+        at = next((i for i, line in enumerate(out) if re.match(r"import tensorflow as tf\s*(#.*)?$", line)), None)
         if at is None:
             self.left.append(Left(self.rel, 0, "tf.estimator",
                                   "no top-level `import tensorflow as tf` to add the tf_estimator import after: "
@@ -569,6 +592,21 @@ class FileMigration:
         self.left = [Left(x.file, x.line + 1 if x.line > at + 1 else x.line, x.text, x.why) for x in self.left]
         self.added_after = at + 1
         return out[:at + 1] + [TF_ESTIMATOR_IMPORT + ending] + out[at + 1:]
+
+
+def _legacy_keras(rel: str, migrated: FileMigration, written: dict[str, bytes]) -> list[Change]:
+    """A script's top-level ``import tensorflow as tf``, once the vendor's Keras 2 library is carried: tf.keras
+    is tf-keras from there on (LEGACY_KERAS; TensorFlow reads the variable when tf.keras is first touched)."""
+    lines = written[rel].decode("utf-8").splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        body, ending = _split_ending(line)
+        m = re.match(r"import tensorflow as tf(\s*#.*)?$", body)
+        if m:
+            lines[i] = LEGACY_KERAS + (m.group(1) or "") + ending
+            written[rel] = "".join(lines).encode("utf-8")
+            src_line = i + 1 - (migrated.added_after is not None and i + 1 > migrated.added_after + 1)
+            return [Change(rel, i + 1, src_line, body, LEGACY_KERAS + (m.group(1) or ""), WHY_LEGACY_KERAS)]
+    return []
 
 
 def _prefetch_factors(text: str) -> dict[int, tuple[str, str]]:
@@ -678,6 +716,7 @@ def migrate(src: str, dest: str) -> Migration:
     written: dict[str, bytes] = {}
     carried: dict[str, Carried] = {}  # by path in DEST
     carry_paths: dict[str, str] = {}  # path in DEST -> path in the checkout
+    file_migrations: dict[str, FileMigration] = {}
     todo = [(rel, path, path) for rel, path in plan if rel.endswith(".py")]
 
     def want(module: tuple[str, ...], by: str) -> None:
@@ -718,6 +757,11 @@ def migrate(src: str, dest: str) -> Migration:
         changes += file_changes
         left += file_left
         written[rel] = new.encode("utf-8")
+        file_migrations[rel] = file_migration
+    if any(rel.startswith(KERAS2_LIBRARY) for rel in carried):
+        for rel, migrated in file_migrations.items():
+            if migrated.is_script:
+                changes += _legacy_keras(rel, migrated, written)
     copied = [rel for rel, _ in plan]
     order = {rel: i for i, rel in enumerate(copied + sorted(carried))}
     changes.sort(key=lambda c: (order[c.file], c.line))

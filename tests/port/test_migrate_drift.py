@@ -264,3 +264,68 @@ def test_a_prefetch_factor_without_workers_becomes_none_as_torch_2_asks(tmp_path
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[3, 2, 6]"
+
+
+KERAS2 = "modelzoo/transformers/tf/tiny"
+KERAS2_CHECKOUT = {
+    "modelzoo/__init__.py": "",
+    "modelzoo/common/__init__.py": "",
+    "modelzoo/common/tf/__init__.py": "",
+    "modelzoo/common/tf/layers/__init__.py": "",
+    "modelzoo/common/tf/layers/BaseLayer.py": (
+        "import tensorflow as tf\n"
+        "\n"
+        "\n"
+        "class BaseLayer(tf.keras.layers.Layer):\n"
+        "    def __init__(self, **kwargs):\n"
+        "        super(BaseLayer, self).__init__(**kwargs)\n"
+        "        self.dtype_policy = self._dtype_policy\n"
+        "        self.variable_dtype = self._dtype_policy.variable_dtype\n"
+        "        self.compute_dtype = self._dtype_policy.compute_dtype\n"
+        "        self.other_dtype = self._dtype_policy.compute_dtype\n"),
+    "modelzoo/transformers/__init__.py": "",
+    "modelzoo/transformers/tf/__init__.py": "",
+    f"{KERAS2}/__init__.py": "",
+    f"{KERAS2}/run.py": (
+        "import os\n"
+        "import sys\n"
+        "\n"
+        "import tensorflow as tf  # the vendor's\n"
+        "\n"
+        "sys.path.append(os.path.join(os.path.dirname(__file__), \"../../../..\"))\n"
+        "from modelzoo.common.tf.layers.BaseLayer import BaseLayer\n"
+        "\n"
+        "if __name__ == \"__main__\":\n"
+        "    layer = BaseLayer(name=\"base\")\n"
+        "    print(type(layer).__mro__[1].__module__.split('.')[0], layer.compute_dtype, layer.other_dtype)\n"),
+    f"{KERAS2}/data.py": "import tensorflow as tf\n",
+}
+
+
+def test_a_folder_carrying_the_vendors_keras_2_library_runs_it_on_tf_keras(tmp_path):
+    _write(tmp_path / "vendor", KERAS2_CHECKOUT)
+    out = tmp_path / "out"
+    migration = migrate(str(tmp_path / "vendor" / KERAS2), str(out))
+    assert _change(migration, "run.py", 4).after == \
+        'import os; os.environ.setdefault("TF_USE_LEGACY_KERAS", "1"); import tensorflow as tf  # the vendor\'s'
+    assert _change(migration, "run.py", 4).why.startswith("the vendor's Keras 2 model library is carried")
+    assert not [c for c in migration.changes if c.file == "data.py"]  # a module, not a script: untouched
+    base = "vendor_deps/common/tf/layers/BaseLayer.py"
+    assert [(c.line, c.after.strip()) for c in migration.changes if c.file == base] == [
+        (7, "pass  # Layer.dtype_policy is this already"), (8, "pass  # Layer.variable_dtype is this already"),
+        (9, "pass  # Layer.compute_dtype is this already")]  # other_dtype is the layer's own attribute
+    if importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("tf_keras") is None:
+        return
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TF_USE_LEGACY_KERAS")}
+    done = subprocess.run([sys.executable, str(out / "run.py")], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["tf_keras", "float32", "float32"]
+
+
+def test_a_folder_without_the_keras_2_library_keeps_tf_keras_as_it_is(tmp_path):
+    files = {k: v for k, v in KERAS2_CHECKOUT.items() if "common/tf/layers" not in k}
+    files[f"{KERAS2}/run.py"] = "import tensorflow as tf\n\nif __name__ == \"__main__\":\n    print(tf.__version__)\n"
+    _write(tmp_path / "vendor", files)
+    migration = migrate(str(tmp_path / "vendor" / KERAS2), str(tmp_path / "out"))
+    assert not [c for c in migration.changes if "TF_USE_LEGACY_KERAS" in c.after]
