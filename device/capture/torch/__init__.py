@@ -32,8 +32,6 @@ the step only reads (a registered causal mask) become constants with their value
 capture time.
 
 Known differences from torch, by design of the IR:
-- ``detach`` is lowered to identity (the IR has no stop-gradient op; torch's own
-  decomposition already turns it into ``alias``).
 - ``scaled_dot_product_attention`` is lowered as softmax(q k^T * scale + mask) v; a row
   fully masked by a boolean mask known at capture time gives NaN here where torch gives
   zeros (fully masked by a boolean mask from the batch: zeros, as torch's safe softmax).

@@ -55,6 +55,14 @@ def _identity(self: _Lowering, node, **args):
     return self.tensor(next(iter(args.values())))
 
 
+def _detach(self: _Lowering, node, self_):
+    """``x.detach()``: x, and no gradient flows back through it (the IR's identity marked stop_gradient, as
+    tf.stop_gradient). Kept whole at capture: torch's decomposition makes it an ``alias``, which a full slice
+    also becomes, and gradients do flow through that."""
+    x = self.tensor(self_)
+    return self.emit("identity", [x], self.shape(x), self.dtype(x), stop_gradient=True)
+
+
 def _to_copy(self: _Lowering, node, self_, dtype=None, **_):
     return self.cast(self.tensor(self_), self.out(node)[1])
 

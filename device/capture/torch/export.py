@@ -36,6 +36,7 @@ _KEPT_WHOLE = (
     _aten.linear.default,
     _aten.matmul.default,
     _aten.dropout.default,
+    _aten.detach.default,  # a stop-gradient: decomposed, it is an alias, which gradients flow through
     _aten.nll_loss_forward.default,
     _aten.scaled_dot_product_attention.default,
     _aten.softplus.default,

@@ -13,7 +13,7 @@ from typing import Callable
 from device.capture.torch.activations import (_bernoulli, _clamp, _dropout, _elu, _gelu, _hardtanh, _leaky_relu,
                                               _softplus)
 from device.capture.torch.elementwise import (_comparison, _div, _elementwise, _eq, _floor, _floor_divide, _fmod,
-                                              _identity, _logical_op, _minimum, _pow, _reciprocal, _remainder,
+                                              _detach, _identity, _logical_op, _minimum, _pow, _reciprocal, _remainder,
                                               _to_copy, _unary, _where, _xor)
 from device.capture.torch.language import _embedding, _gather, _index, _index_select, _sdpa
 from device.capture.torch.layout import (_as_strided, _cat, _constant_pad, _copy, _expand, _flip, _index_put,
@@ -57,7 +57,7 @@ _LOWERINGS: dict[str, Callable] = {
     # identity and casts
     "aten.clone.default": _identity,
     "aten.alias.default": _identity,
-    "aten.detach.default": _identity,
+    "aten.detach.default": _detach,
     "aten.lift_fresh_copy.default": _identity,
     "aten.contiguous.default": _identity,
     "aten._to_copy.default": _to_copy,
