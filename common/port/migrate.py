@@ -78,6 +78,8 @@ KERAS2_LIBRARY = f"{VENDOR_DEPS}/common/tf/"
 LEGACY_KERAS = 'import os; os.environ.setdefault("TF_USE_LEGACY_KERAS", "1"); import tensorflow as tf'
 WHY_LEGACY_KERAS = ("the vendor's Keras 2 model library is carried (vendor_deps/common/tf): tf.keras is tf-keras, "
                     "Keras 2 for TF 2.16 and later, in this process")
+_STACK_CONFIG = ("the vendor compiler's settings (its system's protobufs): common.tf.stack_config takes them, and "
+                 "CSRunConfig ignores them here")
 # Third-party API drift: names the vendor's code imports from a library that has since dropped them,
 # (library module, name) -> (where the name is now, the name there, why). One import line becomes
 # one line of ``;``-separated imports, the names that did not move staying where they were.
@@ -100,6 +102,15 @@ MOVED_NAMES = {
     ("keras_preprocessing.text", "text_to_word_sequence"): ("common.keras_text", "text_to_word_sequence",
                                                             "keras_preprocessing is not installed here: "
                                                             "common.keras_text has its text_to_word_sequence"),
+    # the vendor compiler's settings, which its folders fill in for --validate_only and --compile_only too
+    **{(module, name): ("common.tf.stack_config", name, _STACK_CONFIG) for module, name in (
+        ("cerebras.pb.stack.full_pb2", "FullConfig"), ("cerebras.pb.stack.autogen_pb2", "AP_ENABLED"),
+        ("cerebras.pb.stack.autogen_pb2", "AP_DISABLED"), ("cerebras.pb.common.tri_state_pb2", "TS_ENABLED"),
+        ("cerebras.pb.common.tri_state_pb2", "TS_DISABLED"))},
+}
+# modules imported whole (``import <module> as <name>``) that are somewhere else now: module -> (where, why)
+MOVED_MODULES = {
+    "cerebras.pb.common.cerebras_type_pb2": ("from common.tf.stack_config import cerebras_types", _STACK_CONFIG),
 }
 _MOVED_FROM = {module for module, _ in MOVED_NAMES}
 # the vendor's huggingface_common/dependency_versions_check.py checks these at import; neither is imported by the
@@ -429,7 +440,8 @@ class FileMigration:
             body, ending = _split_ending(line)
             new, whys = body, []
             for rule in (self._imports, self._common, self._sys_path, self._tf_estimator, self._keras_mixed,
-                         self._moved_names, self._version_checks, self._prefetch_factor, self._layer_properties):
+                         self._moved_names, self._moved_modules, self._version_checks, self._prefetch_factor,
+                         self._layer_properties):
                 new, why = rule(new, number)
                 if why:
                     whys.append(why)
@@ -504,6 +516,14 @@ class FileMigration:
         imports = ([f"from {m.group(2)} import {', '.join(stay)}"] if stay else []) + \
             [f"from {module} import {', '.join(names)}" for module, names in moved.items()]
         return m.group(1) + "; ".join(imports) + (f"  {m.group(4)}" if m.group(4) else ""), "; ".join(whys)
+
+    def _moved_modules(self, line: str, number: int) -> tuple[str, str]:
+        """``import <module> as <name>`` of a module that is somewhere else now (MOVED_MODULES)."""
+        m = re.match(r"(\s*)import\s+([\w.]+)\s+as\s+(\w+)\s*(#.*)?$", line)
+        if not m or m.group(2) not in MOVED_MODULES:
+            return line, ""
+        where, why = MOVED_MODULES[m.group(2)]
+        return f"{m.group(1)}{where} as {m.group(3)}" + (f"  {m.group(4)}" if m.group(4) else ""), why
 
     def _version_checks(self, line: str, number: int) -> tuple[str, str]:
         """The vendor's import-time version check of HF transformers 4.9's dependencies: without the two

@@ -329,3 +329,43 @@ def test_a_folder_without_the_keras_2_library_keeps_tf_keras_as_it_is(tmp_path):
     _write(tmp_path / "vendor", files)
     migration = migrate(str(tmp_path / "vendor" / KERAS2), str(tmp_path / "out"))
     assert not [c for c in migration.changes if "TF_USE_LEGACY_KERAS" in c.after]
+
+
+def test_the_vendor_compilers_settings_come_from_common_tf_stack_config(tmp_path):
+    (tmp_path / "alone").mkdir()
+    (tmp_path / "alone" / "utils.py").write_text(
+        "try:\n"
+        "    from cerebras.pb.stack.autogen_pb2 import AP_ENABLED\n"
+        "    from cerebras.pb.stack.full_pb2 import FullConfig\n"
+        "    from cerebras.pb.common.tri_state_pb2 import TS_DISABLED, TS_ENABLED\n"
+        "    import cerebras.pb.common.cerebras_type_pb2 as cb_types  # the types\n"
+        "except ImportError:\n"
+        "    pass  # non-cbcore run\n"
+        "\n"
+        "\n"
+        "def custom_config():\n"
+        "    config = FullConfig()\n"
+        "    config.matching.kernel.inc_pwt_estimate = True\n"
+        "    config.matching.autogen_policy = AP_ENABLED\n"
+        "    config.placement.fix_existing = TS_DISABLED\n"
+        "    config.matching.match_lair.disabled_converters.append(\"UnsortedGatherConverter\")\n"
+        "    config.matching.kernel.numerics.layernorm_compute_dtype = cb_types.T_F16\n"
+        "    return config\n")
+    out = tmp_path / "out"
+    migration = migrate(str(tmp_path / "alone"), str(out))
+    assert [(c.line, c.after.strip()) for c in migration.changes] == [
+        (2, "from common.tf.stack_config import AP_ENABLED"), (3, "from common.tf.stack_config import FullConfig"),
+        (4, "from common.tf.stack_config import TS_DISABLED, TS_ENABLED"),
+        (5, "from common.tf.stack_config import cerebras_types as cb_types  # the types")]
+    assert all(c.why.startswith("the vendor compiler's settings") for c in migration.changes)
+    assert migration.left == []
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = "from out.utils import custom_config; print(sorted(custom_config().settings().items()))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str([
+        ("matching.autogen_policy", "AP_ENABLED"), ("matching.kernel.inc_pwt_estimate", True),
+        ("matching.kernel.numerics.layernorm_compute_dtype", "T_F16"),
+        ("matching.match_lair.disabled_converters", ["UnsortedGatherConverter"]),
+        ("placement.fix_existing", "TS_DISABLED")])
