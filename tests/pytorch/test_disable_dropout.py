@@ -16,6 +16,7 @@ from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.device_run import EmulatorSteps
 from common.pytorch.dropout_off import switch_off
 from common.pytorch.runner import FrameworkSteps, Runner
+from tests.pytorch.recording import recording
 
 
 class HFLikeAttention(torch.nn.Module):
@@ -75,19 +76,6 @@ def loader(params):
     generator = torch.Generator().manual_seed(3)
     x = torch.randn(32, WIDTH, generator=generator)
     return DataLoader(TensorDataset(x, x.sum(-1)), batch_size=8, shuffle=True)
-
-
-def recording(backend):
-    class Recording(backend):
-        def __init__(self, runner):
-            super().__init__(runner)
-            self.losses = []
-
-        def train(self, batch):
-            self.losses.append(float(super().train(batch)))
-            return self.losses[-1]
-
-    return Recording
 
 
 def train(model_dir, device, disable_dropout, functional=False):

@@ -18,6 +18,7 @@ from common.pytorch import device_run
 from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.device_run import EmulatorSteps
 from common.pytorch.runner import FrameworkSteps, Runner
+from tests.pytorch.recording import recording
 from device.errors import DeviceCompileError
 
 VOCAB, WIDTH, CLASSES, LENGTH, EXAMPLES = 11, 8, 3, 6, 12
@@ -86,21 +87,6 @@ def params_of(model_dir, **runconfig):
     return load_params(None, {"optimizer": {"optimizer_type": "adam", "learning_rate": 0.05},
                               "runconfig": {"model_dir": str(model_dir), "max_steps": 4, "log_steps": 4,
                                             "checkpoint_steps": 4, "seed": 1, **runconfig}})
-
-
-def recording(backend):
-    """The step backend, keeping each training step's loss and the graph's inputs (on the emulator)."""
-
-    class Recording(backend):
-        def __init__(self, runner):
-            super().__init__(runner)
-            self.losses = []
-
-        def train(self, batch):
-            self.losses.append(float(super().train(batch)))
-            return self.losses[-1]
-
-    return Recording
 
 
 def run(model_dir, mode, device, model_fn, data_fn):

@@ -13,6 +13,7 @@ from common.params import load_params
 from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.device_run import EmulatorSteps
 from common.pytorch.runner import FrameworkSteps, Runner
+from tests.pytorch.recording import recording
 
 
 class Net(torch.nn.Module):
@@ -44,19 +45,6 @@ def loader(params):
     generator = torch.Generator().manual_seed(3)
     x = torch.randn(32, 6, generator=generator)
     return DataLoader(TensorDataset(x, x.sum(-1) * 3.3), batch_size=8)
-
-
-def recording(backend):
-    class Recording(backend):
-        def __init__(self, runner):
-            super().__init__(runner)
-            self.losses = []
-
-        def train(self, batch):
-            self.losses.append(float(super().train(batch)))
-            return self.losses[-1]
-
-    return Recording
 
 
 def train(model_dir, device):

@@ -15,6 +15,7 @@ from common.pytorch import cbtorch
 from common.pytorch.base_model import PyTorchBaseModel
 from common.pytorch.device_run import EmulatorSteps
 from common.pytorch.runner import FrameworkSteps, Runner
+from tests.pytorch.recording import recording
 
 VOCAB, WIDTH, LENGTH, EXAMPLES = 13, 8, 6, 8
 
@@ -93,19 +94,6 @@ class Examples(Dataset):
 
 def loader(params):
     return DataLoader(Examples(), batch_size=4, shuffle=True)
-
-
-def recording(backend):
-    class Recording(backend):
-        def __init__(self, runner):
-            super().__init__(runner)
-            self.losses = []
-
-        def train(self, batch):
-            self.losses.append(float(super().train(batch)))
-            return self.losses[-1]
-
-    return Recording
 
 
 def train(model_dir, device, enable_vts):

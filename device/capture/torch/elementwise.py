@@ -96,17 +96,19 @@ def _reciprocal(self: _Lowering, node, self_):
     return self.emit("div", [self.scalar(1.0, dtype), self.tensor(self_, dtype)], shape, dtype)
 
 
-def _eq(self: _Lowering, node, self_, other):
-    # compare in the promoted dtype, as torch does
+def _compared_in(self_, other) -> str:
+    """The IR dtype torch compares ``self_`` and ``other`` in: their promoted dtype."""
     left = self_.meta["val"].dtype
     if isinstance(other, torch.fx.Node):
-        compare = torch.promote_types(left, other.meta["val"].dtype)
-    elif isinstance(other, float) and not left.is_floating_point:
-        compare = torch.get_default_dtype()
-    else:
-        compare = left
+        return _ir_dtype(torch.promote_types(left, other.meta["val"].dtype))
+    if isinstance(other, float) and not left.is_floating_point:
+        return _ir_dtype(torch.get_default_dtype())
+    return _ir_dtype(left)
+
+
+def _eq(self: _Lowering, node, self_, other):
+    compare = _compared_in(self_, other)
     shape, dtype = self.out(node)
-    compare = _ir_dtype(compare)
     return self.emit("equal", [self.tensor(self_, compare), self.tensor(other, compare)], shape, dtype)
 
 
@@ -160,15 +162,8 @@ def _logical_op(op: str, bitwise: bool = False):
 
 def _compare(self: _Lowering, node, op: str, self_, other):
     """A comparison in the promoted dtype, as torch compares (the result is bool)."""
-    left = self_.meta["val"].dtype
-    if isinstance(other, torch.fx.Node):
-        compare = torch.promote_types(left, other.meta["val"].dtype)
-    elif isinstance(other, float) and not left.is_floating_point:
-        compare = torch.get_default_dtype()
-    else:
-        compare = left
+    compare = _compared_in(self_, other)
     shape, dtype = self.out(node)
-    compare = _ir_dtype(compare)
     if compare == "bool" and op != "not_equal":  # an ordering of bools: False < True, as 0 < 1
         compare = "int64"
     return self.emit(op, [self.tensor(self_, compare), self.tensor(other, compare)], shape, dtype)
