@@ -6,7 +6,8 @@ With no --input_files, the default corpus (the Python documentation's prose, shi
 CPython) is used. An input file is text (one sentence per line, a blank line between
 documents) or JSON lines (.jsonl: a "text" field per line, one document each). A byte-level
 BPE vocab (--vocab_size pieces at most) is trained on the corpus and written as GPT-2's
-encoder.json + vocab.bpe. DIR receives those, meta.json and train-*/eval-* shards as .h5
+encoder.json + vocab.bpe (and as one tokenizer.json with --tokenizer_json, as the llama
+folders' data has it). DIR receives those, meta.json and train-*/eval-* shards as .h5
 (PyTorch) and/or .tfrecord (TensorFlow) holding the same examples. A rerun skips complete
 shards. On bad input prints "error: ..." to stderr and exits with status 2.
 """
@@ -36,6 +37,8 @@ def main(argv=None) -> int:
     parser.add_argument("--num_shards", type=int, default=1, help="training shards (eval has one)")
     parser.add_argument("--eval_fraction", type=float, default=0.1, help="share of the documents held out for eval")
     parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--tokenizer_json", action="store_true",
+                        help="also write the tokenizer as tokenizer.json (tokenizers.Tokenizer.from_file reads it)")
     args = parser.parse_args(argv)
     try:
         prepare_lm(
@@ -48,6 +51,7 @@ def main(argv=None) -> int:
             num_shards=args.num_shards,
             seed=args.seed,
             eval_fraction=args.eval_fraction,
+            tokenizer_json=args.tokenizer_json,
         )
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -112,6 +112,36 @@ def test_examples_hold_the_corpus_tokenized_by_the_written_vocab(tmp_path, text_
     assert not (tmp_path / "eval-00000.h5").exists()
 
 
+def test_tokenizer_json_beside_the_data_encodes_as_the_gpt2_files(tmp_path, text_file):
+    """--tokenizer_json (the llama folders' data): one tokenizer.json that the tokenizers library
+    and transformers' fast tokenizer load, giving the ids of encoder.json + vocab.bpe."""
+    pytest.importorskip("h5py")
+    from tokenizers import Tokenizer
+
+    from common.data.text import read_corpus
+    from common.data.text.lm import read_lm_hdf5
+    from common.data.text.tokenizer import read_gpt2
+
+    plain, with_json = tmp_path / "plain", tmp_path / "json"
+    argv = ["--max_seq_length", "32", "--vocab_size", "600", "--input_files", str(text_file), "--format", "hdf5"]
+    assert prepare_main()(["--output_dir", str(plain), *argv]) == 0
+    assert prepare_main()(["--output_dir", str(with_json), *argv, "--tokenizer_json"]) == 0
+    assert not (plain / "tokenizer.json").exists()
+    gpt2 = read_gpt2(with_json / "encoder.json", with_json / "vocab.bpe")
+    loaded = Tokenizer.from_file(str(with_json / "tokenizer.json"))
+    text = " ".join(read_corpus([text_file])[0]) + "<|endoftext|>"
+    ids = gpt2.encode(text).ids
+    assert loaded.encode(text).ids == ids and len(ids) > 20
+    assert loaded.get_vocab_size() == gpt2.get_vocab_size() == 600
+    assert loaded.decode(ids[:-1]) == text[:-len("<|endoftext|>")]
+    transformers = pytest.importorskip("transformers")
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(with_json / "tokenizer.json"))
+    assert fast(text)["input_ids"] == ids
+    # the same examples either way: the flag is not one of the settings meta.json records
+    a, b = read_lm_hdf5(plain / "train-00000.h5"), read_lm_hdf5(with_json / "train-00000.h5")
+    assert all(np.array_equal(a[k], b[k]) for k in a) and a.keys() == b.keys()
+
+
 def test_both_formats_and_readers_hold_the_same_examples(tmp_path, text_file):
     pytest.importorskip("h5py")
     pytest.importorskip("tensorflow")

@@ -17,6 +17,9 @@ What ``datasets/prepare_gpt2.py`` runs, and the readers of what it writes.
   (PyTorch side) and/or TFRecords (TensorFlow side), the same examples in both::
 
       encoder.json, vocab.bpe        the tokenizer the ids refer to
+      tokenizer.json                 the same tokenizer in one file (``tokenizer_json=True``, the
+                                     llama folders): ``tokenizers.Tokenizer.from_file`` and
+                                     transformers' PreTrainedTokenizerFast read it
       meta.json                      vocab_size, max_seq_length, eot_id, counts per split,
                                      corpus fingerprint, settings, each complete file's count
       train-0000K.h5 / .tfrecord     num_shards shards (K = 0..num_shards-1)
@@ -180,9 +183,12 @@ def prepare_lm(
     num_shards: int = 1,
     seed: int = 12345,
     eval_fraction: float = 0.1,
+    tokenizer_json: bool = False,
     log=print,
 ) -> list[ShardResult]:
-    """Write the folder of the module docstring; one ShardResult per shard."""
+    """Write the folder of the module docstring; one ShardResult per shard. ``tokenizer_json``
+    writes the tokenizer as tokenizer.json too (it changes no example, so it is not one of the
+    settings a rerun must repeat)."""
     from common.data.text.prepare import _Progress
     from common.data.text.tokenizer import END_OF_TEXT, train_byte_bpe, vocab_in_id_order, write_gpt2
 
@@ -254,9 +260,15 @@ def prepare_lm(
     write_gpt2(tokenizer, tmp_encoder, tmp_merges)
     os.replace(tmp_encoder, output_dir / "encoder.json")
     os.replace(tmp_merges, output_dir / "vocab.bpe")
+    written = "vocab.bpe"
+    if tokenizer_json:
+        tmp_json = output_dir / "tokenizer.json.tmp"
+        tokenizer.save(str(tmp_json))
+        os.replace(tmp_json, output_dir / "tokenizer.json")
+        written += ", tokenizer.json"
     log(f"{source}: {len(documents):,} documents ({meta['documents']['eval']:,} held out for eval), "
         f"{meta['tokens']['train'] + meta['tokens']['eval']:,} labelled tokens; vocab {len(vocab):,} "
-        f"(<|endoftext|> = {eot_id}) -> {output_dir / 'encoder.json'}, vocab.bpe")
+        f"(<|endoftext|> = {eot_id}) -> {output_dir / 'encoder.json'}, {written}")
 
     shard_counts = {"train": num_shards, "eval": 1 if num_eval else 0}
     return write_shards(output_dir, splits, shard_counts, io, SCHEMA, meta, meta_path, log,
