@@ -12,6 +12,7 @@
     capture_tf(tf_graph, inputs=..., loss=..., ...) -> Graph              a TF graph as the IR
     torch_weights / torch_state / load_torch_weights                      torch module <-> arrays
     tf_read_* / tf_write_*                                                 TF session <-> arrays
+    tf_learning_rate(tf_graph, train_op, graph) -> tensor or None          a schedule, read every step
 
 compile_graph runs the stages in pipeline order: validate -> match -> place -> cost, and
 writes the report files (device/report.py) only once every stage has succeeded.
@@ -51,7 +52,7 @@ __all__ = ["DEFAULT_INITIAL_LOSS_SCALE", "DEFAULT_STEPS_PER_INCREASE", "EXECUTIO
            "MAX_LOSS_SCALE", "MIN_LOSS_SCALE", "OPS", "PRECISIONS", "CompileResult", "DeviceCompileError", "Graph",
            "OptimizerSpec", "Program", "build_program", "capture_tf", "capture_torch", "compile_graph",
            "dtype_suggestion", "excluded_from_weight_decay", "load_torch_weights", "render_report", "suggestion_for",
-           "tf_read_optimizer_state", "tf_read_state", "tf_read_variables", "tf_read_weights",
+           "tf_learning_rate", "tf_read_optimizer_state", "tf_read_state", "tf_read_variables", "tf_read_weights",
            "tf_write_optimizer_state", "tf_write_variables", "tf_write_weights", "torch_batch", "torch_state",
            "torch_weights", "validate_and_match", "validate_graph"]
 
@@ -175,6 +176,13 @@ def capture_tf(tf_graph, **options) -> Graph:
     """A TF graph's forward pass (and optimizer) as the IR (device/capture/tf: capture)."""
     from device.capture import tf as frontend
     return frontend.capture(tf_graph, **options)
+
+
+def tf_learning_rate(tf_graph, train_op, graph: Graph):
+    """The tensor of train_op's learning rate when it is not a constant (a schedule: the
+    runner evaluates it at every step), else None: it is ``graph.optimizer.hyper["lr"]``."""
+    from device.capture import tf as frontend
+    return frontend.learning_rate(tf_graph, train_op, graph)
 
 
 def tf_loop_source(tf_graph) -> str | None:

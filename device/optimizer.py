@@ -20,6 +20,11 @@ Shared by every kind and both semantics:
 - Both clipping settings given: clip each gradient to [-max_gradient_value,
   max_gradient_value], then the global norm to max_gradient_norm (what common/tf/optim.py's
   build_train_op does; the PyTorch runner refuses the pair today).
+- Adam's ``form``: "kernel" is the framework's fused Adam (torch.optim.Adam, TF's ApplyAdam);
+  "bert" is the Adam of BERT's optimization.py written out in TF ops, as the vendor's TF
+  AdamW is: m = b1 * m + (1 - b1) * g, v = b2 * v + (1 - b2) * g^2, then
+  p -= lr * (m / (sqrt(v) + eps) [* sqrt(1 - b2^t) / (1 - b1^t)] + wd * p), the bias
+  correction only with ``hyper["bias_correction"]`` 1, the decay only where it applies.
 - Loss scaling (16-bit compute): None, a fixed factor, or "dynamic": a non-finite step is
   skipped (a fixed scale keeps its value); dynamically it halves the scale, and
   steps_per_increase finite steps in a row double it, within [min_loss_scale,
@@ -35,6 +40,7 @@ from zoo_base.errors import UserError
 
 KINDS = ("sgd", "momentum", "adam", "adamw")
 SEMANTICS = ("torch", "tf")
+ADAM_FORMS = ("kernel", "bert")
 # fp32 state per parameter, by the names the emulator's checkpoints use
 SLOTS: dict[str, tuple[str, ...]] = {"sgd": (), "momentum": ("momentum",), "adam": ("m", "v"), "adamw": ("m", "v")}
 
@@ -63,6 +69,7 @@ class OptimizerSpec:
     kind: str
     semantics: str
     hyper: dict[str, float] = field(default_factory=dict)  # lr, momentum, beta1, beta2, eps, weight_decay, nesterov
+    form: str = "kernel"  # adam and adamw: "kernel" or "bert" (ADAM_FORMS; the module docstring)
     weight_decay_exclude: tuple[str, ...] = ()  # name patterns without weight decay (excluded_from_weight_decay)
     max_gradient_norm: float | None = None  # both given: clip by value first, then by norm
     max_gradient_value: float | None = None
@@ -79,6 +86,9 @@ class OptimizerSpec:
             raise UserError(f"optimizer kind {self.kind!r} is not supported; expected one of {KINDS}")
         if self.semantics not in SEMANTICS:
             raise UserError(f"optimizer semantics {self.semantics!r} is unknown; expected one of {SEMANTICS}")
+        if self.form not in ADAM_FORMS or (self.form == "bert" and self.kind not in ("adam", "adamw")):
+            raise UserError(f"optimizer form {self.form!r} is not one the device runs for {self.kind!r}; "
+                            f"expected one of {ADAM_FORMS} (the second for adam and adamw only)")
         if self.kind == "momentum" and "momentum" not in self.hyper:
             raise UserError("optimizer 'momentum' needs the hyper-parameter 'momentum'")
         scale = self.loss_scale

@@ -188,9 +188,11 @@ class EmulatorTrainStep:
         self.run, self.ir, self.program = run, graph_ir, program
         self.batch = _batch_tensors(built)
         self.lr = built.learning_rate
+        if self.lr is None and "lr" not in graph_ir.optimizer.hyper:  # a schedule of the user's optimizer
+            self.lr = api.tf_learning_rate(built.graph, built.spec.train_op, graph_ir)
         if self.lr is None and "lr" not in graph_ir.optimizer.hyper:
-            raise UserError("the learning rate is neither a constant of the optimizer nor registered by "
-                            "common.tf.optim.build_train_op; the emulator cannot tell it per step")
+            raise UserError("the learning rate is neither a constant of the optimizer, a tensor of the graph nor "
+                            "registered by common.tf.optim.build_train_op; the emulator cannot tell it per step")
         self.global_step = built.global_step.op.name
         scale_steps = built.graph.get_collection(LOSS_SCALE_STEPS_COLLECTION)
         # dynamic loss scaling keeps its scale and counter in variables of the TF graph

@@ -20,6 +20,9 @@ torch.optim, tests/device/test_kernels_tf.py against tf.compat.v1.train):
                      the powers b^t kept as float32 running products like TF's
                      beta1_power/beta2_power variables
     adamw     p *= 1 - lr * wd, then adam (torch.optim.AdamW, keras AdamW)
+    form "bert" (adam, adamw; BERT's AdamWeightDecay written out in TF ops, float32 as those ops round):
+              m = b1 * m + (1 - b1) * g;  v = b2 * v + (1 - b2) * g^2
+              p -= lr * (m / (sqrt(v) + eps) [* sqrt(1 - b2^t) / (1 - b1^t)] [+ wd * p])
 
 Weight decay for sgd, momentum and adam is torch's coupled L2 (g += wd * p). A
 parameter is excluded from weight decay when one of ``spec.weight_decay_exclude`` is a
@@ -152,12 +155,14 @@ class Optimizer:
         for name, g in grads.items():
             p = params[name]
             decays = self.spec.decays(name)
-            if decays and self.spec.kind != "adamw":
+            if decays and self.spec.kind != "adamw" and self.spec.form != "bert":
                 g = g + self.weight_decay * p  # coupled L2, as torch's weight_decay
             if self.spec.kind == "sgd":
                 p -= lr * g
             elif self.spec.kind == "momentum":
                 self._momentum(p, g, self.slots[name]["momentum"], lr)
+            elif self.spec.form == "bert":
+                self._adam_bert(p, g, self.slots[name], lr, decays)
             else:
                 if decays and self.spec.kind == "adamw":  # decoupled: decay the weight itself
                     if self.spec.semantics == "torch":
@@ -195,6 +200,21 @@ class Optimizer:
             denom = np.sqrt(v)
             denom += np.float32(self.eps)
         p -= step_size * m / denom
+
+    def _adam_bert(self, p, g, slots, lr, decays):
+        """BERT's AdamWeightDecay, each op as TF rounds it in float32 (its constants are the
+        Python floats 1 - b1 and 1 - b2 rounded once); the decay is added to the step."""
+        m, v = slots["m"], slots["v"]
+        f = np.float32
+        m[...] = f(self.beta1) * m + f(1.0 - self.beta1) * g
+        v[...] = f(self.beta2) * v + f(1.0 - self.beta2) * np.square(g)
+        update = m / (np.sqrt(v) + f(self.eps))
+        if self.spec.hyper.get("bias_correction", 0.0):
+            b1_power, b2_power = self._beta_powers
+            update *= np.sqrt(f(1) - b2_power) / (f(1) - b1_power)
+        if decays:
+            update += f(self.weight_decay) * p
+        p -= f(lr) * update
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -10,8 +10,13 @@ read from the train_op's Apply ops into an ``OptimizerSpec`` ("tf" semantics).
 
 The frontend, one file per concern:
 
-    lowering.py    the walk from the targets, sources (inputs, variables, constants), emitting IR
-    mappings.py    one TF op type -> one or a few IR ops (the table a new op is added to)
+    lowering.py    the walk from the targets, sources (inputs, variables, constants), emitting IR;
+                   it is handed its rules (below), so that their modules import it and it none of them
+    plan.py        what the lowering and its rules share: Plan, CannotMap, TensorList
+    table.py       TF op type -> mapping, one literal (the table a new op is added to)
+    elementwise.py  activations.py  linalg.py  layout.py  reductions.py  normalization.py
+    vision.py  language.py  losses.py
+                   the mappings, one TF op -> one or a few IR ops, by the families of device/ops/
     patterns.py    several TF ops -> one IR op: Keras Dropout, Embedding, LayerNormalization,
                    BatchNormalization, gelu written out in ops
     loops.py       a static-length tf.while_loop (Keras LSTM, GRU) unrolled; its TensorLists
@@ -26,9 +31,12 @@ from __future__ import annotations
 import tensorflow as tf
 
 from device import ir
-from device.capture.tf.lowering import Lowering
-from device.capture.tf.mappings import STOP_GRADIENT_ATTR
-from device.capture.tf.optimizer import optimizer_spec, update_views, updated_variables
+from device.capture.tf import loops
+from device.capture.tf.elementwise import STOP_GRADIENT_ATTR
+from device.capture.tf.lowering import Lowering, Rules
+from device.capture.tf.optimizer import learning_rate_tensor, optimizer_spec, update_views, updated_variables
+from device.capture.tf.patterns import PATTERNS
+from device.capture.tf.table import MAPPINGS
 from device.capture.tf.tensors import reachable
 from device.capture.tf.variables import (optimizer_slots, read_optimizer_state, read_state, read_variables,
                                          read_weights, write_optimizer_state, write_variables, write_weights)
@@ -36,8 +44,11 @@ from device.dtypes import PRECISIONS
 from device.optimizer import DEFAULT_INITIAL_LOSS_SCALE, DEFAULT_STEPS_PER_INCREASE, MAX_LOSS_SCALE, MIN_LOSS_SCALE
 from zoo_base.errors import UserError
 
-__all__ = ["STOP_GRADIENT_ATTR", "capture", "optimizer_slots", "read_optimizer_state", "read_state", "read_variables",
-           "read_weights", "write_optimizer_state", "write_variables", "write_weights"]
+__all__ = ["STOP_GRADIENT_ATTR", "capture", "learning_rate", "optimizer_slots", "read_optimizer_state", "read_state",
+           "read_variables", "read_weights", "write_optimizer_state", "write_variables", "write_weights"]
+
+# what the lowering tries on each tensor, in this order: a loop or TensorList op, a pattern, a mapping
+_RULES = Rules(loop=loops.plan, patterns=PATTERNS, mappings=MAPPINGS)
 
 
 def capture(tf_graph: tf.Graph, *, inputs: list[tf.Tensor], loss: tf.Tensor | None,
@@ -67,7 +78,7 @@ def capture(tf_graph: tf.Graph, *, inputs: list[tf.Tensor], loss: tf.Tensor | No
         # the ops train_op runs, tf.cond branches included (dynamic loss scaling wraps the update in one)
         views = update_views(reachable([train_op])) if train_op is not None else []
         updated = updated_variables(views) if train_op is not None else None
-        lowering = Lowering(tf_graph, inputs, train_op, updated)
+        lowering = Lowering(tf_graph, inputs, train_op, updated, _RULES)
         try:
             graph = lowering.run(loss, outputs or {}, training=train_op is not None)
         finally:
@@ -83,3 +94,12 @@ def capture(tf_graph: tf.Graph, *, inputs: list[tf.Tensor], loss: tf.Tensor | No
             graph.optimizer.min_loss_scale = min_loss_scale
             graph.optimizer.max_loss_scale = max_loss_scale
     return graph
+
+
+def learning_rate(tf_graph: tf.Graph, train_op, graph: ir.Graph) -> tf.Tensor | None:
+    """The tensor of train_op's learning rate when it is not a constant (a schedule: the runner
+    evaluates it at every step), else None: it is ``graph.optimizer.hyper["lr"]``."""
+    if not isinstance(train_op, tf.Operation):
+        train_op = train_op.op
+    with tf_graph.as_default():
+        return learning_rate_tensor(update_views(reachable([train_op])), list(graph.params.values()))

@@ -8,6 +8,19 @@ slot variables (``<var>/Adam``, ``<var>/Momentum``, Adam's beta powers):
     ResourceApplyGradientDescent -> sgd, ResourceApplyMomentum (use_nesterov) -> momentum,
     ResourceApplyAdam -> adam, or adamw when a ``var -= lr * wd * var`` precedes it
     (common/tf/optim.py's AdamWOptimizer); any other Apply op is a UserError.
+
+An optimizer written out in TF ops has no Apply op: BERT's AdamWeightDecayOptimizer (and
+the vendor's TF AdamW, which follows it) assigns each weight and its two slots
+
+    next_m = b1 * m + (1 - b1) * g;   next_v = b2 * v + (1 - b2) * square(g)
+    update = next_m / (sqrt(next_v) + eps)  [* sqrt(1 - beta2_power) / (1 - beta1_power)]  [+ wd * var]
+    var := var - lr * update;   m := next_m;   v := next_v      [beta powers := powers * b]
+
+``assigned_adams`` matches exactly that (the operands of +, * in either order) into the
+device's adam / adamw of form "bert"; a trainable variable assigned any other way is a
+UserError naming it, never a guess. A learning rate that is not a graph constant (a
+schedule) is not read into the spec: ``learning_rate_tensor`` gives the tensor, which the
+runner evaluates at every step.
 """
 
 from __future__ import annotations
@@ -16,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from device.capture.tf.tensors import f32
@@ -187,14 +201,18 @@ def updated_variables(views: list[OpView]) -> set[str] | None:
 
 
 def adam_powers(graph: tf.Graph) -> tuple[str, str] | None:
-    """The names of Adam's beta1_power and beta2_power variables, if the graph has an Adam."""
-    for view in update_views(graph.get_operations()):
+    """The names of Adam's beta1_power and beta2_power variables, if the graph has an Adam
+    (an Apply op, or one written out in ops with bias correction)."""
+    views = update_views(graph.get_operations())
+    for view in views:
         entry = apply_entry(view.type)
         if entry is not None and entry[0] == "adam":
             names = tuple(ref_variable(view.inputs[i]) for i in ADAM_POWERS.values())
             if None not in names:
                 return names
-    return None
+    if any(_is_apply_op(view.type) for view in views):
+        return None
+    return next((adam.powers for adam in assigned_adams(views) if adam.powers is not None), None)
 
 
 def _decoupled_decay(apply: OpView, views: list[OpView], session) -> float | None:
@@ -223,9 +241,43 @@ def _decoupled_decay(apply: OpView, views: list[OpView], session) -> float | Non
     return None
 
 
+def _lr_refs(views: list[OpView], params: list[str]) -> list:
+    """The learning-rate input of every update train_op runs (Apply ops, assigned Adams)."""
+    refs = [v.inputs[apply_entry(v.type)[1]["lr"]] for v in views if apply_entry(v.type) is not None]
+    return refs + [a.lr for a in assigned_adams(views, params)]
+
+
+def learning_rate_tensor(views: list[OpView], params: list[str]) -> tf.Tensor | None:
+    """The learning rate of train_op's updates when it is a tensor of the graph that is not a
+    constant (a schedule of the global step), else None. The spec leaves such a rate out:
+    its value changes every step."""
+    for ref in _lr_refs(views, params):
+        if isinstance(ref, tf.Tensor) and tf.get_static_value(ref) is None:
+            return ref
+    return None
+
+
+def _check_one_learning_rate(views: list[OpView], params: list[str], train_op: tf.Operation) -> None:
+    rates = set()
+    for ref in _lr_refs(views, params):
+        value = _ref_value(ref, None)
+        rates.add(("value", value) if value is not None else ("tensor", _ref_name(ref)))
+    if len(rates) > 1:
+        raise UserError(f"train_op {train_op.name!r} updates its variables with {len(rates)} different learning "
+                        "rates; the device runs one rate for every parameter")
+
+
 def optimizer_spec(views: list[OpView], train_op: tf.Operation, params: list[str], session) -> OptimizerSpec:
-    """The update rule of ``train_op``, read from its Apply ops ("tf" semantics)."""
+    """The update rule of ``train_op``, read from its Apply ops ("tf" semantics), or from the
+    assignments of an Adam written out in ops (form "bert")."""
+    _check_one_learning_rate(views, params, train_op)
     applies = [v for v in views if _is_apply_op(v.type)]
+    assigned = assigned_adams(views, params)
+    if assigned or (not applies and _assigned_params(views, params)):
+        if applies:
+            raise UserError(f"train_op {train_op.name!r} mixes optimizer Apply ops with assigned updates; "
+                            "the device runs one optimizer")
+        return _assigned_spec(assigned, views, train_op, params)
     unknown = sorted({v.type for v in applies if apply_entry(v.type) is None})
     if unknown:
         raise UserError(f"optimizer op(s) {', '.join(unknown)} in train_op {train_op.name!r} are not supported "
@@ -240,10 +292,13 @@ def optimizer_spec(views: list[OpView], train_op: tf.Operation, params: list[str
     first = min(applies, key=lambda v: v.name)
     hyper: dict[str, float] = {}
     for key, index in apply_entry(first.type)[1].items():
+        if key == "lr":
+            value = _ref_value(first.inputs[index], None)
+            if value is not None:  # else a schedule: learning_rate_tensor, read every step
+                hyper[key] = value
+            continue
         value = _ref_value(first.inputs[index], session)
         if value is None:
-            if key == "lr":
-                continue  # a schedule: the runner passes the rate to every step
             raise UserError(f"optimizer {key} of {first.name!r} is not a constant; pass the session to capture "
                             "so that it can be read")
         hyper[key] = value
@@ -264,4 +319,192 @@ def optimizer_spec(views: list[OpView], train_op: tf.Operation, params: list[str
             # the runtime excludes a param when an entry is a substring of its name (ignoring
             # case, device/optimizer.py): full names
             spec.weight_decay_exclude = tuple(sorted(p for p in params if decays.get(p) is None))
+    return spec
+
+
+# --- Adam written out in ops ------------------------------------------------------------------
+
+
+@dataclass
+class AssignedAdam:
+    """One variable's update by BERT's AdamWeightDecay as ops (the module docstring)."""
+
+    var: str
+    m: str
+    v: str
+    lr: Any  # ref
+    beta1: float
+    beta2: float
+    eps: float
+    weight_decay: float | None  # None: no decay term
+    powers: tuple[str, str] | None  # bias correction's beta1_power and beta2_power variables
+
+
+_ASSIGNS = ("AssignVariableOp", "Assign")
+
+
+def _unwrap(ref):
+    while _ref_type(ref) == "Identity":
+        ref = _ref_input(ref, 0)
+    return ref
+
+
+def _operands(ref, *types: str) -> tuple | None:
+    ref = _unwrap(ref)
+    return (_ref_input(ref, 0), _ref_input(ref, 1)) if _ref_type(ref) in types else None
+
+
+def _orders(pair: tuple | None) -> tuple:
+    """Both orders of a commutative op's operands (none when there is no such op)."""
+    return () if pair is None else (pair, pair[::-1])
+
+
+def _const(ref) -> float | None:
+    ref = _unwrap(ref)
+    return _ref_value(ref, None) if _ref_type(ref) not in ("ReadVariableOp", None) else None
+
+
+def _reads(ref) -> str | None:
+    return ref_variable(_unwrap(ref))
+
+
+def _same_gradient(a, b) -> bool:
+    """The same gradient tensor; a sparse gradient is densified once per use (the same inputs)."""
+    a, b = _unwrap(a), _unwrap(b)
+    if _ref_name(a) == _ref_name(b):
+        return True
+    return (_ref_type(a) == _ref_type(b) == "UnsortedSegmentSum"
+            and all(_ref_name(_ref_input(a, i)) == _ref_name(_ref_input(b, i)) for i in range(3)))
+
+
+def _moment(ref, squared: bool) -> tuple[float, str, Any] | None:
+    """b * slot + (1 - b) * g (g squared for the second moment) -> (b, slot variable, g)."""
+    for decay_term, grad_term in _orders(_operands(ref, "AddV2", "Add")):
+        for beta_ref, slot_ref in _orders(_operands(decay_term, "Mul")):
+            beta, slot = _const(beta_ref), _reads(slot_ref)
+            if beta is None or slot is None:
+                continue
+            for rest_ref, grad in _orders(_operands(grad_term, "Mul")):
+                if _const(rest_ref) is None or np.float32(_const(rest_ref)) != np.float32(1.0 - beta):
+                    continue
+                if squared:
+                    if _ref_type(_unwrap(grad)) != "Square":
+                        continue
+                    grad = _ref_input(_unwrap(grad), 0)
+                return beta, slot, grad
+    return None
+
+
+def _one_minus_power(ref) -> str | None:
+    pair = _operands(ref, "Sub")
+    return _reads(pair[1]) if pair is not None and _const(pair[0]) == 1.0 else None
+
+
+def _bias_correction(ref) -> tuple[str, str] | None:
+    """sqrt(1 - beta2_power) / (1 - beta1_power) -> (beta1_power, beta2_power)."""
+    pair = _operands(ref, "RealDiv")
+    if pair is None or _ref_type(_unwrap(pair[0])) != "Sqrt":
+        return None
+    b2_power, b1_power = _one_minus_power(_ref_input(_unwrap(pair[0]), 0)), _one_minus_power(pair[1])
+    return (b1_power, b2_power) if b1_power and b2_power else None
+
+
+def _adam_step(ref) -> tuple | None:
+    """next_m / (sqrt(next_v) + eps) [* bias correction] -> (next_m, next_v, eps, powers)."""
+    candidates = [(ref, None)] + [(step, _bias_correction(bc)) for step, bc in _orders(_operands(ref, "Mul"))]
+    for step, powers in candidates:
+        pair = _operands(step, "RealDiv")
+        if pair is None or (step is not ref and powers is None):
+            continue
+        for root, eps_ref in _orders(_operands(pair[1], "AddV2", "Add")):
+            eps = _const(eps_ref)
+            if eps is not None and _ref_type(_unwrap(root)) == "Sqrt":
+                return pair[0], _ref_input(_unwrap(root), 0), eps, powers
+    return None
+
+
+def _update(ref, var: str) -> tuple | None:
+    """adam step [+ wd * var] -> (adam step's match, wd or None)."""
+    found = _adam_step(ref)
+    if found is not None:
+        return found, None
+    for step_ref, decay_ref in _orders(_operands(ref, "AddV2", "Add")):
+        for wd_ref, var_ref in _orders(_operands(decay_ref, "Mul")):
+            if _reads(var_ref) == var and _const(wd_ref) is not None:
+                found = _adam_step(step_ref)
+                if found is not None:
+                    return found, _const(wd_ref)
+    return None
+
+
+def _assigned_params(views: list[OpView], params: list[str] | None) -> dict[str, OpView]:
+    """The assignments train_op makes to trainable variables (to any, params None): {variable: assign op}."""
+    assigns = {ref_variable(v.inputs[0]): v for v in views if v.type in _ASSIGNS and len(v.inputs) > 1}
+    return {var: v for var, v in assigns.items() if var is not None and (params is None or var in set(params))}
+
+
+def _match_assigned(var: str, assign: OpView, assigns: dict[str, OpView]) -> AssignedAdam | None:
+    pair = _operands(assign.inputs[1], "Sub")
+    if pair is None or _reads(pair[0]) != var:
+        return None
+    for lr, update_ref in _orders(_operands(pair[1], "Mul")):
+        found = _update(update_ref, var)
+        if found is None:
+            continue
+        (next_m, next_v, eps, powers), wd = found
+        first, second = _moment(next_m, squared=False), _moment(next_v, squared=True)
+        if first is None or second is None or not _same_gradient(first[2], second[2]):
+            return None
+        (beta1, m, _), (beta2, v, _) = first, second
+        for slot, value in ((m, next_m), (v, next_v)):  # the slots keep what the step used
+            kept = assigns.get(slot)
+            if kept is None or _ref_name(_unwrap(kept.inputs[1])) != _ref_name(_unwrap(value)):
+                return None
+        if powers is not None:
+            for power, beta in zip(powers, (beta1, beta2)):  # each power := power * beta
+                kept = assigns.get(power)
+                operands = _operands(kept.inputs[1], "Mul") if kept is not None else None
+                if not any(_reads(a) == power and _const(b) == beta for a, b in _orders(operands)):
+                    return None
+        return AssignedAdam(var, m, v, lr, beta1, beta2, eps, wd, powers)
+    return None
+
+
+def assigned_adams(views: list[OpView], params: list[str] | None = None) -> list[AssignedAdam]:
+    """The update of each trainable variable (of any variable, params None) by an Adam written
+    out in ops (the module docstring)."""
+    assigns = _assigned_params(views, None)
+    found = [_match_assigned(var, view, assigns) for var, view in _assigned_params(views, params).items()]
+    return [a for a in found if a is not None]
+
+
+def _assigned_spec(assigned: list[AssignedAdam], views: list[OpView], train_op: tf.Operation,
+                   params: list[str]) -> OptimizerSpec:
+    unmatched = sorted(set(_assigned_params(views, params)) - {a.var for a in assigned})
+    if unmatched:
+        raise UserError(f"train_op {train_op.name!r} assigns {unmatched[0]!r} with ops the device does not read as "
+                        "an optimizer update (it runs Apply ops, and BERT's AdamWeightDecay written out: "
+                        "m = b1*m + (1-b1)*g, v = b2*v + (1-b2)*g^2, var -= lr * (m / (sqrt(v) + eps) + wd*var))")
+    settings = {(a.beta1, a.beta2, a.eps, a.powers is not None) for a in assigned}
+    if len(settings) > 1:
+        raise UserError(f"train_op {train_op.name!r} updates variables with different Adam settings "
+                        f"(beta1, beta2, epsilon, bias correction: {sorted(settings)}); the device runs one")
+    rates = {a.weight_decay for a in assigned if a.weight_decay is not None}
+    if len(rates) > 1:
+        raise UserError(f"train_op {train_op.name!r} decays weights at different rates {sorted(rates)}; "
+                        "the device's adamw has one weight_decay")
+    beta1, beta2, eps, corrected = settings.pop()
+    hyper = {"beta1": beta1, "beta2": beta2, "eps": eps, "bias_correction": float(corrected)}
+    lr = _ref_value(assigned[0].lr, None)
+    if lr is not None:
+        hyper["lr"] = lr
+    spec = OptimizerSpec(kind="adamw" if rates else "adam", semantics="tf", hyper=hyper, form="bert")
+    if rates:
+        spec.hyper["weight_decay"] = rates.pop()
+        decayed = {a.var for a in assigned if a.weight_decay is not None}
+        spec.weight_decay_exclude = tuple(sorted(p for p in params if p not in decayed))
+        wrong = [p for p in params if spec.decays(p) != (p in decayed)]
+        if wrong:  # the exclusion matches substrings: an excluded name inside a decayed one
+            raise UserError(f"variable {wrong[0]!r} decays where the device's exclusion by name cannot tell it "
+                            "from an undecayed variable whose name it contains; rename one")
     return spec

@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from device import ir
-from device.capture.tf.optimizer import SLOT_INPUTS, adam_powers, apply_entry, ref_variable, update_views
+from device.capture.tf.optimizer import SLOT_INPUTS, adam_powers, apply_entry, assigned_adams, ref_variable, update_views
 from device.capture.tf.tensors import variable_name
 from zoo_base.errors import UserError
 
@@ -51,7 +51,10 @@ def optimizer_slots(tf_graph: tf.Graph, graph: ir.Graph) -> dict[str, dict[str, 
     params = set(graph.params.values())
     slots: dict[str, dict[str, str]] = {}
     suffixes: dict[str, str] = {}  # slot -> the suffix TF gave its variables ("Adam", "Adam_1")
-    for view in update_views(tf_graph.get_operations()):
+    views = update_views(tf_graph.get_operations())
+    for adam in assigned_adams(views, sorted(params)):  # an Adam written out in ops
+        slots[adam.var] = {"m": adam.m, "v": adam.v}
+    for view in views:
         entry = apply_entry(view.type)
         var = ref_variable(view.inputs[0]) if entry is not None else None
         if var not in params:
