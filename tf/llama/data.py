@@ -1,13 +1,16 @@
-"""Llama input_fns: packed next-token windows from TFRecord shards, as tf/gpt2's.
+"""Llama input_fns: packed next-token windows from TFRecord shards (tf/gpt2's, deliberately
+copied, with the tokenizer also written as tokenizer.json).
 
 Reads ``data_dir/train-*.tfrecord`` and ``data_dir/eval-*.tfrecord`` with its
-``meta.json``, the folder ``datasets/prepare_gpt2.py`` writes (common/data/text/lm.py: the
+``meta.json``, the folder ``datasets/prepare_gpt2.py --tokenizer_json`` writes (common/data/text/lm.py: the
 documents concatenated, each followed by <|endoftext|>, cut into windows of
 max_sequence_length tokens; the labels are the inputs shifted by one). When data_dir holds
 no TFRecord shard, it is prepared there first from the default corpus (the Python
 documentation's prose, shipped with CPython) with this config's max_sequence_length, in
 this framework's format only: a second or two, so a fresh clone trains with no separate
-command.
+command; the tokenizer lands beside the shards as ``tokenizer.json``
+(``tokenizers.Tokenizer.from_file`` and transformers' PreTrainedTokenizerFast load it;
+prompts are tokenized with it).
 
 A batch is (features, labels): features ``input_ids`` and ``attention_mask`` (1 where the
 label is a real token, 0 on the padding of the corpus's last window), labels the next
@@ -31,7 +34,7 @@ import tensorflow as tf
 
 from common.data.text.lm import lm_dataset, prepare_lm, read_lm_meta
 from common.data.text.prompts import encode_prompts, prompt_dataset
-from common.data.text.tokenizer import read_gpt2
+from common.data.text.tokenizer import read_tokenizer_json
 from common.errors import UserError
 from common.tf.estimator import ModeKeys
 
@@ -56,7 +59,8 @@ def ensure_prepared(input_params: Mapping) -> None:
         return
     msl = input_params["max_sequence_length"]
     # prepare_lm's own lines are summed up in the one below (its progress bar stays)
-    results = prepare_lm(data_dir, max_seq_length=msl, formats=("tfrecord",), log=lambda line: None)
+    results = prepare_lm(data_dir, max_seq_length=msl, formats=("tfrecord",), tokenizer_json=True,
+                         log=lambda line: None)
     logger.info("data: %s had no TFRecord shards: prepared %s examples there from the default corpus "
                 "(max_seq_length %d; datasets/prepare_gpt2.py --tokenizer_json for other text)", data_dir,
                 f"{sum(r.examples for r in results):,}", msl)
@@ -83,10 +87,10 @@ def check_meta(input_params: Mapping, model: Mapping) -> dict:
 
 def prompts_input_fn(params: Mapping) -> tf.data.Dataset:
     """predict from predict_input.prompt_file: (tokens (B, L), prompt_length (B,)) batches, the
-    prompts tokenized with eval_input.data_dir's tokenizer (common/data/text/prompts.py); the
-    last batch may be short."""
+    prompts tokenized with eval_input.data_dir's tokenizer.json (common/data/text/prompts.py);
+    the last batch may be short."""
     predict_input, data_dir = params["predict_input"], params["eval_input"]["data_dir"]
-    tokenizer = read_gpt2(os.path.join(data_dir, "encoder.json"), os.path.join(data_dir, "vocab.bpe"))
+    tokenizer = read_tokenizer_json(os.path.join(data_dir, "tokenizer.json"))
     arrays = encode_prompts(predict_input["prompt_file"], tokenizer, predict_input["max_new_tokens"],
                             params["model"]["max_position_embeddings"])
     logger.info("predict: %d prompts from %s, %d new tokens each", len(arrays["tokens"]),
@@ -106,7 +110,7 @@ def input_fn(params: Mapping, mode: str) -> tf.data.Dataset:
     files = shard_files(data_dir, split)
     if not files:
         raise UserError(f"{data_dir}: no {split} shard ({split}-*.tfrecord); prepare the folder with "
-                        f"datasets/prepare_gpt2.py --format tfrecord")
+                        f"datasets/prepare_gpt2.py --format tfrecord --tokenizer_json")
     data = lm_dataset(files, input_params["max_sequence_length"])  # checks each file's schema first
     count, batch_size = int(meta["counts"].get(split, 0)), input_params["batch_size"]
     logger.info("data (%s): %s examples of %d tokens from %d TFRecord shard(s) in %s", split, f"{count:,}",

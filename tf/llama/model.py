@@ -50,7 +50,7 @@ import tensorflow as tf
 
 from common.data.text.lm import read_lm_meta
 from common.data.text.prompts import write_completions
-from common.data.text.tokenizer import read_gpt2
+from common.data.text.tokenizer import read_tokenizer_json
 from common.errors import UserError
 from common.tf.estimator import CSEstimatorSpec, EstimatorSpec, ModeKeys
 from common.tf.optim import build_train_op
@@ -232,11 +232,13 @@ def mlp(x: tf.Tensor, p: Mapping) -> tf.Tensor:
 def decoder_layer(x: tf.Tensor, keep: tf.Tensor, cos: tf.Tensor, sin: tf.Tensor, batch: int | None, seq: int,
                   p: Mapping, past: tuple | None = None) -> tuple[tf.Tensor, tuple[tf.Tensor, tf.Tensor]]:
     """(B*T, H) -> (B*T, H), pre-norm, and the layer's keys and values (self_attention)."""
+    normed = rms_norm(x, p, "input_layernorm")
     with v1.variable_scope("self_attn"):
-        attended, cache = self_attention(rms_norm(x, p, "input_layernorm"), keep, cos, sin, batch, seq, p, past)
+        attended, cache = self_attention(normed, keep, cos, sin, batch, seq, p, past)
     h = x + attended
+    normed = rms_norm(h, p, "post_attention_layernorm")
     with v1.variable_scope("mlp"):
-        return h + mlp(rms_norm(h, p, "post_attention_layernorm"), p), cache
+        return h + mlp(normed, p), cache
 
 
 def llama_forward(input_ids: tf.Tensor, keep: tf.Tensor, cos: tf.Tensor, sin: tf.Tensor, p: Mapping,
@@ -356,12 +358,12 @@ def greedy_decode(tokens: tf.Tensor, prompt_length: tf.Tensor, p: Mapping, max_n
 
 def predictions_done(arrays: Mapping[str, np.ndarray], params: Mapping, model_dir: str) -> dict[str, float]:
     """After a predict from a prompt file: model_dir/completions.jsonl, each prompt's line, text
-    and completion (cut at <|endoftext|>), as tf/gpt2 writes it."""
+    and completion (cut at <|endoftext|>), as tf/gpt2 writes it, decoded with data_dir's tokenizer.json."""
     predict_input = params["predict_input"]
     if predict_input["prompt_file"] is None:
         return {}
     data_dir = params["eval_input"]["data_dir"]
-    tokenizer = read_gpt2(os.path.join(data_dir, "encoder.json"), os.path.join(data_dir, "vocab.bpe"))
+    tokenizer = read_tokenizer_json(os.path.join(data_dir, "tokenizer.json"))
     path = os.path.join(model_dir, "completions.jsonl")
     count = write_completions(path, predict_input["prompt_file"], tokenizer, arrays["tokens"], arrays["prompt_length"],
                               predict_input["max_new_tokens"], read_lm_meta(data_dir)["eot_id"])
