@@ -12,7 +12,8 @@ import pytest
 
 from common.data.text.lm import read_lm_hdf5
 from common.data.vendor.gpt2 import (
-    prepare_vendor_lm, read_vendor_lm_hdf5, vendor_lm_examples, write_vendor_lm_hdf5, write_vendor_lm_split,
+    prepare_vendor_lm, read_vendor_lm_hdf5, read_vendor_lm_tfrecord, vendor_lm_examples, write_vendor_lm_hdf5,
+    write_vendor_lm_split,
 )
 from common.errors import UserError
 
@@ -114,3 +115,62 @@ def test_the_command_refuses_bad_input_in_one_line(tmp_path):
                             env={**os.environ, "PYTHONPATH": ROOT})
     assert result.returncode == 2 and result.stderr == "error: num_files 0: must be at least 1\n"
     assert not (tmp_path / "d").exists()  # refused before any work
+
+
+# --- the TF folders' TFRecords (gpt2, gpt3, gptj) -----------------------------------------------------
+
+
+def _as_the_vendors_tf_reader_parses(folder, max_seq_length):
+    """Every example of folder/*.tfrecord*, parsed as the vendor's GPT TF reader parses them
+    (FixedLenFeature int64 of max_seq_length: input_ids, input_mask, labels), files in name order."""
+    tf = pytest.importorskip("tensorflow")
+    spec = {key: tf.io.FixedLenFeature([max_seq_length], tf.int64) for key in ("input_ids", "input_mask", "labels")}
+    files = sorted(str(p) for p in folder.glob("*.tfrecord*"))
+    return [{k: v.numpy() for k, v in tf.io.parse_single_example(r, spec).items()}
+            for r in tf.data.TFRecordDataset(files)]
+
+
+def test_tfrecords_are_what_the_vendors_tf_reader_parses(tmp_path):
+    pytest.importorskip("tensorflow")
+    arrays = _arrays(7, 16)
+    paths = write_vendor_lm_split(arrays, tmp_path, num_files=2, format="tfrecords")
+    assert [p.name for p in paths] == ["gpt2-1.tfrecords", "gpt2-2.tfrecords"]
+    assert sorted(os.listdir(tmp_path)) == ["gpt2-1.tfrecords", "gpt2-2.tfrecords"]  # no partial file left
+    parsed = _as_the_vendors_tf_reader_parses(tmp_path, 16)
+    order = [0, 2, 4, 6, 1, 3, 5]  # dealt round-robin, read file by file
+    for example, k in zip(parsed, order, strict=True):
+        assert (example["input_ids"] == arrays["input_ids"][k]).all()
+        assert (example["input_mask"] == arrays["attention_mask"][k]).all()  # 1 on real tokens
+        assert (example["labels"] == arrays["labels"][k]).all()
+    back = [e["input_ids"] for e in vendor_lm_examples(tmp_path, format="tfrecords")]
+    assert [int(np.flatnonzero((arrays["input_ids"] == ids).all(1))[0]) for ids in back] == order
+
+
+def test_prepare_writes_tfrecords_for_the_tf_folders(tmp_path):
+    pytest.importorskip("tensorflow")
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n\n".join(" ".join(f"word{(d * 5 + w) % 40} more" for w in range(30)) for d in range(10)) + "\n")
+    lines = []
+    written = prepare_vendor_lm(tmp_path / "data", max_seq_length=32, vocab_size=300, input_files=[str(text)],
+                                format="tfrecords", log=lines.append)
+    assert [p.name for p in written["train"]] == ["gpt2-1.tfrecords"]
+    zoo = read_lm_hdf5(tmp_path / "data" / "train-00000.h5")
+    parsed = _as_the_vendors_tf_reader_parses(tmp_path / "data" / "train", 32)
+    assert sorted(tuple(e["input_ids"]) for e in parsed) == sorted(map(tuple, zoo["input_ids"]))
+    assert "train_input.vocab_size=" in lines[-1] and "(in the params file)" in lines[-1]
+
+
+def test_a_tfrecords_file_not_in_the_layout_is_one_line(tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    path = tmp_path / "bad.tfrecords"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        feature = {"input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=[1, 2]))}
+        writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    with pytest.raises(UserError, match=r"bad\.tfrecords: example 0 has no int64 feature 'input_mask'"):
+        read_vendor_lm_tfrecord(path)
+    path.write_bytes(b"not a record file at all")
+    with pytest.raises(UserError, match=r"bad\.tfrecords: not a readable TFRecords file"):
+        read_vendor_lm_tfrecord(path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match=r"no \*\.tfrecord\* files \(make them with: .* --format tfrecords\)"):
+        list(vendor_lm_examples(tmp_path / "empty", format="tfrecords"))
