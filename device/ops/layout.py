@@ -17,7 +17,7 @@ from zoo_base.errors import UserError
 
 
 def _identity_backward(saved, grads, attrs, needs):
-    # tf.stop_gradient is captured as an identity marked stop_gradient (device/capture/tf/mappings.py)
+    # tf.stop_gradient is captured as an identity marked stop_gradient (device/capture/tf/elementwise.py)
     return [None if attrs.get("stop_gradient") else grads[0]]
 
 

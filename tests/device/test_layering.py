@@ -2,7 +2,9 @@
 
 device/ imports nothing from common/ (the runners) or tests/, zoo_base/ imports nothing of
 the zoo, and no stage after capture imports a framework: the compiled program runs on
-numpy alone (device/README.md, "Rooms and doors").
+numpy alone (device/README.md, "Rooms and doors"). No two modules of device/ or of common/
+import each other in a cycle, counting every import: at module level, in a function, or
+type-only (under ``if TYPE_CHECKING:``).
 """
 
 from __future__ import annotations
@@ -159,6 +161,13 @@ def test_import_cycles_are_found():
     assert import_cycles({"a": {"b"}, "b": set()}) == []
 
 
+def test_a_type_only_import_is_an_import(tmp_path):
+    # annotations alone still tie two modules together: an import under TYPE_CHECKING is an edge
+    source = tmp_path / "module.py"
+    source.write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from pkg.other import Thing\n")
+    assert imports_of(str(source), {"pkg.other", "pkg.unused"}) == {"pkg.other"}
+
+
 
 def test_no_import_cycle_among_the_runners_modules():
     graph = import_graph("common")
@@ -174,3 +183,21 @@ def test_no_import_cycle_in_the_pytorch_frontend():
     assert "device.capture.torch.lowering" in graph["device.capture.torch.elementwise"]
     torch_cycles = [cycle for cycle in import_cycles(graph) if any(m.startswith("device.capture.torch") for m in cycle)]
     assert torch_cycles == []
+
+
+def test_the_tf_lowering_imports_none_of_its_rules():
+    # as the PyTorch frontend's: the package's capture hands the lowering its rules (table.py's
+    # MAPPINGS, patterns.py, loops.py), so that their modules import the lowering at module level
+    graph = import_graph("device")
+    assert {"device.capture.tf.table", "device.capture.tf.patterns", "device.capture.tf.loops"} <= \
+        graph["device.capture.tf"]
+    assert "device.capture.tf.lowering" in graph["device.capture.tf.elementwise"]
+    assert "device.capture.tf.lowering" in graph["device.capture.tf.loops"]
+    assert graph["device.capture.tf.lowering"] & {"device.capture.tf.table", "device.capture.tf.patterns",
+                                                   "device.capture.tf.loops"} == set()
+
+
+def test_no_import_cycle_in_device():
+    # type-only imports included (imports_of reads them): the TF frontend's lowering and its
+    # mappings, patterns and loops were one such cycle
+    assert import_cycles(import_graph("device")) == []

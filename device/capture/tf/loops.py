@@ -26,19 +26,16 @@ activations and bias layout are whatever its cell wrote into the body.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
 
 from device.capture.tf.constants import ConstantFolder
-from device.capture.tf.plan import CannotMap, Plan
+from device.capture.tf.lowering import Lowering
+from device.capture.tf.plan import CannotMap, Plan, TensorList
 from device.capture.tf.tensors import ir_dtype, static_shape
-
-if TYPE_CHECKING:
-    from device.capture.tf.lowering import Lowering
 
 # more iterations than this is a loop that does not stop at capture time, not a sequence
 MAX_ITERATIONS = 10_000
@@ -49,18 +46,6 @@ _LIST_OPS = ("TensorListReserve", "EmptyTensorList", "TensorListFromTensor", "Te
 LOOP_OPS = (*_WHILE, *_LIST_OPS)
 
 
-@dataclass
-class TensorList:
-    """A TensorList at capture time: per element an IR value, a row of a tensor not yet sliced
-    out (``TensorListFromTensor``), or None (reserved, not written yet)."""
-
-    items: list  # str | tuple[str, int] (value, row) | None
-    rows: dict = field(default_factory=dict)  # (value, row) -> its sliced IR value, shared by copies
-
-    def copy(self) -> TensorList:
-        return TensorList(list(self.items), self.rows)
-
-
 def handles(low: Lowering, tensor: tf.Tensor) -> bool:
     """Whether this module lowers ``tensor``: a loop, a list op, or a list or variable passed on."""
     op = tensor.op
@@ -69,9 +54,12 @@ def handles(low: Lowering, tensor: tf.Tensor) -> bool:
     return op.type == "Identity" and op.inputs[0].dtype in (tf.variant, tf.resource)
 
 
-def plan(low: Lowering, tensor: tf.Tensor) -> Plan:
-    """The Plan of a tensor ``handles`` accepts: refused at the user's line if the loop or list is
-    not static, also when that shows only while it is built (an element never written)."""
+def plan(low: Lowering, tensor: tf.Tensor) -> Plan | None:
+    """The Plan of a tensor ``handles`` accepts (None for any other): refused at the user's line if
+    the loop or list is not static, also when that shows only while it is built (an element never
+    written). The lowering tries it on every tensor first (its ``Rules.loop``)."""
+    if not handles(low, tensor):
+        return None
     try:
         planned = _plan(low, tensor)
     except CannotMap as reason:
@@ -381,7 +369,7 @@ def _plan_while(low: Lowering, tensor: tf.Tensor) -> Plan:
 
 def _run_body(low: Lowering, op: tf.Operation, iteration: _Iteration, state: list) -> tuple[list, list]:
     """Lower one iteration's body, its placeholders bound to the loop state; the next state."""
-    child = type(low)(iteration.graph, [], None, low.updated)
+    child = type(low)(iteration.graph, [], None, low.updated, low.rules)
     child.graph, child.trainable, child.lists = low.graph, low.trainable, {}
     where = low.loc(op)
     child.loc = lambda body_op, label=None: dataclasses.replace(where, framework_op=label or body_op.type)
@@ -407,18 +395,3 @@ def _run_body(low: Lowering, op: tf.Operation, iteration: _Iteration, state: lis
     state = [child.lists[t.name] if t.name in child.lists else child.value_of.get(t.name) if number is None else None
              for t, number in zip(iteration.outputs, numbers)]
     return state, numbers
-
-
-def drop_unused(graph, names: set[str]) -> None:
-    """Drop the unrolled nodes nothing reads (the last step's counters, a final state the model
-    does not use), then the values and constants of ``names`` nothing reads any more."""
-    while True:
-        read = {v for n in graph.nodes for v in n.inputs} | {graph.loss, *graph.outputs.values()}
-        unused = {n.name for n in graph.nodes if n.name in names and not read & set(n.outputs)}
-        if not unused:
-            break
-        graph.nodes = [n for n in graph.nodes if n.name not in unused]
-    used = {v for n in graph.nodes for v in (*n.inputs, *n.outputs)} | {graph.loss, *graph.outputs.values()}
-    for name in names - used:
-        graph.values.pop(name, None)
-        graph.constants.pop(name, None)

@@ -1,10 +1,12 @@
 """Walking a TF graph back from the loss and outputs, and emitting the IR: the frontend's driver.
 
 ``Lowering.run`` walks post-order from the targets (the loss, the outputs) to the batch
-inputs, the variables and the constants, and lowers each tensor on the way: a pattern of
-several TF ops (patterns.py) is tried first, then the op type's mapping (mappings.py);
-an op in neither becomes an IR node named after the TF op type, with its outputs' static
-shapes, so that validation reports every unsupported op at once with its source line.
+inputs, the variables and the constants, and lowers each tensor on the way by the rules it
+is handed (``Rules``): a loop or TensorList op (loops.py), else a pattern of several TF ops
+(patterns.py), else the op type's mapping (table.py); an op in none becomes an IR node named
+after the TF op type, with its outputs' static shapes, so that validation reports every
+unsupported op at once with its source line. The package's ``capture`` gathers the rules, so
+that their modules import this one and it none of them.
 
 Sources: a tensor in ``inputs`` is a graph input; ReadVariableOp(VarHandleOp) and
 VariableV2 are params (trainable and updated by train_op) or state; a constant, or any
@@ -13,26 +15,41 @@ stateless subgraph of constants, is folded once (constants.py) into graph.consta
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 import tensorflow as tf
 
 from device import ir
-from device.capture.tf import loops
 from device.capture.tf.constants import ConstantFolder
-from device.capture.tf.mappings import MAPPINGS
-from device.capture.tf.patterns import PATTERNS
-from device.capture.tf.plan import CannotMap, Plan
+from device.capture.tf.plan import CannotMap, Plan, TensorList
 from device.capture.tf.tensors import ir_dtype, reachable, source_loc, static_shape, variable_name
 
 _KEYS = tf.compat.v1.GraphKeys
+
+# a mapping answers the Plan of one tensor of its op type (CannotMap: refused); a pattern, or
+# the loops' rule, a Plan or None where the tensor is not what it looks for
+OpMapping = Callable[["Lowering", tf.Tensor], Plan]
+Pattern = Callable[["Lowering", tf.Tensor], "Plan | None"]
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What the lowering tries on a tensor, in this order."""
+
+    loop: Pattern  # loops.plan: a while loop, unrolled; its TensorLists
+    patterns: dict[str, list[Pattern]]  # patterns.PATTERNS: several TF ops, by the op type that ends them
+    mappings: dict[str, OpMapping]  # table.MAPPINGS: one TF op type -> one or a few IR ops
 
 
 class Lowering:
     """One capture: the IR graph being built, and what the mappings and patterns ask of it."""
 
     def __init__(self, tf_graph: tf.Graph, inputs: list[tf.Tensor], train_op: tf.Operation | None,
-                 updated: set[str] | None):
+                 updated: set[str] | None, rules: Rules):
         self.tf_graph = tf_graph
+        self.rules = rules
         self.graph = ir.Graph(frontend="tf")
         self.inputs = {t.name: t for t in inputs}
         self.value_of: dict[str, str] = {}  # TF tensor name -> IR value name
@@ -45,7 +62,7 @@ class Lowering:
         self.moving_averages: dict[str, tuple[tf.Operation, float]] | None = None
         self._fresh = 0
         self.locs: dict[str, ir.SourceLoc] = {}
-        self.lists: dict[str, loops.TensorList] = {}  # TF variant tensor name -> the TensorList it holds
+        self.lists: dict[str, TensorList] = {}  # TF variant tensor name -> the TensorList it holds
         self.unrolled: set[str] = set()  # IR nodes and values of unrolled loops (loops.py)
         self.trips: dict[str, list] = {}  # While op name -> its iterations (loops.py)
 
@@ -66,7 +83,7 @@ class Lowering:
         self.graph.outputs = {key: self.value_of[t.name] for key, t in outputs.items()}
         if training:
             self._report_metrics(targets + [self.train_op])
-        loops.drop_unused(self.graph, self.unrolled)
+        _drop_unused(self.graph, self.unrolled)
         return self.graph
 
     def _lower(self, targets: list[tf.Tensor]):
@@ -93,13 +110,14 @@ class Lowering:
             return self._unsupported(tensor, "an input of unknown rank", inherited=True)
         if tensor.shape.rank is None:
             return self._unsupported(tensor, "a tensor of unknown rank")
-        if loops.handles(self, tensor):  # a while loop, unrolled; its TensorLists
-            return loops.plan(self, tensor)
-        for match in PATTERNS.get(op.type, ()):
+        plan = self.rules.loop(self, tensor)  # a while loop, unrolled; its TensorLists
+        if plan is not None:
+            return plan
+        for match in self.rules.patterns.get(op.type, ()):
             plan = match(self, tensor)
             if plan is not None:
                 return plan
-        mapper = MAPPINGS.get(op.type)
+        mapper = self.rules.mappings.get(op.type)
         if mapper is not None:
             try:
                 return mapper(self, tensor)
@@ -230,3 +248,18 @@ class Lowering:
                             "runs no metrics while training: compute them in EVAL through host_call"),
                 "loc": self.loc(op),
             })
+
+
+def _drop_unused(graph, names: set[str]) -> None:
+    """Drop the unrolled nodes nothing reads (the last step's counters, a final state the model
+    does not use), then the values and constants of ``names`` nothing reads any more."""
+    while True:
+        read = {v for n in graph.nodes for v in n.inputs} | {graph.loss, *graph.outputs.values()}
+        unused = {n.name for n in graph.nodes if n.name in names and not read & set(n.outputs)}
+        if not unused:
+            break
+        graph.nodes = [n for n in graph.nodes if n.name not in unused]
+    used = {v for n in graph.nodes for v in (*n.inputs, *n.outputs)} | {graph.loss, *graph.outputs.values()}
+    for name in names - used:
+        graph.values.pop(name, None)
+        graph.constants.pop(name, None)

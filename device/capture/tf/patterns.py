@@ -13,25 +13,19 @@
                                         -> sigmoid_cross_entropy
 
 A pattern is tried at the TF op that ends it (``PATTERNS``, by op type) before that op's
-own mapping (device/capture/tf/mappings.py); it answers a Plan, or None when the tensor
+own mapping (device/capture/tf/table.py); it answers a Plan, or None when the tensor
 is not an instance of the pattern.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
-
 import numpy as np
 import tensorflow as tf
 
+from device.capture.tf.lowering import Lowering, Pattern
 from device.capture.tf.plan import Plan
 from device.capture.tf.tensors import (f32, is_type, operand_pairs, read_handle, same, same_op, static_shape,
                                        unwrap_reshape)
-
-if TYPE_CHECKING:
-    from device.capture.tf.lowering import Lowering
-
-Pattern = Callable[["Lowering", tf.Tensor], "Plan | None"]
 
 
 def _match_dropout(low: Lowering, tensor) -> Plan | None:
