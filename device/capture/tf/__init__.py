@@ -34,7 +34,7 @@ from device import ir
 from device.capture.tf import loops
 from device.capture.tf.elementwise import STOP_GRADIENT_ATTR
 from device.capture.tf.lowering import Lowering, Rules
-from device.capture.tf.optimizer import optimizer_spec, update_views, updated_variables
+from device.capture.tf.optimizer import learning_rate_tensor, optimizer_spec, update_views, updated_variables
 from device.capture.tf.patterns import PATTERNS
 from device.capture.tf.table import MAPPINGS
 from device.capture.tf.tensors import reachable
@@ -44,8 +44,8 @@ from device.dtypes import PRECISIONS
 from device.optimizer import DEFAULT_INITIAL_LOSS_SCALE, DEFAULT_STEPS_PER_INCREASE, MAX_LOSS_SCALE, MIN_LOSS_SCALE
 from zoo_base.errors import UserError
 
-__all__ = ["STOP_GRADIENT_ATTR", "capture", "optimizer_slots", "read_optimizer_state", "read_state", "read_variables",
-           "read_weights", "write_optimizer_state", "write_variables", "write_weights"]
+__all__ = ["STOP_GRADIENT_ATTR", "capture", "learning_rate", "optimizer_slots", "read_optimizer_state", "read_state",
+           "read_variables", "read_weights", "write_optimizer_state", "write_variables", "write_weights"]
 
 # what the lowering tries on each tensor, in this order: a loop or TensorList op, a pattern, a mapping
 _RULES = Rules(loop=loops.plan, patterns=PATTERNS, mappings=MAPPINGS)
@@ -94,3 +94,12 @@ def capture(tf_graph: tf.Graph, *, inputs: list[tf.Tensor], loss: tf.Tensor | No
             graph.optimizer.min_loss_scale = min_loss_scale
             graph.optimizer.max_loss_scale = max_loss_scale
     return graph
+
+
+def learning_rate(tf_graph: tf.Graph, train_op, graph: ir.Graph) -> tf.Tensor | None:
+    """The tensor of train_op's learning rate when it is not a constant (a schedule: the runner
+    evaluates it at every step), else None: it is ``graph.optimizer.hyper["lr"]``."""
+    if not isinstance(train_op, tf.Operation):
+        train_op = train_op.op
+    with tf_graph.as_default():
+        return learning_rate_tensor(update_views(reachable([train_op])), list(graph.params.values()))
