@@ -35,7 +35,8 @@ LLAMA3 = ("model.rope_scaling={rope_type: llama3, factor: 8.0, low_freq_factor: 
           "original_max_position_embeddings: 64}", "model.rope_theta=10000.0")
 WINDOW = ("model.sliding_window=5",)  # T = 12: the window cuts off most keys
 TIED = ("model.share_embedding_weights=true", "model.num_kv_heads=1")
-VARIANTS = {"mha": MHA, "gqa": GQA, "llama3": LLAMA3, "window": WINDOW, "tied": TIED}
+EPSILON = ("model.rms_norm_eps=0.5",)  # beside mean squares of about 1: where epsilon is added shows
+VARIANTS = {"mha": MHA, "gqa": GQA, "llama3": LLAMA3, "window": WINDOW, "tied": TIED, "epsilon": EPSILON}
 
 
 def params_of(*overrides):
