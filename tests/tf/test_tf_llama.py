@@ -5,6 +5,7 @@ rescaling and Mistral's sliding window; greedy decoding with the key/value cache
 decoding by rerunning the whole sequence; the emulator's loss and gradients against
 TensorFlow's; tiny training on the CPU; config errors in one line."""
 
+import inspect
 import json
 import math
 import os
@@ -178,6 +179,16 @@ def test_the_masks_and_rotary_tables_are_constants_of_sequence_size():
     assert len(masks) == 2 and all(op.inputs[0].op.type == "Const" and op.inputs[0].shape.as_list() == [12, 12]
                                    for op in masks)
     assert not [op for op in ops if op.type in ("Sin", "Cos")]
+
+
+def test_the_loss_metrics_and_input_pipeline_are_tf_gpt2s_copies():
+    """Deliberate copies (each folder stands alone): kept equal to tf/gpt2's here."""
+    gpt2_model, gpt2_data = import_beside(os.path.join(zoo.ROOT, "tf", "gpt2", "run.py"), "model", "data")
+    for mine, theirs, names in ((model, gpt2_model, ("token_losses", "lm_loss", "lm_metrics")),
+                                (data, gpt2_data, ("shard_files", "check_lengths", "check_meta", "train_input_fn",
+                                                   "eval_input_fn"))):
+        for name in names:
+            assert inspect.getsource(getattr(mine, name)) == inspect.getsource(getattr(theirs, name)), name
 
 
 # --- the logits --------------------------------------------------------------------------------------
