@@ -494,6 +494,29 @@ def test_more_tf_ops_match_tf(built_graphs):
     _close_grads(grads, b.variables, tf_grads, 1e-5)
 
 
+def test_slice_and_stack_match_tf(built_graphs):
+    """tf.slice (a -1 size; a size from tf.shape of a static tensor, as a position table cut to
+    the sequence length) and tf.stack (of one tensor, as tf.matmul(x, (w,)) makes one; of two)."""
+    def model_fn(x, y):  # x: (4, 5, 6)
+        table = v1.get_variable("table", (9, 6), initializer=v1.random_normal_initializer(seed=1))
+        h = x + tf.slice(table, [0, 0], [tf.shape(x)[1], -1])  # (4, 5, 6)
+        w = v1.get_variable("w", (6, 3), initializer=v1.random_normal_initializer(seed=2))
+        h = tf.matmul(h, tf.stack([w]))  # (1, 6, 3) broadcast over the batch: (4, 5, 3)
+        pair = tf.stack([h[:, 0], tf.slice(h, [0, 2, 1], [-1, 1, 2])[:, 0, :1] * h[:, 1]], axis=1)  # (4, 2, 3)
+        logits = tf.reduce_sum(pair, axis=1)
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)), {}
+
+    b = built_graphs(model_fn, (4, 5, 6))
+    graph = b.capture()
+    assert {n.op for n in graph.nodes} <= set(OPS) and {"slice", "concat"} <= {n.op for n in graph.nodes}
+    rng = np.random.default_rng(6)
+    x, y = _batch(rng, (4, 5, 6), 3)
+    loss, grads = Program(graph, capture_tf.read_weights(b.session, graph)).gradients([x, y])
+    tf_loss, tf_grads = b.run([b.loss, b.grads], x, y)
+    _close(loss, tf_loss, 1e-5)
+    _close_grads(grads, b.variables, tf_grads, 1e-5)
+
+
 def test_softplus_is_one_node_and_matches_tf(built_graphs):
     def model_fn(x, y):  # x: (4, 6)
         logits = layers.Dense(3)(tf.nn.softplus(layers.Dense(5)(x)))

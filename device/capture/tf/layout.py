@@ -1,5 +1,5 @@
-"""Mappings of layout ops: reshapes, transpose, concat, slices (StridedSlice, Unpack, Split, a
-reverse as a slice of step -1), tile, pad, broadcast_to.
+"""Mappings of layout ops: reshapes, transpose, concat, Pack (tf.stack), slices (StridedSlice,
+Slice, Unpack, Split, a reverse as a slice of step -1), tile, pad, broadcast_to.
 
 Each mapping takes the lowering and one TF tensor (an output of the op) and answers its Plan;
 CannotMap for a variant the device does not take (the tensor then becomes an unsupported node,
@@ -42,6 +42,48 @@ def map_concat(low: Lowering, tensor):
     axis = int(low.attr(op.inputs[-1], "the concat axis")) % tensor.shape.rank
     return Plan(operands, lambda: low.emit("concat", [low.value(t) for t in operands], op, [tensor],
                                               {"axis": axis}))
+
+
+def map_pack(low: Lowering, tensor):
+    """tf.stack (Pack): each operand reshaped with the new axis, then one concat along it."""
+    op = tensor.op
+    operands = list(op.inputs)
+    out_shape = [-1 if d is None else d for d in static_shape(tensor)]
+    axis = op.get_attr("axis") % len(out_shape)
+    if out_shape.count(-1) > 1:
+        raise CannotMap("more than one dimension of unknown size")
+
+    def build():
+        if len(operands) == 1:
+            low.emit("reshape", [low.value(operands[0])], op, [tensor], {"shape": out_shape})
+            return
+        part_shape = out_shape[:axis] + [1] + out_shape[axis + 1:]
+        parts = [low.aux("reshape", [low.value(t)], op, [None if d == -1 else d for d in part_shape],
+                         ir_dtype(t.dtype), {"shape": part_shape}) for t in operands]
+        low.emit("concat", parts, op, [tensor], {"axis": axis})
+    return Plan(operands, build)
+
+
+def map_slice(low: Lowering, tensor):
+    """tf.slice (Slice): ``size`` -1 runs to the end; a size that is no constant (computed from
+    tf.shape of a static tensor, as a layer slicing a table to the sequence length does) is
+    the output's static size."""
+    op = tensor.op
+    x = op.inputs[0]
+    begin = [int(b) for b in low.attr(op.inputs[1], "the slice begin")]
+    size = low.const(op.inputs[2])
+    out = static_shape(tensor)
+    bounds = []
+    for axis, (b, dim) in enumerate(zip(begin, static_shape(x))):
+        n = int(size[axis]) if size is not None else out[axis]
+        if n is None:
+            raise CannotMap("the slice size is neither a constant nor static")
+        end = dim if n == -1 else b + n
+        if dim is None and (b != 0 or end is not None):
+            raise CannotMap("slicing a dimension of unknown size")
+        bounds.append((b, end))
+    attrs = {"begin": [b for b, _ in bounds], "end": [e for _, e in bounds], "step": [1] * len(bounds)}
+    return Plan([x], lambda: low.emit("slice", [low.value(x)], op, [tensor], attrs))
 
 
 def map_strided_slice(low: Lowering, tensor):

@@ -18,6 +18,7 @@
     Mean Sum Max                                                  reduce_mean reduce_sum reduce_max
     Reshape Squeeze ExpandDims                                    reshape (the static output shape)
     Transpose / ConcatV2 / StridedSlice (ellipsis, new axis)      transpose / concat / slice (+ reshape)
+    Slice (tf.slice; size -1, or the static size) / Pack (tf.stack) slice / reshape + concat
     MatMul BatchMatMul{,V2,V3}                                    matmul (transpose_a/b, adj_x/y -> transpose)
     Einsum / Cast / ArgMax / Equal                                einsum / cast / argmax / equal
     Conv2D                                                        conv2d (layout NHWC or NCHW, weight HWIO, groups)
@@ -56,8 +57,8 @@ from device.capture.tf.elementwise import (integer_division, map_add_n, map_bias
                                            map_div_no_nan, map_floor_div, map_identity_n, map_pow, map_select,
                                            map_squared_difference, map_stop_gradient, simple)
 from device.capture.tf.language import map_band_part, map_gather, map_one_hot
-from device.capture.tf.layout import (map_broadcast_to, map_concat, map_pad, map_reshape, map_reverse, map_split,
-                                      map_strided_slice, map_tile, map_transpose, map_unpack)
+from device.capture.tf.layout import (map_broadcast_to, map_concat, map_pack, map_pad, map_reshape, map_reverse,
+                                      map_slice, map_split, map_strided_slice, map_tile, map_transpose, map_unpack)
 from device.capture.tf.linalg import map_einsum, map_matmul
 from device.capture.tf.losses import map_sparse_xent, map_xent
 from device.capture.tf.lowering import OpMapping
@@ -117,6 +118,8 @@ MAPPINGS: dict[str, OpMapping] = {
     "Transpose": map_transpose,
     "ConcatV2": map_concat,
     "StridedSlice": map_strided_slice,
+    "Slice": map_slice,
+    "Pack": map_pack,
     "MatMul": map_matmul,
     "BatchMatMul": map_matmul,
     "BatchMatMulV2": map_matmul,
