@@ -805,16 +805,16 @@ def migrate(src: str, dest: str) -> Migration:
 
 
 def next_steps(checkout: "Checkout | None", src: str, dest: str) -> list[str]:
-    """For a folder of the vendor's PyTorch transformers zoo: the command that writes its data in the vendor's
-    layout (it prints the overrides that point the config at that data), a first run of the migrated folder at
-    the small size ``zoo port vendor-check`` uses, and that check itself; [] for any other folder."""
+    """For a folder of the vendor's transformers zoo that vendor_folders.FOLDERS lists: the command that writes
+    its data in the vendor's layout (it prints the overrides that point the config at that data), a first run
+    of the migrated folder at the small size ``zoo port vendor-check`` uses, and that check itself; [] for any
+    other folder."""
     if checkout is None:
         return []
-    family = os.path.join(checkout.root, *vendor_folders.FAMILY)
-    rel = os.path.relpath(os.path.realpath(src), os.path.realpath(family)).replace(os.sep, "/")
-    folder = vendor_folders.FOLDERS.get(rel)
+    folder = vendor_folders.folder_of(checkout.root, src)
     if folder is None:
         return []
+    rel = folder.name
     steps = []
     data_keys = ""
     if folder.data:
@@ -822,9 +822,13 @@ def next_steps(checkout: "Checkout | None", src: str, dest: str) -> list[str]:
         command = [a.format(out=out) for a in folder.data[folder.data.index("prepare") + 1:]]
         steps.append("zoo prepare " + " ".join(command) + "    # its last line: the overrides for that data")
         data_keys = " <those overrides>"
-    steps.append(f"python {os.path.join(dest, 'run.py')} -m train -p {os.path.join(dest, *folder.config.split('/'))} "
-                 f"-o model_dir/{os.path.basename(os.path.normpath(dest))} {' '.join(folder.override_args())}"
-                 f"{data_keys} runconfig.max_steps=10")
+    run = (f"python {os.path.join(dest, 'run.py')} -m train -p {os.path.join(dest, *folder.config.split('/'))} "
+           f"-o model_dir/{os.path.basename(os.path.normpath(dest))}")
+    settings = f"{' '.join(folder.override_args())}{data_keys} runconfig.max_steps=10"
+    if folder.framework == "tf":  # its run.py takes no overrides: they go into the params file
+        steps.append(f"{run}    # after setting in the params file: {settings}")
+    else:
+        steps.append(f"{run} {settings}")
     steps.append(f"zoo port vendor-check {checkout.root} {rel}    # the same, then eval, --validate_only, "
                  f"--compile_only and the emulator, checked")
     return steps

@@ -1,9 +1,10 @@
-"""``zoo port vendor-check CHECKOUT [FOLDER ...] [--work DIR]``: the vendor's PyTorch zoo, end to end.
+"""``zoo port vendor-check CHECKOUT [FOLDER ...] [--work DIR]``: the vendor's transformers zoo, end to end.
 
-For each of the vendor's nine PyTorch transformers folders (R1.6; or the ones named), in a
-work folder (new; a temporary one by default): ``zoo port migrate`` it, run the data command
+For each of the vendor's nine PyTorch transformers folders (R1.6) and the TF ones that run
+here so far (``tf/gpt2``; or the ones named), in a work folder (new; a temporary one by default): ``zoo port migrate`` it, run the data command
 of FOLDERS for it, then, each in a process of its own with the folder's small overrides
-(FOLDERS, each with its reason): train 10 steps on the CPU, eval, --validate_only,
+(FOLDERS, each with its reason; a TF folder's run.py takes no overrides, so they go into a
+params file written beside its logs for each step): train 10 steps on the CPU, eval, --validate_only,
 --compile_only, and train 10 steps with --device emulator. The first loss of the two trainings
 must agree within 1e-4 (a float16 loss: within one float16 ulp of it, and the table says so).
 Prints one table row a folder and the first error line of each step that failed; exits 0
@@ -23,8 +24,10 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import yaml
 
 from common.errors import UserError
+from common.params import ALIASES, parse_override
 from common.port import migrate as port_migrate
 from common.port.vendor_folders import FAMILY, FOLDERS, Folder  # noqa: F401  (Folder: the table's rows)
 
@@ -114,7 +117,7 @@ def check_folder(folder: Folder, checkout: str, work: str, timeout: float) -> Ro
         row.passed = False
         row.errors.append((step, line))
 
-    src = os.path.join(checkout, *FAMILY, *folder.path.split("/"))
+    src = folder.source(checkout)
     try:
         migration = port_migrate.migrate(src, dest)
     except UserError as e:
@@ -153,6 +156,10 @@ def check_folder(folder: Folder, checkout: str, work: str, timeout: float) -> Ro
     def step(name: str, extra: list[str], model_dir: str, settings: list[str]) -> Step:
         argv = [sys.executable, run_py, *extra, "-p", params, "-o", os.path.join(model_dirs, model_dir),
                 *overrides, *settings]
+        if folder.framework == "tf":
+            written = os.path.join(logs, f"{name.replace(' ', '_')}.yaml")
+            write_params(params, [*overrides, *settings], written)
+            argv = [sys.executable, run_py, *extra, "-p", written, "-o", os.path.join(model_dirs, model_dir)]
         rc, output = _run(argv, work, os.path.join(logs, f"{name}.log"), timeout)
         losses = _losses(output)
         if rc != 0:
@@ -197,6 +204,28 @@ def check_folder(folder: Folder, checkout: str, work: str, timeout: float) -> Ro
             fail("emulator", f"first loss {emu.losses[0]:.5f} on the emulator, {cpu.losses[0]:.5f} on the cpu: "
                              f"{gap:.1e} apart, over {limit}")
     return row
+
+
+def write_params(params: str, overrides: list[str], path: str) -> None:
+    """``params`` (a YAML file) with ``overrides`` (``section.key=value``) set, written to ``path``: for a
+    run.py that takes no overrides (the vendor's TF ones). A key is written in the vendor's spelling where it
+    has one (runconfig.log_steps as save_summary_steps: params.ALIASES), which the folder's own defaults read."""
+    with open(params, encoding="utf-8") as f:
+        data = yaml.safe_load(f) or {}
+    vendor = {}
+    for spelling, shared in ALIASES.items():
+        vendor.setdefault(shared, spelling)
+    for text in overrides:
+        keys, value = parse_override(text)
+        if isinstance(data.get(keys[0]), dict):
+            data[keys[0]].pop(keys[-1], None)
+        keys = vendor.get(keys, keys)
+        node = data
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        node[keys[-1]] = value
+    with open(path, "w", encoding="utf-8") as f:
+        yaml.safe_dump(data, f, sort_keys=False)
 
 
 def data_keys(output: str) -> list[str]:
@@ -283,7 +312,7 @@ def check(checkout: str, names: list[str], work: str | None, timeout: float = 90
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkout", metavar="CHECKOUT", help="the folder holding the vendor's modelzoo/ (R_1.6.0)")
     parser.add_argument("folders", nargs="*", metavar="FOLDER",
-                        help=f"below modelzoo/transformers/pytorch/ (default: all nine: {', '.join(FOLDERS)})")
+                        help=f"below modelzoo/transformers/pytorch/, or tf/NAME (default: all: {', '.join(FOLDERS)})")
     parser.add_argument("--work", metavar="DIR", help="a new folder for the migrated folders, data and runs "
                                                       "(default: a new temporary one)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a step may take (default 900)")

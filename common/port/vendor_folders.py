@@ -1,7 +1,8 @@
-"""The vendor's nine PyTorch transformers folders (R1.6) and how each is run here: one table.
+"""The vendor's nine PyTorch transformers folders (R1.6), and its TF ones as they come to run
+here, and how each is run: one table.
 
-Each entry names the folder (below ``modelzoo/transformers/pytorch/`` of a checkout), its
-params file, the ``zoo prepare vendor_*`` command that writes its data in the vendor's layout,
+Each entry names the folder (below ``modelzoo/transformers/pytorch/`` of a checkout; a TF
+one below ``modelzoo/transformers/``, as ``tf/gpt2``), its params file, the ``zoo prepare vendor_*`` command that writes its data in the vendor's layout,
 and the command-line overrides of a small first run, each with its reason. ``zoo port
 vendor-check`` (vendor_check.py) runs them; ``zoo port migrate`` (migrate.py) ends its report
 with them. Nothing here imports either.
@@ -9,9 +10,11 @@ with them. Nothing here imports either.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
-FAMILY = ("modelzoo", "transformers", "pytorch")  # where the folders lie in a checkout
+FAMILY = ("modelzoo", "transformers", "pytorch")  # where the PyTorch folders lie in a checkout
+TF_FAMILY = ("modelzoo", "transformers")  # the TF folders' paths start with tf/
 
 # what every folder's runs set: dropout and mixed precision off, so the CPU and the emulator compute alike
 _SMALL_BERT = ("model.num_hidden_layers=1 model.hidden_size=64 model.num_heads=2 model.filter_size=128 "
@@ -38,10 +41,20 @@ class Folder:
     loss_dtype_why: str = ""
     # why the first losses cannot be compared (randomness no setting reaches): the row is then not passed
     uncomparable: str = ""
+    family: tuple[str, ...] = FAMILY  # TF_FAMILY for the TF folders
 
     @property
     def name(self) -> str:
         return self.path
+
+    @property
+    def framework(self) -> str:
+        """pytorch or tf: a TF folder's run.py (the vendor's own) takes no overrides on its command line, so
+        they go into a params file written for the run."""
+        return "tf" if self.family == TF_FAMILY else "pytorch"
+
+    def source(self, checkout: str) -> str:
+        return os.path.join(checkout, *self.family, *self.path.split("/"))
 
     def override_args(self) -> list[str]:
         return [o for text, _ in self.overrides for o in text.split()]
@@ -110,4 +123,22 @@ FOLDERS: dict[str, Folder] = {f.name: f for f in (
          "model.mixed_precision=false model.dropout=0.0 train_input.batch_size=8 eval_input.batch_size=8 "
          "train_input.num_samples=256 eval_input.num_samples=64", "small size, dropout off"),
     )),
+    # the TF folders that run here so far
+    Folder("tf/gpt2", "configs/params_gpt2_small.yaml",
+           _prepare("vendor_gpt2", "--max_seq_length", "128", "--format", "tfrecords"), (
+        ("model.num_hidden_layers=2 model.hidden_size=64 model.num_heads=2 model.filter_size=128 "
+         "model.max_position_embeddings=128 model.mixed_precision=false model.dropout_rate=0.0 "
+         "model.attention_dropout_rate=0.0", "small size, dropout off"),
+        ("train_input.batch_size=8 eval_input.batch_size=8", "size"),
+        ("train_input.shuffle_seed=1 eval_input.shuffle_seed=1",
+         "its config sets no shuffle seed, and its reader then shuffles unseeded: two CPU runs differ from step 2"),
+    ), family=TF_FAMILY),
 )}
+
+
+def folder_of(checkout: str, src: str) -> Folder | None:
+    """The entry of FOLDERS for the folder ``src`` of the vendor's ``checkout``, if it has one."""
+    for folder in FOLDERS.values():
+        if os.path.realpath(folder.source(checkout)) == os.path.realpath(src):
+            return folder
+    return None

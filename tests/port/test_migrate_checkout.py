@@ -317,6 +317,22 @@ def test_a_known_vendor_folder_is_told_its_data_command_and_a_first_run(tmp_path
     assert "\n".join(steps[:3]) in out  # printed as written
 
 
+def test_a_known_vendor_tf_folder_is_told_to_set_its_settings_in_the_params_file(tmp_path):
+    files = {rel.replace(TINY + "/", "modelzoo/transformers/tf/gpt2/"): text for rel, text in CHECKOUT.items()}
+    _write(tmp_path / "vendor", files)
+    dest = tmp_path / "gpt2_tf"
+    assert zoo_cli.main(["port", "migrate", str(tmp_path / "vendor/modelzoo/transformers/tf/gpt2"),
+                         "--out", str(dest)]) == 0
+    report = (dest / "MIGRATION.md").read_text()
+    steps = report.split("## Next: its data, then a first run at a small size\n\n", 1)[1].splitlines()
+    assert steps[0].startswith("    zoo prepare vendor_gpt2 --output_dir data/vendor_tf_gpt2 --max_seq_length 128 "
+                               "--format tfrecords")
+    run, settings = steps[1].split("    # after setting in the params file: ")
+    assert run == f"    python {dest / 'run.py'} -m train -p {dest / 'configs/params_gpt2_small.yaml'} -o model_dir/gpt2_tf"
+    assert "model.num_hidden_layers=2" in settings and settings.endswith("runconfig.max_steps=10")
+    assert steps[2].startswith(f"    zoo port vendor-check {tmp_path / 'vendor'} tf/gpt2 ")
+
+
 def test_another_folder_is_told_no_data_command(checkout, tmp_path):
     migrate(str(checkout / TINY), str(tmp_path / "out"))
     assert "## Next" not in (tmp_path / "out" / "MIGRATION.md").read_text()

@@ -257,3 +257,66 @@ def test_a_folder_whose_losses_cannot_be_compared_is_not_passed_and_says_why(tmp
     out = capsys.readouterr().out
     assert ", not compared |" in _row(out) and _row(out).rstrip().endswith("| failed |")
     assert "- demo, emulator: first loss not compared: its dropout is fixed on" in out.splitlines()
+
+
+# a TF folder's run.py, as the vendor's: no overrides on its command line, its settings in the params file
+# (in the vendor's spellings, which its own defaults read); it fails if an override comes on the command line
+FAKE_TF_RUN = '''import sys
+
+import yaml
+
+if any("=" in a for a in sys.argv[1:]):
+    print("run.py: error: unrecognized arguments: " + " ".join(a for a in sys.argv[1:] if "=" in a))
+    sys.exit(2)
+params = yaml.safe_load(open(sys.argv[sys.argv.index("-p") + 1]))
+run = params["runconfig"]
+if "log_steps" in run or "checkpoint_steps" in run:
+    print("error: runconfig: 'save_summary_steps' and 'log_steps' are the same setting; give only one")
+    sys.exit(2)
+device = "emulator" if "emulator" in sys.argv else "cpu"
+if "-m" in sys.argv and sys.argv[sys.argv.index("-m") + 1] == "eval":
+    print("| Eval Device=cpu Step=10 loss=1.00000")
+elif "--validate_only" in sys.argv:
+    print("validation passed: 0 error(s)")
+elif "--compile_only" in sys.argv:
+    print("12:00:00 INFO compile report: here")
+else:
+    for step in range(1, run["max_steps"] + 1, run["save_summary_steps"]):
+        loss = params["model"]["width"] / 10 - step / 100
+        print(f"12:00:00 INFO | Train Device={device} Step={step} Loss={loss:.5f} Rate=1.00 ({params['train_input']['data_dir']})")
+'''
+
+TF_PARAMS = '''train_input:
+    data_dir: "./nowhere"
+eval_input:
+    data_dir: "./nowhere"
+model:
+    width: 64
+runconfig:
+    max_steps: 1000
+    save_summary_steps: 100
+    save_checkpoints_steps: 1000
+'''
+
+
+def test_a_tf_folder_gets_its_settings_in_a_params_file_in_the_vendors_spellings(tmp_path, capsys):
+    from common.port.vendor_folders import TF_FAMILY
+
+    root = tmp_path / "vendor"
+    folders = write_checkout(root)
+    for rel, text in {"modelzoo/transformers/tf/__init__.py": LICENSE,
+                      "modelzoo/transformers/tf/demo/run.py": LICENSE + FAKE_TF_RUN,
+                      "modelzoo/transformers/tf/demo/configs/params.yaml": TF_PARAMS}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    demo = folders["demo"]
+    folders = {"tf/demo": dataclasses.replace(demo, path="tf/demo", family=TF_FAMILY,
+                                              overrides=(("model.width=16", "small size"),))}
+    work = tmp_path / "work"
+    assert vendor_check.check(str(root), ["tf/demo"], str(work), timeout=120, folders=folders) == 0
+    out = capsys.readouterr().out
+    assert _row(out, "tf/demo").rstrip().endswith("| passed |")
+    assert "| 1.59000 -> 1.50000 |" in _row(out, "tf/demo")  # width 16, ten steps logged one by one
+    written = (work / "logs" / "tf_demo" / "cpu_train.yaml").read_text()
+    assert "save_summary_steps: 1\n" in written and "save_checkpoints_steps: 10\n" in written
+    assert f"data_dir: {work / 'data' / 'tf_demo'}" in written  # the data command's last line
