@@ -24,7 +24,8 @@ so that a state_dict crosses as it is. tf/llama is the same network.
 
 For the device: the rotary cos/sin tables are computed in numpy when the model is built (a
 constant of the graph, so the graph needs no sin or cos), and the causal (and sliding-window)
-mask is built in the graph from ``torch.tril`` of ones (the capture turns it into a constant).
+mask is built in the graph from ``torch.tril`` of ones, once for every layer, and added to the
+scores as 0 or -inf (the capture turns it into one constant).
 Greedy decoding (``--mode predict`` with a prompt file) keeps each layer's keys and values in a
 cache on the host, so each new token costs one position's work; it runs on the CPU or a GPU.
 """
@@ -154,26 +155,24 @@ class Attention(nn.Module):
         H = p["hidden_size"]
         self.num_heads, self.num_kv_heads = p["num_heads"], num_kv_heads(p)
         self.head_size = D = H // self.num_heads
-        self.window = p["sliding_window"]
         self.q_proj = nn.Linear(H, self.num_heads * D, bias=False)
         self.k_proj = nn.Linear(H, self.num_kv_heads * D, bias=False)
         self.v_proj = nn.Linear(H, self.num_kv_heads * D, bias=False)
         self.o_proj = nn.Linear(self.num_heads * D, H, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, bias: torch.Tensor,
                 cache: dict | None = None) -> torch.Tensor:  # (B, T, H) -> (B, T, H)
-        """cos, sin: (T, D), the tables' rows of x's positions. ``cache`` (decoding only): this
-        layer's keys and values of the earlier positions, {"k", "v"} (B, kv heads, S, D), extended here."""
+        """cos, sin: (T, D), the tables' rows of x's positions; bias (T, S): 0 where a query sees a
+        key, -inf elsewhere. ``cache`` (decoding only): this layer's keys and values of the earlier
+        positions, {"k", "v"} (B, kv heads, S - T, D), extended here to S."""
         B, T, _ = x.shape
         D = self.head_size
         q = self.q_proj(x).view(B, T, self.num_heads, D).transpose(1, 2)  # (B, heads, T, D)
         k = self.k_proj(x).view(B, T, self.num_kv_heads, D).transpose(1, 2)  # (B, kv heads, T, D)
         v = self.v_proj(x).view(B, T, self.num_kv_heads, D).transpose(1, 2)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        offset = 0
         if cache is not None:
             if "k" in cache:
-                offset = cache["k"].shape[2]
                 k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)  # (B, kv heads, S, D)
             cache["k"], cache["v"] = k, v
         groups = self.num_heads // self.num_kv_heads
@@ -181,10 +180,9 @@ class Attention(nn.Module):
             S = k.shape[2]
             k = k[:, :, None].expand(B, self.num_kv_heads, groups, S, D).reshape(B, self.num_heads, S, D)
             v = v[:, :, None].expand(B, self.num_kv_heads, groups, S, D).reshape(B, self.num_heads, S, D)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(D)  # (B, heads, T, S)
-        mask = attention_mask(T, k.shape[2], offset, self.window, x.device)  # (T, S), broadcast
-        scores = scores.masked_fill(~mask, float("-inf"))
-        y = scores.softmax(-1) @ v  # (B, heads, T, D)
+        # softmax(q k^T / sqrt(D) + bias) v in one op: the capture keeps it whole and lowers it to that
+        # math (a few nodes fewer a layer for torch.export to trace)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))  # (B, heads, T, D)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.num_heads * D))
 
 
@@ -211,9 +209,9 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(H, eps)
         self.mlp = MLP(p)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, bias: torch.Tensor,
                 cache: dict | None = None) -> torch.Tensor:  # (B, T, H) -> (B, T, H)
-        h = x + self.self_attn(self.input_layernorm(x), cos, sin, cache)
+        h = x + self.self_attn(self.input_layernorm(x), cos, sin, bias, cache)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -225,6 +223,7 @@ class LlamaModel(nn.Module):
         self.embed_tokens = nn.Embedding(p["vocab_size"], p["hidden_size"])
         self.layers = nn.ModuleList([DecoderLayer(p) for _ in range(p["num_hidden_layers"])])
         self.norm = RMSNorm(p["hidden_size"], p["rms_norm_eps"])
+        self.window = p["sliding_window"]
         # a numpy array, not a buffer: a constant of the graph (never trained, not saved, recomputed
         # from the params), which keeps its values in a build without weights (torch's meta device);
         # one table for every layer
@@ -237,9 +236,13 @@ class LlamaModel(nn.Module):
         T = input_ids.shape[1]
         offset = caches[0]["k"].shape[2] if caches and "k" in caches[0] else 0
         cos, sin = torch.from_numpy(self.rope[:, offset:offset + T]).to(input_ids.device)  # (T, D) each
+        # built once for every layer: on the device one constant of the graph, not one per layer
+        # (at MSL 4096, 64 MiB each)
+        mask = attention_mask(T, offset + T, offset, self.window, input_ids.device)  # (T, S)
+        bias = torch.zeros(mask.shape, device=input_ids.device).masked_fill(~mask, float("-inf"))
         x = self.embed_tokens(input_ids)
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, caches[i] if caches is not None else None)
+            x = layer(x, cos, sin, bias, caches[i] if caches is not None else None)
         return self.norm(x)
 
 

@@ -199,6 +199,19 @@ def test_the_emulators_first_step_loss_and_gradients_are_torchs():
         np.testing.assert_allclose(grads[name], grad, rtol=1e-4, atol=1e-6, err_msg=name)
 
 
+def test_the_graph_holds_one_mask_and_one_rotary_table_for_every_layer():
+    """At MSL 4096 a (T, T) float mask is 64 MiB: one for each of 80 layers would not fit a compile's memory."""
+    from common.pytorch.device_run import capture_step
+
+    params = params_of("model.sliding_window=6", "model.num_hidden_layers=3")
+    m = model.model_fn(params, torch.device("cpu"))
+    batch = (random_ids(B=2, T=12), torch.ones(2, 12, dtype=torch.int64), random_ids(B=2, T=12, seed=2))
+    graph, _ = capture_step(m, batch, True, params)
+    shapes = [np.shape(c) for c in graph.constants.values()]
+    assert shapes.count((12, 12)) == 1  # the additive mask, window included
+    assert shapes.count((12, 16)) == 2  # cos and sin: (T, head size)
+
+
 # --- the folder: data, training on the CPU and the emulator, predict -------------------------------
 
 
