@@ -47,6 +47,7 @@ from typing import Mapping
 import keras
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.framework import tensor_pb2, types_pb2
 
 from common.data.text.lm import read_lm_meta
 from common.data.text.prompts import write_completions
@@ -178,6 +179,14 @@ def attention_mask(seq: int, sliding_window: int | None) -> np.ndarray:
     return keep
 
 
+def bool_constant(array: np.ndarray, name: str) -> tf.Tensor:
+    """A bool constant of the graph from its bytes at once: TF's make_tensor_proto copies a bool
+    array element by element (no tensor_content for bool), some 25 s for a (4096, 4096) mask."""
+    proto = tensor_pb2.TensorProto(dtype=types_pb2.DT_BOOL, tensor_shape=tf.TensorShape(array.shape).as_proto(),
+                                   tensor_content=np.ascontiguousarray(array, dtype=np.bool_).tobytes())
+    return tf.constant(proto, name=name)
+
+
 def repeat_kv(t: tf.Tensor, groups: int) -> tf.Tensor:
     """(B, nKV, T, D) -> (B, nKV * groups, T, D): each key/value head once for each query head of
     its group, in Hugging Face's order (query head h reads key/value head h // groups)."""
@@ -278,7 +287,7 @@ def llama_logits(input_ids: tf.Tensor, p: Mapping) -> tf.Tensor:
     # every layer, broadcast over the batch and the heads (a (B, T, T) mask would be a batch-sized
     # constant; a mask computed in the graph, e.g. band_part of ones, would be folded once per layer by
     # the capture); the cos/sin tables likewise, (T, D) each
-    keep = tf.constant(attention_mask(seq, p["sliding_window"]), name="causal_mask")
+    keep = bool_constant(attention_mask(seq, p["sliding_window"]), "causal_mask")
     cos, sin = (tf.constant(t, compute_dtype()) for t in rotary_tables(seq, p["hidden_size"] // p["num_heads"], p))
     return llama_forward(input_ids, keep, cos, sin, p)[0]
 
@@ -327,7 +336,7 @@ def greedy_decode(tokens: tf.Tensor, prompt_length: tf.Tensor, p: Mapping, max_n
         new = tf.argmax(logits, -1, output_type=tokens.dtype)  # (B,)
         return tf.tensor_scatter_nd_update(tokens, tf.stack([row_ids, position + 1], axis=1), new)
 
-    keep = tf.constant(attention_mask(length, window), name="causal_mask")
+    keep = bool_constant(attention_mask(length, window), "causal_mask")
     cos, sin = (tf.constant(t, compute_dtype()) for t in tables)
     logits, caches = llama_forward(tokens, keep, cos, sin, p)
     last = prompt_length - 1  # (B,) each row's newest token
