@@ -64,6 +64,11 @@ def _prepare(name: str, *extra: str) -> tuple[str, ...]:
     return ("{python}", "-m", "common.zoo_cli", "prepare", name, "--output_dir", "{out}", *extra)
 
 
+_TF_GPT_DATA = _prepare("vendor_gpt2", "--max_seq_length", "128", "--format", "tfrecords")
+_TF_SHUFFLE_SEED = ("train_input.shuffle_seed=1 eval_input.shuffle_seed=1",
+                    "its config sets no shuffle seed, and its reader then shuffles unseeded: two CPU runs differ "
+                    "from step 2")
+
 # The nine folders, in the vendor's order. Sizes are small so that each run takes seconds; what is not size
 # is given with its reason.
 FOLDERS: dict[str, Folder] = {f.name: f for f in (
@@ -124,14 +129,25 @@ FOLDERS: dict[str, Folder] = {f.name: f for f in (
          "train_input.num_samples=256 eval_input.num_samples=64", "small size, dropout off"),
     )),
     # the TF folders that run here so far
-    Folder("tf/gpt2", "configs/params_gpt2_small.yaml",
-           _prepare("vendor_gpt2", "--max_seq_length", "128", "--format", "tfrecords"), (
+    Folder("tf/gpt2", "configs/params_gpt2_small.yaml", _TF_GPT_DATA, (
         ("model.num_hidden_layers=2 model.hidden_size=64 model.num_heads=2 model.filter_size=128 "
          "model.max_position_embeddings=128 model.mixed_precision=false model.dropout_rate=0.0 "
          "model.attention_dropout_rate=0.0", "small size, dropout off"),
         ("train_input.batch_size=8 eval_input.batch_size=8", "size"),
-        ("train_input.shuffle_seed=1 eval_input.shuffle_seed=1",
-         "its config sets no shuffle seed, and its reader then shuffles unseeded: two CPU runs differ from step 2"),
+        _TF_SHUFFLE_SEED,
+    ), family=TF_FAMILY),
+    Folder("tf/gpt3", "configs/params_gpt3_xl_ws.yaml", _TF_GPT_DATA, (
+        ("model.num_hidden_layers=2 model.hidden_size=64 model.num_heads=2 model.filter_size=128 "
+         "model.max_position_embeddings=128 model.mixed_precision=false model.dropout_rate=0.0 "
+         "model.attention_dropout_rate=0.0", "small size, dropout off"),
+        ("train_input.batch_size=8 eval_input.batch_size=8", "size"),
+        _TF_SHUFFLE_SEED,
+    ), family=TF_FAMILY),
+    Folder("tf/gptj", "configs/params_gptj.yaml", _TF_GPT_DATA, (
+        ("model.num_hidden_layers=2 model.hidden_size=64 model.num_heads=2 model.filter_size=128 model.rotary_dim=16 "
+         "model.max_position_embeddings=128 model.mixed_precision=false", "small size"),
+        ("train_input.batch_size=8 eval_input.batch_size=8", "size"),
+        _TF_SHUFFLE_SEED,
     ), family=TF_FAMILY),
 )}
 

@@ -638,11 +638,13 @@ def test_cs_run_config_names_the_vendor_system_fields_it_ignores(caplog):
 
     with caplog.at_level(logging.INFO, logger="zoo"):
         config = CSRunConfig(cs_ip="10.0.0.1:9000", stack_params={"ir_mode": "mlir"}, save_summary_steps=2)
-        CSRunConfig()
+        CSRunConfig(cs_config=None)  # what get_csconfig gives here: taken silently (gptj's run.py passes it)
+        CSRunConfig(cs_config=object())
     assert (config.cs_ip, config.save_summary_steps) == ("10.0.0.1:9000", 2)
     assert zoo_log(caplog) == [
         ("WARNING", "CSRunConfig.cs_ip 10.0.0.1:9000 is ignored: it addresses the vendor's system; the run is on cpu"),
-        ("WARNING", "CSRunConfig.stack_params is ignored: it configures the vendor's system software")]
+        ("WARNING", "CSRunConfig.stack_params is ignored: it configures the vendor's system software"),
+        ("WARNING", "CSRunConfig.cs_config is ignored: it configures the vendor's system")]
     with pytest.raises(UserError, match="RunConfig.device must be one of"):
         CSRunConfig(device="tpu")
 

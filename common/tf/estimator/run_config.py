@@ -65,11 +65,13 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class CSRunConfig(RunConfig):
-    """The vendor's ``CSRunConfig(cs_ip=..., stack_params=..., **kwargs)``: RunConfig's fields,
-    and the two that configured the vendor's system, kept and named as ignored when given."""
+    """The vendor's ``CSRunConfig(cs_ip=..., cs_config=..., stack_params=..., **kwargs)``:
+    RunConfig's fields, and the three that configured the vendor's system, kept and named as
+    ignored when given (``cs_config`` is what get_csconfig returns: None here)."""
 
     cs_ip: str | None = None
     stack_params: Any = None
+    cs_config: Any = None
 
     def __post_init__(self):
         super().__post_init__()
@@ -78,3 +80,5 @@ class CSRunConfig(RunConfig):
                            self.cs_ip, self.device)
         if self.stack_params:
             logger.warning("CSRunConfig.stack_params is ignored: it configures the vendor's system software")
+        if self.cs_config is not None:
+            logger.warning("CSRunConfig.cs_config is ignored: it configures the vendor's system")
