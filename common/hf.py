@@ -1,10 +1,10 @@
 """Hugging Face model directories (config.json + model.safetensors, as ``save_pretrained`` writes
-them) read into and written from the zoo's BERT, GPT-2 and T5 weights, offline, without ``transformers``.
+them) read into and written from the zoo's BERT, GPT-2, T5 and Llama weights, offline, without ``transformers``.
 
-The pivot between every format is a *family* ("bert", "gpt2" or "t5"), the weights as numpy
+The pivot between every format is a *family* ("bert", "gpt2", "t5" or "llama"), the weights as numpy
 arrays in the zoo's PyTorch names and layout (common/bert_names.py, common/gpt2_names.py,
-common/t5_names.py), and the zoo's model keys (``hidden_size``, ``num_heads``, ... of the
-folder's params; T5's are Hugging Face's T5Config names):
+common/t5_names.py, common/llama_names.py), and the zoo's model keys (``hidden_size``, ``num_heads``,
+... of the folder's params; T5's are Hugging Face's T5Config names):
 
 - ``read_hf(path)``: a directory of ``BertForPreTraining`` (or another ``model_type: bert``
   model: its BERT weights) or ``GPT2LMHeadModel``; its config.json becomes the zoo keys.
@@ -12,6 +12,8 @@ folder's params; T5's are Hugging Face's T5Config names):
   untied GPT-2 head, ...) is refused in one line naming the key. ``T5ForConditionalGeneration``
   converts with its head tied to the shared embedding (T5 v1.0's; relu or gated-gelu):
   transformers 5 ties every T5's head, so an untied one (v1.1's) is refused both ways.
+  ``LlamaForCausalLM`` and ``MistralForCausalLM`` are pytorch/llama's names and layouts as they
+  are; rotary scaling other than Llama 3.1's, biases or another activation are refused.
 - ``write_hf(path, family, weights, keys)``: config.json and model.safetensors that
   ``BertForPreTraining.from_pretrained`` / ``GPT2LMHeadModel.from_pretrained`` read. The
   tied output projections (BERT's ``cls.predictions.decoder``, GPT-2's ``lm_head``) are not
@@ -35,12 +37,14 @@ import re
 
 import numpy as np
 
-from common import bert_names, gpt2_names, t5_names
+from common import bert_names, gpt2_names, llama_names, t5_names
 from common.errors import UserError
 
 CONFIG, WEIGHTS = "config.json", "model.safetensors"
-FAMILIES = ("bert", "gpt2", "t5")
-ARCHITECTURE = {"bert": "BertForPreTraining", "gpt2": "GPT2LMHeadModel", "t5": "T5ForConditionalGeneration"}
+FAMILIES = ("bert", "gpt2", "t5", "llama")
+ARCHITECTURE = {"bert": "BertForPreTraining", "gpt2": "GPT2LMHeadModel", "t5": "T5ForConditionalGeneration",
+                "llama": "LlamaForCausalLM"}
+MODEL_TYPES = {"mistral": "llama"}  # another model_type of a family: Mistral is a Llama with a sliding window
 
 # The zoo key <- Hugging Face config key, per family; values copied as they are.
 _BERT_KEYS = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_hidden_layers": "num_hidden_layers",
@@ -58,7 +62,15 @@ _T5_KEYS = {key: key for key in (  # pytorch/t5's model keys are T5Config's name
     "vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
     "relative_attention_num_buckets", "relative_attention_max_distance", "dropout_rate", "layer_norm_epsilon",
     "feed_forward_proj")}
-KEYS = {"bert": _BERT_KEYS, "gpt2": _GPT2_KEYS, "t5": _T5_KEYS}
+# pytorch/llama's keys; the rotary and window keys are read and written by _llama_keys_from_config and
+# _config_from_keys (Hugging Face keeps the rotary ones in rope_parameters, older configs at the top)
+_LLAMA_KEYS = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_hidden_layers": "num_hidden_layers",
+               "num_heads": "num_attention_heads", "num_kv_heads": "num_key_value_heads",
+               "filter_size": "intermediate_size", "max_position_embeddings": "max_position_embeddings",
+               "rms_norm_eps": "rms_norm_eps", "initializer_range": "initializer_range",
+               "share_embedding_weights": "tie_word_embeddings", "rope_theta": "rope_theta",
+               "rope_scaling": "rope_scaling", "sliding_window": "sliding_window"}
+KEYS = {"bert": _BERT_KEYS, "gpt2": _GPT2_KEYS, "t5": _T5_KEYS, "llama": _LLAMA_KEYS}
 # Activations both sides compute the same way (Hugging Face's "gelu" is the erf form, "gelu_new" the tanh one)
 _ACTIVATIONS = {"bert": ("gelu", "relu", "tanh"), "gpt2": ("gelu_new", "gelu", "relu")}
 # GPT-2 model keys of the zoo that Hugging Face's GPT2LMHeadModel can only hold at one value
@@ -75,6 +87,8 @@ def _hf_to_zoo_name(family: str, name: str) -> tuple[str | None, bool]:
     """(zoo PyTorch name or None to skip, transpose) of a Hugging Face tensor name."""
     if family == "t5":
         return t5_names.hf_name_to_torch(name), False
+    if family == "llama":  # Hugging Face's names and layouts are the zoo's
+        return (name if llama_names.is_torch_name(name) else None), False
     if family == "bert":
         if name.startswith("cls.predictions.decoder."):  # tied to the word embeddings and cls.predictions.bias
             return None, False
@@ -98,11 +112,12 @@ def read_hf(path: str) -> tuple[str, dict[str, np.ndarray], dict]:
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as e:
         raise UserError(f"{config_path}: not a readable config.json ({e})") from None
-    family = config.get("model_type")
+    family = MODEL_TYPES.get(config.get("model_type"), config.get("model_type"))
     if family not in FAMILIES:
         arch = ", ".join(config.get("architectures") or []) or "no architecture named"
-        raise UserError(f"{config_path}: model_type {family!r} ({arch}); the zoo converts Hugging Face's BERT "
-                        "(model_type bert), GPT-2 (model_type gpt2) and T5 (model_type t5)")
+        raise UserError(f"{config_path}: model_type {config.get('model_type')!r} ({arch}); the zoo converts Hugging "
+                        "Face's BERT (model_type bert), GPT-2 (model_type gpt2), T5 (model_type t5) and Llama "
+                        "(model_type llama, mistral)")
     keys = _keys_from_config(family, config, config_path)
     if not os.path.isfile(weights_path):
         others = sorted(os.path.basename(p) for p in glob.glob(os.path.join(path, "*.safetensors")))
@@ -126,6 +141,8 @@ def read_hf(path: str) -> tuple[str, dict[str, np.ndarray], dict]:
 def _keys_from_config(family: str, config: dict, where: str) -> dict:
     if family == "t5":
         return _t5_keys_from_config(config, where)
+    if family == "llama":
+        return _llama_keys_from_config(config, where)
     keys = {}
     for zoo_key, hf_key in KEYS[family].items():
         if hf_key not in config:
@@ -174,8 +191,56 @@ def _t5_keys_from_config(config: dict, where: str) -> dict:
 
 _T5_FIXED = {"tie_word_embeddings": True}
 
+_LLAMA_ROPE_TYPES = ("default", "llama3")  # what pytorch/llama computes (rope_scaling: null, or llama3's)
+
+
+def _llama_keys_from_config(config: dict, where: str) -> dict:
+    keys = {}
+    for zoo_key, hf_key in _LLAMA_KEYS.items():
+        if zoo_key in ("rope_theta", "rope_scaling", "sliding_window", "num_kv_heads", "share_embedding_weights",
+                       "initializer_range"):
+            continue
+        if hf_key not in config:
+            raise UserError(f"{where}: no {hf_key!r} (a LlamaForCausalLM config.json has one)")
+        keys[zoo_key] = config[hf_key]
+    keys["num_kv_heads"] = config.get("num_key_value_heads") or keys["num_heads"]
+    keys["share_embedding_weights"] = bool(config.get("tie_word_embeddings", False))
+    keys["initializer_range"] = float(config.get("initializer_range", 0.02))
+    keys["rms_norm_eps"] = float(keys["rms_norm_eps"])
+    head_size = keys["hidden_size"] // keys["num_heads"]
+    refusals = {"hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "head_dim": head_size}
+    for key, wanted in refusals.items():
+        if config.get(key, wanted) not in (wanted, None):
+            raise UserError(f"{where}: {key} {config[key]!r}; the zoo's Llama has {key} {wanted!r} only")
+    # transformers 5 writes rope_parameters {rope_type, rope_theta, ...}; older configs rope_theta and rope_scaling
+    rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+    rope_type = rope.pop("rope_type", rope.pop("type", "default"))
+    keys["rope_theta"] = float(rope.pop("rope_theta", config.get("rope_theta", 10000.0)))
+    if rope_type not in _LLAMA_ROPE_TYPES:
+        raise UserError(f"{where}: rope_type {rope_type!r}; the zoo's Llama computes "
+                        f"{', '.join(_LLAMA_ROPE_TYPES)} rotary frequencies")
+    keys["rope_scaling"] = {"rope_type": "llama3", **{k: rope[k] for k in llama_names.LLAMA3_KEYS if k in rope}} \
+        if rope_type == "llama3" else None
+    keys["sliding_window"] = config.get("sliding_window") if config.get("model_type") == "mistral" else None
+    return keys
+
 
 def _config_from_keys(family: str, keys: dict, token_ids: dict) -> dict:
+    if family == "llama":
+        mistral = keys.get("sliding_window") is not None
+        rope = {"rope_type": "default", "rope_theta": float(keys["rope_theta"])}
+        if keys.get("rope_scaling"):
+            rope = {**keys["rope_scaling"], "rope_theta": float(keys["rope_theta"])}
+        config = {"architectures": ["MistralForCausalLM" if mistral else ARCHITECTURE[family]],
+                  "model_type": "mistral" if mistral else "llama", "hidden_act": "silu", "attention_bias": False,
+                  "mlp_bias": False, "head_dim": keys["hidden_size"] // keys["num_heads"], "rope_parameters": rope,
+                  **token_ids}
+        config.update({hf_key: keys[zoo_key] for zoo_key, hf_key in _LLAMA_KEYS.items()
+                       if zoo_key not in ("rope_theta", "rope_scaling", "sliding_window")})
+        config["num_key_value_heads"] = keys["num_kv_heads"] or keys["num_heads"]
+        if mistral:
+            config["sliding_window"] = keys["sliding_window"]
+        return config
     if family == "t5":
         return {"architectures": [ARCHITECTURE[family]], "model_type": family, "is_encoder_decoder": True,
                 "tie_word_embeddings": True, **token_ids,
@@ -199,12 +264,13 @@ def _config_from_keys(family: str, keys: dict, token_ids: dict) -> dict:
 # starts a text after <|endoftext|>, so bos = eos). T5's span-corruption unigram: <pad> 0, </s> 1,
 # the decoder started from <pad>. BERT's WordPiece: [PAD] 0. Without them in config.json,
 # transformers falls back to its GPT-2 ids (50256), outside a smaller vocabulary.
-DEFAULT_TOKEN_IDS = {"gpt2": {"bos_token_id": 0, "eos_token_id": 0},
+DEFAULT_TOKEN_IDS = {"gpt2": {"bos_token_id": 0, "eos_token_id": 0}, "llama": {"bos_token_id": 0, "eos_token_id": 0},
                      "t5": {"pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0},
                      "bert": {"pad_token_id": 0}}
 OPENAI_GPT2_VOCAB, OPENAI_END_OF_TEXT = 50257, 50256  # the published GPT-2 BPE's size and its <|endoftext|>
 # Hugging Face config key <- the key of the data's meta.json (datasets/prepare_gpt2.py, prepare_seq2seq.py)
 _META_TOKEN_IDS = {"gpt2": {"bos_token_id": "eot_id", "eos_token_id": "eot_id"},
+                   "llama": {"bos_token_id": "eot_id", "eos_token_id": "eot_id"},  # the same data as gpt2's
                    "t5": {"pad_token_id": "pad_id", "eos_token_id": "eos_id",
                           "decoder_start_token_id": "decoder_start_id"}}
 
@@ -262,13 +328,15 @@ def write_hf(path: str, family: str, weights: dict[str, np.ndarray], keys: dict,
     for name, array in weights.items():
         transpose = family == "gpt2" and gpt2_names.hf_transposed(name)
         tensors[name] = torch.from_numpy(np.ascontiguousarray(array.T if transpose else array))
+    config = _config_from_keys(family, keys, ids)
+    architecture = config["architectures"][0]
     os.makedirs(path, exist_ok=True)
     save_safetensors(tensors, os.path.join(path, WEIGHTS), {"format": "pt"})
     with atomic_open(os.path.join(path, CONFIG), "w") as f:
-        f.write(json.dumps(_config_from_keys(family, keys, ids), indent=2, sort_keys=True) + "\n")
+        f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
     named = ", ".join(f"{k} {v}" for k, v in ids.items())
-    return (f"{path}: {ARCHITECTURE[family]} ({len(tensors)} tensors in {WEIGHTS}, {CONFIG}; {named}, from "
-            f"{ids_from}); {ARCHITECTURE[family]}.from_pretrained({path!r}) reads it")
+    return (f"{path}: {architecture} ({len(tensors)} tensors in {WEIGHTS}, {CONFIG}; {named}, from "
+            f"{ids_from}); {architecture}.from_pretrained({path!r}) reads it")
 
 
 # --- checks: the weights against the model keys --------------------------------------------------
@@ -279,6 +347,12 @@ def _shapes(family: str, keys: dict) -> dict[str, tuple]:
         return t5_names.shapes(keys)
     H, F, V, P = keys["hidden_size"], keys["filter_size"], keys["vocab_size"], keys["max_position_embeddings"]
     L = keys["num_hidden_layers"]
+    if family == "llama":
+        q, kv = H, (keys["num_kv_heads"] or keys["num_heads"]) * (H // keys["num_heads"])  # heads x head size
+        rows = {"embed_tokens": (V, H), "q_proj": (q, H), "k_proj": (kv, H), "v_proj": (kv, H), "o_proj": (H, q),
+                "gate_proj": (F, H), "up_proj": (F, H), "down_proj": (H, F), "lm_head": (V, H)}
+        return {name: next((s for k, s in rows.items() if k in name), (H,))
+                for name in llama_names.torch_names(L, tied=bool(keys["share_embedding_weights"]))}
     if family == "bert":
         shapes = {}
         for name in bert_names.torch_names(L, heads=True):
@@ -317,6 +391,9 @@ def check_weights(family: str, weights: dict[str, np.ndarray], keys: dict, sourc
     if keys["hidden_size"] % keys["num_heads"]:
         raise UserError(f"{source}: hidden size {keys['hidden_size']} is not a multiple of the "
                         f"{keys['num_heads']} heads")
+    if family == "llama" and keys["num_heads"] % (keys["num_kv_heads"] or keys["num_heads"]):
+        raise UserError(f"{source}: {keys['num_kv_heads']} key/value heads do not divide the {keys['num_heads']} "
+                        "heads")
     expected = _shapes(family, keys)
     for name, shape in expected.items():
         if name in weights and tuple(weights[name].shape) != shape:
@@ -329,7 +406,7 @@ def check_weights(family: str, weights: dict[str, np.ndarray], keys: dict, sourc
     if extra:
         raise UserError(f"{source}: {extra[0]} is not a weight of a {keys['num_hidden_layers']}-layer {family}"
                         + (f" (nor {len(extra) - 1} more)" if len(extra) > 1 else ""))
-    required = [n for n in expected if n.startswith(("bert.", "transformer."))]
+    required = [n for n in expected if n.startswith(("bert.", "transformer.", "model."))]
     missing = [n for n in required if n not in weights]
     if missing:
         raise UserError(f"{source}: lacks {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1
@@ -346,6 +423,11 @@ def read_zoo(path: str) -> tuple[str, dict[str, np.ndarray]]:
     except UserError as bert_error:
         if "holds no BERT weight" not in str(bert_error):
             raise
+    try:  # before T5 and GPT-2, whose readers take an untied lm_head.weight, a Llama's too
+        return "llama", llama_names.read_llama_weights(path)
+    except UserError as llama_error:
+        if "holds no Llama weight" not in str(llama_error):
+            raise
     try:  # before GPT-2, whose names include an untied lm_head.weight as a T5's do
         return "t5", t5_names.read_t5_weights(path)
     except UserError as t5_error:
@@ -359,7 +441,7 @@ def read_zoo(path: str) -> tuple[str, dict[str, np.ndarray]]:
     raise UserError(f"{path}: {NEITHER} (the models whose names the zoo maps between frameworks and Hugging Face)")
 
 
-NEITHER = "holds no BERT, GPT-2 or T5 weight"
+NEITHER = "holds no BERT, GPT-2, T5 or Llama weight"
 
 
 def write_tf_checkpoint(prefix: str, family: str, weights: dict[str, np.ndarray], step: int) -> str:
@@ -369,7 +451,7 @@ def write_tf_checkpoint(prefix: str, family: str, weights: dict[str, np.ndarray]
     tf = _tensorflow()
     v1 = tf.compat.v1
     to_tf = {"bert": bert_names.torch_name_to_tf, "gpt2": gpt2_names.torch_name_to_tf,
-             "t5": t5_names.torch_name_to_tf}[family]
+             "t5": t5_names.torch_name_to_tf, "llama": llama_names.torch_name_to_tf}[family]
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     with tf.Graph().as_default():
         feeds = {}
@@ -432,6 +514,8 @@ def keys_for(family: str, weights: dict[str, np.ndarray], params_path: str | Non
                  "type_vocab_size": weights["bert.embeddings.token_type_embeddings.weight"].shape[0],
                  "filter_size": weights["bert.encoder.layer.0.intermediate.dense.weight"].shape[0],
                  "num_hidden_layers": bert_names._num_layers(weights)}
+    elif family == "llama":
+        return _llama_keys_for(weights, params, params_path, source)
     elif family == "t5":
         bias = weights["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"]  # (buckets, heads)
         sizes = {"vocab_size": weights["shared.weight"].shape[0], "d_model": weights["shared.weight"].shape[1],
@@ -466,13 +550,47 @@ def keys_for(family: str, weights: dict[str, np.ndarray], params_path: str | Non
     return keys
 
 
+def _llama_keys_for(weights: dict[str, np.ndarray], params: dict, params_path: str, source: str) -> dict:
+    """pytorch/llama's keys of ``weights``: the sizes from the shapes, the heads, positions, epsilon,
+    rotary and window keys from the params (a number of key/value heads they contradict is refused)."""
+    embed = weights["model.embed_tokens.weight"]
+    sizes = {"vocab_size": embed.shape[0], "hidden_size": embed.shape[1],
+             "filter_size": weights["model.layers.0.mlp.gate_proj.weight"].shape[0],
+             "num_hidden_layers": llama_names.num_layers(weights)}
+    keys = {}
+    for key in _LLAMA_KEYS:
+        if key in sizes:
+            if key in params and params[key] != sizes[key]:
+                raise UserError(f"{source}: {key} is {sizes[key]} in the weights but {params[key]} in {params_path}; "
+                                "pass the params of this checkpoint")
+            keys[key] = int(sizes[key])
+        elif key == "share_embedding_weights":
+            keys[key] = "lm_head.weight" not in weights
+        elif key not in params:
+            raise UserError(f"{params_path}: no model.{key}, which the Hugging Face config needs")
+        else:
+            keys[key] = params[key]
+    head_size = keys["hidden_size"] // keys["num_heads"]
+    kv_heads = weights["model.layers.0.self_attn.k_proj.weight"].shape[0] // head_size
+    if kv_heads != (keys["num_kv_heads"] or keys["num_heads"]):
+        raise UserError(f"{source}: {kv_heads} key/value heads in the weights (k_proj) but num_kv_heads "
+                        f"{keys['num_kv_heads']} (num_heads {keys['num_heads']}) in {params_path}; pass the params "
+                        "of this checkpoint")
+    return keys
+
+
 def key_overrides(family: str, keys: dict) -> str:
     """The zoo keys as command-line overrides (what to set to build the model of a converted checkpoint)."""
     return " ".join(f"model.{k}={_yaml_scalar(keys[k])}" for k in KEYS[family])
 
 
 def _yaml_scalar(value) -> str:
-    """A value as YAML reads it back: 1e-12 is a string to YAML 1.1, 1.0e-12 a float."""
+    """A value as YAML reads it back: 1e-12 is a string to YAML 1.1, 1.0e-12 a float; None is null,
+    a dict JSON without spaces (one word of a command line)."""
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"))
     text = repr(value) if isinstance(value, float) else str(value)
     if isinstance(value, float) and "e" in text and "." not in text.split("e")[0]:
         mantissa, exponent = text.split("e")

@@ -365,9 +365,9 @@ def test_what_hugging_faces_gpt2_cannot_hold_and_other_models(tmp_path, capsys):
                                                           "max_position_embeddings": 40})
     torch.save({"fc.weight": torch.zeros(2, 3)}, tmp_path / "mlp.pt")
     err = one_error_line(capsys, tmp_path / "mlp.pt", tmp_path / "tf" / "model.ckpt-1")
-    assert "mlp.pt: holds no BERT, GPT-2 or T5 weight" in err and "the zoo does not define the mapping" in err
+    assert "mlp.pt: holds no BERT, GPT-2, T5 or Llama weight" in err and "the zoo does not define the mapping" in err
     err = one_error_line(capsys, tmp_path / "mlp.pt", tmp_path / "hf_out")
-    assert "mlp.pt: holds no BERT, GPT-2 or T5 weight" in err
+    assert "mlp.pt: holds no BERT, GPT-2, T5 or Llama weight" in err
 
 
 # --- special token ids -----------------------------------------------------------------------------

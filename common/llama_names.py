@@ -1,0 +1,123 @@
+"""The Llama family's weight names (pytorch/llama, tf/llama, Hugging Face's LlamaForCausalLM and
+MistralForCausalLM), the conversions, and reading a zoo PyTorch checkpoint of it.
+
+pytorch/llama names its weights exactly as Hugging Face's ``LlamaForCausalLM`` (and
+``MistralForCausalLM``, the same tree), in the same layouts: a Hugging Face state_dict is the
+zoo's as it is. tf/llama keeps the tree with '/' and Dense kernels [in, out]:
+
+    zoo PyTorch / HF  model.layers.{i}.self_attn.q_proj.weight  [heads x D, H]
+    zoo TF            model/layers_{i}/self_attn/q_proj/kernel  [H, heads x D]   transposed
+
+and the same for k_proj, v_proj, o_proj and the MLP's gate_proj, up_proj, down_proj; the
+embedding table (``model.embed_tokens.weight`` <-> ``model/embed_tokens``) and the RMS norms'
+weights (``...input_layernorm.weight`` <-> ``.../input_layernorm/weight``) keep their layout.
+``lm_head.weight`` [V, H] (``lm_head/kernel`` [H, V]) exists only when the head is not the
+embedding table (``share_embedding_weights: false``, Hugging Face's ``tie_word_embeddings: false``).
+
+- ``tf_name_to_torch(name)`` / ``torch_name_to_tf(name)``: (other name, transpose), or a
+  UserError for a name that is not Llama's.
+- ``torch_names(num_hidden_layers, tied)``: every zoo PyTorch name of a model, in its order.
+- ``read_llama_weights(path)``: the Llama weights of a zoo PyTorch checkpoint (a .mdl, a
+  state_dict, .safetensors), as numpy arrays; optimizer slots and other tensors skipped.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from common.errors import UserError
+
+# One row per tensor: (TF name, torch name, transpose); {i} is the layer
+NAMES: tuple[tuple[str, str, bool], ...] = (
+    ("model/embed_tokens", "model.embed_tokens.weight", False),  # [vocab, hidden]
+    ("model/layers_{i}/input_layernorm/weight", "model.layers.{i}.input_layernorm.weight", False),
+    *((f"model/layers_{{i}}/self_attn/{p}/kernel", f"model.layers.{{i}}.self_attn.{p}.weight", True)
+      for p in ("q_proj", "k_proj", "v_proj", "o_proj")),
+    ("model/layers_{i}/post_attention_layernorm/weight", "model.layers.{i}.post_attention_layernorm.weight", False),
+    *((f"model/layers_{{i}}/mlp/{p}/kernel", f"model.layers.{{i}}.mlp.{p}.weight", True)
+      for p in ("gate_proj", "up_proj", "down_proj")),
+    ("model/norm/weight", "model.norm.weight", False),
+    ("lm_head/kernel", "lm_head.weight", True),  # only when the head is not the embedding table
+)
+
+
+# rope_scaling's keys beside rope_type (pytorch/llama's check_sizes; Hugging Face's rope_parameters)
+LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
+def _pattern(template: str) -> re.Pattern:
+    return re.compile("".join(r"(\d+)" if part == "{i}" else re.escape(part)
+                              for part in re.split(r"(\{i\})", template)))
+
+
+_TF = [(_pattern(tf), torch, transpose) for tf, torch, transpose in NAMES]
+_TORCH = [(_pattern(torch), tf, transpose) for tf, torch, transpose in NAMES]
+
+
+def _convert(name: str, table) -> tuple[str, bool] | None:
+    for pattern, other, transpose in table:
+        if m := pattern.fullmatch(name):
+            return other.replace("{i}", m.group(1)) if "{i}" in other else other, transpose
+    return None
+
+
+def tf_name_to_torch(name: str) -> tuple[str, bool]:
+    """(zoo PyTorch name, transpose) of a tf/llama variable name."""
+    found = _convert(name, _TF)
+    if found is None:
+        raise UserError(f"{name}: not a TF Llama variable name (model/..., lm_head/kernel)")
+    return found
+
+
+def torch_name_to_tf(name: str) -> tuple[str, bool]:
+    """(TF name, transpose) of a zoo PyTorch (Hugging Face) Llama weight name."""
+    found = _convert(name, _TORCH)
+    if found is None:
+        raise UserError(f"{name}: not a PyTorch Llama weight name (model...., lm_head.weight)")
+    return found
+
+
+def is_torch_name(name: str) -> bool:
+    return _convert(name, _TORCH) is not None
+
+
+def torch_names(num_hidden_layers: int, tied: bool = False) -> list[str]:
+    """Every zoo PyTorch name of a Llama, in the model's order (``tied``: no lm_head.weight)."""
+    templates = [t for _, t, _ in NAMES if not (tied and t == "lm_head.weight")]
+    layer = [t for t in templates if "{i}" in t]
+    first = templates.index(layer[0])
+    return (templates[:first] + [t.replace("{i}", str(i)) for i in range(num_hidden_layers) for t in layer]
+            + templates[first + len(layer):])
+
+
+def num_layers(weights) -> int:
+    return 1 + max(int(n.split(".")[2]) for n in weights if n.startswith("model.layers."))
+
+
+def read_llama_weights(path: str) -> dict[str, np.ndarray]:
+    """The Llama weights in the zoo PyTorch checkpoint ``path`` (a .mdl, a state_dict ``.pt`` or
+    ``.safetensors`` of the zoo's names, or a model_dir holding checkpoints: its newest) as
+    {name: array}. (A Hugging Face directory is read by common/hf.py.)"""
+    from common.bert_names import _checkpoint_of, _torch_tensors
+
+    kind, where = _checkpoint_of(path)
+    if kind == "tf":
+        raise UserError(f"{where}: holds no Llama weight the zoo reads (tf/llama's checkpoints are not converted "
+                        "yet; convert a pytorch/llama checkpoint or a Hugging Face directory)")
+    variables = _torch_tensors(kind, where)
+    weights = {}
+    for name, value in variables.items():
+        name = name.removeprefix("module.").removeprefix("_orig_mod.")  # DataParallel, torch.compile
+        if is_torch_name(name):
+            if not isinstance(value, np.ndarray):  # safetensors' torch tensors
+                value = value.float().numpy() if value.is_floating_point() else value.numpy()
+            weights[name] = value
+    if "model.embed_tokens.weight" not in weights:  # a T5's untied lm_head.weight alone is not a Llama
+        weights = {}
+    if not weights:
+        example = f" (it holds {', '.join(sorted(variables)[:3])} ...)" if variables else ""
+        raise UserError(f"{where}: holds no Llama weight{example}; Llama's names are model.embed_tokens.weight, "
+                        "model.layers.0.self_attn.q_proj.weight, ...")
+    return weights
