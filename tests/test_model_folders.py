@@ -81,7 +81,7 @@ TWIN_CONFIGS += [("bert", c) for c in (
     "bert_large_msl512.yaml", "classifier.yaml", "classifier_tiny.yaml", "classifier_sst2.yaml", "classifier_mnli.yaml")]
 TWIN_CONFIGS += [("gpt2", c) for c in (
     "params.yaml", "params_tiny.yaml", "gpt2_small.yaml", "gpt2_medium.yaml", "gpt2_large.yaml", "gpt2_xl.yaml",
-    "gpt3_xl.yaml", "gpt3_6p7b.yaml", "gptj_6b.yaml")]
+    "gpt3_xl.yaml", "gpt3_6p7b.yaml", "gptj_6b.yaml", "gpt2_small_msl2048.yaml")]
 TWIN_CONFIGS += [("t5", c) for c in (
     "params.yaml", "params_tiny.yaml", "t5_small.yaml", "t5_base.yaml", "t5_3b.yaml", "t5_11b.yaml")]
 TWIN_CONFIGS += [("transformer", c) for c in (
