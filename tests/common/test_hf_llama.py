@@ -67,7 +67,8 @@ def test_hugging_face_to_pytorch_llama_and_back_bit_for_bit(tmp_path, mistral, c
     ids = torch.randint(0, 97, (2, 30), generator=torch.Generator().manual_seed(1))  # longer than the window
     with torch.no_grad():
         torch.testing.assert_close(net(ids), hf(ids).logits, rtol=1e-5, atol=1e-5)
-    back = convert(str(tmp_path / "run.mdl"), str(tmp_path / "back"), params=params_file(tmp_path / "p.yaml", overrides))
+    params = params_file(tmp_path / "p.yaml", overrides)
+    back = convert(str(tmp_path / "run.mdl"), str(tmp_path / "back"), params=params)
     assert ("MistralForCausalLM" if mistral else "LlamaForCausalLM") in back
     theirs, ours = load_safetensors(str(tmp_path / "hf" / "model.safetensors"))[0], \
         load_safetensors(str(tmp_path / "back" / "model.safetensors"))[0]
