@@ -12,7 +12,7 @@
 
 BERT, GPT-2 and T5, whose names map between the frameworks (common/bert_names.py,
 common/gpt2_names.py, common/t5_names.py), also convert between PyTorch, TF and Hugging Face directories
-(Llama between PyTorch and Hugging Face, common/llama_names.py)
+(Llama too, common/llama_names.py)
 (config.json + model.safetensors, as save_pretrained writes them; common/hf.py):
 
     zoo convert hf_bert/ run/checkpoint_0.mdl         BertForPreTraining -> pytorch/bert (also .pt, .safetensors)
@@ -27,7 +27,8 @@ common/gpt2_names.py, common/t5_names.py), also convert between PyTorch, TF and 
                                                       or -> tf/t5's model.ckpt-0 (the same tree, kernels [in, out])
     zoo convert hf_llama/ run/checkpoint_0.mdl        LlamaForCausalLM or MistralForCausalLM -> pytorch/llama (the
                                                       same names and layouts), and back (a Mistral when
-                                                      model.sliding_window is set)
+                                                      model.sliding_window is set); or -> tf/llama's
+                                                      model.ckpt-0 (the same tree, kernels [in, out]), and back
 
 A destination with no extension (or an empty folder) is a Hugging Face directory; one
 named *.ckpt or *.ckpt-N a TF checkpoint. Converting from Hugging Face prints the model

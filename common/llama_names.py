@@ -17,8 +17,9 @@ embedding table (``share_embedding_weights: false``, Hugging Face's ``tie_word_e
 - ``tf_name_to_torch(name)`` / ``torch_name_to_tf(name)``: (other name, transpose), or a
   UserError for a name that is not Llama's.
 - ``torch_names(num_hidden_layers, tied)``: every zoo PyTorch name of a model, in its order.
-- ``read_llama_weights(path)``: the Llama weights of a zoo PyTorch checkpoint (a .mdl, a
-  state_dict, .safetensors), as numpy arrays; optimizer slots and other tensors skipped.
+- ``read_llama_weights(path)``: the Llama weights of a checkpoint of either framework (a .mdl,
+  a state_dict, .safetensors, a TF prefix or a model_dir), as numpy arrays in the zoo PyTorch
+  naming and layout; optimizer slots and other tensors skipped.
 """
 
 from __future__ import annotations
@@ -97,27 +98,38 @@ def num_layers(weights) -> int:
 
 
 def read_llama_weights(path: str) -> dict[str, np.ndarray]:
-    """The Llama weights in the zoo PyTorch checkpoint ``path`` (a .mdl, a state_dict ``.pt`` or
-    ``.safetensors`` of the zoo's names, or a model_dir holding checkpoints: its newest) as
-    {name: array}. (A Hugging Face directory is read by common/hf.py.)"""
+    """The Llama weights in the checkpoint ``path`` as {zoo PyTorch name: array in its layout}:
+    a zoo PyTorch checkpoint (a .mdl, a state_dict ``.pt`` or ``.safetensors`` of the zoo's names),
+    a tf/llama checkpoint prefix (``model.ckpt-N``: its kernels transposed), or a model_dir holding
+    either kind (its newest). (A Hugging Face directory is read by common/hf.py.)"""
     from common.bert_names import _checkpoint_of, _torch_tensors
 
     kind, where = _checkpoint_of(path)
-    if kind == "tf":
-        raise UserError(f"{where}: holds no Llama weight the zoo reads (tf/llama's checkpoints are not converted "
-                        "yet; convert a pytorch/llama checkpoint or a Hugging Face directory)")
-    variables = _torch_tensors(kind, where)
     weights = {}
-    for name, value in variables.items():
-        name = name.removeprefix("module.").removeprefix("_orig_mod.")  # DataParallel, torch.compile
-        if is_torch_name(name):
-            if not isinstance(value, np.ndarray):  # safetensors' torch tensors
-                value = value.float().numpy() if value.is_floating_point() else value.numpy()
-            weights[name] = value
+    if kind == "tf":
+        from common.weights_io import tf_variables
+
+        variables = tf_variables(where)
+        for name, value in variables.items():
+            found = _convert(name, _TF)  # Adam's slots (.../kernel/Adam) and the step are not Llama's names
+            if found is not None:
+                torch_name, transpose = found
+                value = np.asarray(value)
+                if value.dtype.name in ("float16", "bfloat16", "float64"):  # as the torch side: float32
+                    value = value.astype(np.float32)
+                weights[torch_name] = value.T if transpose else value
+    else:
+        variables = _torch_tensors(kind, where)
+        for name, value in variables.items():
+            name = name.removeprefix("module.").removeprefix("_orig_mod.")  # DataParallel, torch.compile
+            if is_torch_name(name):
+                if not isinstance(value, np.ndarray):  # safetensors' torch tensors
+                    value = value.float().numpy() if value.is_floating_point() else value.numpy()
+                weights[name] = value
     if "model.embed_tokens.weight" not in weights:  # a T5's untied lm_head.weight alone is not a Llama
         weights = {}
     if not weights:
         example = f" (it holds {', '.join(sorted(variables)[:3])} ...)" if variables else ""
         raise UserError(f"{where}: holds no Llama weight{example}; Llama's names are model.embed_tokens.weight, "
-                        "model.layers.0.self_attn.q_proj.weight, ...")
+                        "model.layers.0.self_attn.q_proj.weight, ... (PyTorch) or model/embed_tokens, ... (TF)")
     return weights

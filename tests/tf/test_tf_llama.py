@@ -255,6 +255,30 @@ def test_logits_equal_hugging_face_with_the_weights_copied(variant):
     assert_close(net(ids), expected)
 
 
+@pytest.mark.parametrize("variant", [GQA, WINDOW], ids=["llama", "mistral"])
+def test_a_hugging_face_directory_converts_to_a_checkpoint_tf_llama_reads(variant, tmp_path):
+    """zoo convert (common/llama_names.py): save_pretrained's directory -> model.ckpt-0, whose
+    variables give transformers' logits in tf/llama's graph."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from common.convert import convert
+
+    net = Net(*variant)
+    torch.manual_seed(0)
+    hf = hugging_face_model(net.p)
+    with torch.no_grad():
+        for weight in hf.parameters():
+            weight.normal_(0.0, 0.3)  # activations of unit scale, as spread_weights
+    hf.save_pretrained(tmp_path / "hf")
+    convert(str(tmp_path / "hf"), str(tmp_path / "tf" / "model.ckpt-0"))
+    with net.graph.as_default():
+        v1.train.Saver(list(net.variables.values())).restore(net.session, str(tmp_path / "tf" / "model.ckpt-0"))
+    ids = random_ids()
+    with torch.no_grad():
+        expected = hf(torch.from_numpy(ids).long()).logits.numpy()
+    assert_close(net(ids), expected)
+
+
 # --- greedy decoding with the key/value cache --------------------------------------------------------
 
 
@@ -382,6 +406,24 @@ def test_tiny_trains_evaluates_and_completes_prompts_on_the_cpu(tmp_path, data_d
             new = [int(t) for t in row[length:length + 4]]
             new = new[:new.index(eot)] if eot in new else new
             assert record["completion"] == tokenizer.decode(new)
+
+
+def test_a_trained_checkpoint_round_trips_through_hugging_face(tmp_path, data_dir):
+    """zoo convert: tf/llama's model_dir to a Hugging Face directory (the keys from the
+    params_train.yaml beside it) and back to a TF checkpoint, bit for bit."""
+    pytest.importorskip("torch")
+    from common.convert import convert
+    from common.llama_names import read_llama_weights
+
+    run_tiny(tmp_path, "--mode", "train", *with_data(data_dir), "runconfig.max_steps=2")
+    convert(str(tmp_path), str(tmp_path / "hf"))
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert (config["model_type"], config["num_key_value_heads"], config["intermediate_size"]) == ("llama", 2, 128)
+    convert(str(tmp_path / "hf"), str(tmp_path / "back" / "model.ckpt-2"))
+    trained, back = read_llama_weights(str(tmp_path)), read_llama_weights(str(tmp_path / "back" / "model.ckpt-2"))
+    assert len(trained) == 2 + 2 * 9 + 1 and sorted(back) == sorted(trained)  # embedding, 2 layers, norm, head
+    assert trained["model.layers.0.self_attn.k_proj.weight"].shape == (32, 64)  # torch's [out, in]
+    assert all(np.array_equal(back[n], trained[n]) for n in trained)
 
 
 def expect_one_error_line(capsys, argv, *fragments):
