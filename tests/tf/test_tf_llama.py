@@ -385,7 +385,7 @@ def run_tiny(model_dir, *argv):
     return load_run_module(LLAMA).main(["--params", TINY, "--model_dir", str(model_dir), *argv])
 
 
-def test_tiny_trains_evaluates_and_completes_prompts_on_the_cpu(tmp_path, data_dir):
+def test_tiny_trains_evaluates_and_completes_prompts_on_the_cpu(tmp_path, capsys, data_dir):
     run_tiny(tmp_path, "--mode", "train", *with_data(data_dir))
     losses = [v for _, v in read_scalars(os.path.join(str(tmp_path), "train"))["loss"]]
     assert len(losses) == 8 and losses[-1] < losses[0] - 0.2
@@ -406,6 +406,11 @@ def test_tiny_trains_evaluates_and_completes_prompts_on_the_cpu(tmp_path, data_d
             new = [int(t) for t in row[length:length + 4]]
             new = new[:new.index(eot)] if eot in new else new
             assert record["completion"] == tokenizer.decode(new)
+    # generating on the emulator: one line naming the loop, as tf/gpt2's
+    expect_one_error_line(capsys, ["--params", TINY, "--model_dir", str(tmp_path), "--mode", "predict",
+                                   *with_data(data_dir), f"predict_input.prompt_file={prompts}", "--device", "emulator"],
+                          "predicts by generating in a tf.while_loop", f"{os.path.join('tf', 'llama', 'model.py')}:",
+                          "drop --device emulator")
 
 
 def test_a_trained_checkpoint_round_trips_through_hugging_face(tmp_path, data_dir):
