@@ -407,8 +407,9 @@ def test_tiny_trains_evaluates_and_completes_prompts_on_the_cpu(tmp_path, capsys
             new = new[:new.index(eot)] if eot in new else new
             assert record["completion"] == tokenizer.decode(new)
     # generating on the emulator: one line naming the loop, as tf/gpt2's
-    expect_one_error_line(capsys, ["--params", TINY, "--model_dir", str(tmp_path), "--mode", "predict",
-                                   *with_data(data_dir), f"predict_input.prompt_file={prompts}", "--device", "emulator"],
+    argv = ["--params", TINY, "--model_dir", str(tmp_path), "--mode", "predict", *with_data(data_dir),
+            f"predict_input.prompt_file={prompts}", "--device", "emulator"]
+    expect_one_error_line(capsys, argv,
                           "predicts by generating in a tf.while_loop", f"{os.path.join('tf', 'llama', 'model.py')}:",
                           "drop --device emulator")
 

@@ -259,7 +259,8 @@ def llama_forward(input_ids: tf.Tensor, keep: tf.Tensor, cos: tf.Tensor, sin: tf
     caches = []
     with v1.variable_scope("model"):
         embed_tokens = weight("embed_tokens", [p["vocab_size"], hidden], std)
-        x = tf.reshape(tf.gather(embed_tokens, input_ids), [rows(batch, seq), hidden])  # (B*T, H): 2-D for the dense layers
+        # (B*T, H): the dense layers take 2-D inputs
+        x = tf.reshape(tf.gather(embed_tokens, input_ids), [rows(batch, seq), hidden])
         for i in range(p["num_hidden_layers"]):
             with v1.variable_scope(f"layers_{i}"):
                 x, cache = decoder_layer(x, keep, cos, sin, batch, seq, p, None if past is None else past[i])

@@ -8,15 +8,13 @@ sizes (Llama 2 7B, 13B, 70B, Llama 3 8B, Mistral 7B).
 
 from common.params import AT_LEAST_1, POSITIVE, Typed
 
-ROPE_TYPES = ("llama3",)  # rope_scaling.rope_type: the Llama 3.1 frequency rescaling
-ROPE_SCALING_KEYS = ("rope_type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-
 
 # A deliberate twin of pytorch/llama/utils.py (each model folder stands alone when copied);
 # tests/test_model_folders.py checks that the two keep the same defaults.
 def _input(train: bool) -> dict:
     return {
-        # the packed examples (datasets/prepare_gpt2.py --tokenizer_json); prepared here from the default corpus if absent
+        # the packed examples (datasets/prepare_gpt2.py --tokenizer_json); prepared here from the
+        # default corpus if absent
         "data_dir": "./data/llama_msl128",
         "max_sequence_length": 128,
         "batch_size": 16,
@@ -42,6 +40,7 @@ def default_params() -> dict:
             "rope_theta": Typed(10000.0, (float,), range=POSITIVE),  # the rotary base wavelength
             # null, or {rope_type: llama3, factor, low_freq_factor, high_freq_factor,
             # original_max_position_embeddings}: Llama 3.1's rescaling of the rotary frequencies
+            # (its keys are checked when the model is built: model.py, check_rope_scaling)
             "rope_scaling": Typed(None, (dict,)),
             # Mistral: the positions a token attends to, itself included; null: every earlier one
             "sliding_window": Typed(None, (int,), range=AT_LEAST_1),
