@@ -71,7 +71,7 @@ def test_model_dir_is_derived_from_framework_folder_and_config():
     assert default_model_dir("tf", "/x/tf/mine", "/y/big.yaml") == os.path.join("model_dir", "tf_mine_big")
 
 
-TWINS = ("mnist", "resnet", "unet", "bert", "gpt2", "t5", "transformer")  # folders that exist in both frameworks with the same keys and defaults
+TWINS = ("mnist", "resnet", "unet", "bert", "gpt2", "t5", "transformer", "llama")  # folders that exist in both frameworks with the same keys and defaults
 TWIN_CONFIGS = [("mnist", "params.yaml"), ("mnist", "params_tiny.yaml"),
                 ("resnet", "params.yaml"), ("resnet", "params_tiny.yaml"), ("resnet", "resnet18_cifar.yaml"),
                 ("resnet", "resnet50_imagenet.yaml"),
@@ -84,6 +84,9 @@ TWIN_CONFIGS += [("gpt2", c) for c in (
     "gpt3_xl.yaml", "gpt3_6p7b.yaml", "gptj_6b.yaml", "gpt2_small_msl2048.yaml")]
 TWIN_CONFIGS += [("t5", c) for c in (
     "params.yaml", "params_tiny.yaml", "t5_small.yaml", "t5_base.yaml", "t5_3b.yaml", "t5_11b.yaml")]
+TWIN_CONFIGS += [("llama", c) for c in (
+    "params.yaml", "params_tiny.yaml", "llama2_7b.yaml", "llama2_13b.yaml", "llama2_70b.yaml", "llama3_8b.yaml",
+    "mistral_7b.yaml")]
 TWIN_CONFIGS += [("transformer", c) for c in (
     "params.yaml", "params_tiny.yaml", "transformer_base.yaml", "transformer_large.yaml")]
 

@@ -22,6 +22,7 @@ import ast
 import glob
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from common.errors import UserError
@@ -223,8 +224,9 @@ def missing_reads(reads: ParamsReads, configs: list[Config], form: str) -> list[
     for read in sorted(reads.reads, key=lambda r: (r.src.shown, r.node.lineno, -len(r.path))):
         if not read.required or read.path[:1] == ("runconfig",) and len(read.path) == 1:
             continue
+        # a section the config switches off (rope_scaling: null) is read only behind its own check
         lacking = [c.shown for c in loaded if lookup(c.params, read.path) is MISSING
-                   and lookup(c.params, read.path[:-1]) is not MISSING]
+                   and isinstance(lookup(c.params, read.path[:-1]), Mapping)]
         key = ".".join(read.path)
         if not lacking or (read.src.shown, read.node.lineno) in seen:
             continue

@@ -367,7 +367,8 @@ class LlamaLM(PyTorchBaseModel):
     @torch.no_grad()
     def _generate(self, batch) -> dict[str, np.ndarray]:
         tokens, prompt_length = batch
-        return greedy_decode(self.model, tokens, prompt_length, self.predict_input["max_new_tokens"])
+        tokens = greedy_decode(self.model, tokens, prompt_length, self.predict_input["max_new_tokens"])
+        return {"tokens": tokens.cpu().numpy(), "prompt_length": prompt_length.cpu().numpy()}
 
     def _write_completions(self, arrays: Mapping[str, np.ndarray], model_dir: str) -> dict[str, float]:
         """model_dir/completions.jsonl: each prompt's line, text and completion (cut at <|endoftext|>)."""
@@ -382,7 +383,7 @@ class LlamaLM(PyTorchBaseModel):
 
 @torch.no_grad()
 def greedy_decode(net: LlamaForCausalLM, tokens: torch.Tensor, prompt_length: torch.Tensor,
-                  max_new_tokens: int, use_cache: bool = True) -> dict[str, np.ndarray]:
+                  max_new_tokens: int, use_cache: bool = True) -> torch.Tensor:
     """Each row's prompt (``tokens`` (B, L), left-aligned, ``prompt_length`` (B,)) followed by
     ``max_new_tokens`` greedy tokens: token t + 1 = the argmax of the logits at t; a row's
     positions after those stay as they were (the padding).
@@ -403,7 +404,7 @@ def greedy_decode(net: LlamaForCausalLM, tokens: torch.Tensor, prompt_length: to
         tokens[:, t + 1] = torch.where(new, chosen, tokens[:, t + 1])
         if t + 1 < end - 1:
             logits = net(tokens[:, t + 1:t + 2], caches) if use_cache else net(tokens[:, :t + 2])
-    return {"tokens": tokens.cpu().numpy(), "prompt_length": prompt_length.cpu().numpy()}
+    return tokens
 
 
 def model_fn(params: Mapping, device: torch.device) -> PyTorchBaseModel:

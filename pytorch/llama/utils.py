@@ -8,9 +8,6 @@ sizes (Llama 2 7B, 13B, 70B, Llama 3 8B, Mistral 7B).
 
 from common.params import AT_LEAST_1, POSITIVE, Typed
 
-ROPE_TYPES = ("llama3",)  # rope_scaling.rope_type: the Llama 3.1 frequency rescaling
-ROPE_SCALING_KEYS = ("rope_type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-
 
 # A deliberate twin of tf/llama/utils.py (each model folder stands alone when copied);
 # tests/test_model_folders.py checks that the two keep the same defaults.

@@ -91,3 +91,28 @@ def test_ops_both_frontends_lower_are_no_findings_and_a_transposed_1d_conv_is(tm
     report = port_check.check(str(script), capture=False)
     unsupported = [f.message for f in report.findings if f.kind == "unsupported_op"]
     assert len(unsupported) == 1 and "nn.ConvTranspose1d(8, 4, 2)" in unsupported[0], unsupported
+
+
+def test_a_section_a_config_switches_off_with_null_lacks_no_key(tmp_path):
+    """Code that reads model.extra.scale behind its own `is not None` check: a config with
+    `extra: null` holds nothing to read there (no finding); one whose extra is a mapping without
+    scale lacks it (a finding naming that config alone)."""
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(MNIST, folder)
+    utils = folder / "utils.py"
+    utils.write_text(utils.read_text().replace('"dropout": 0.2,', '"dropout": 0.2,\n            "extra": None,'))
+    model = folder / "model.py"
+    model.write_text(model.read_text().replace(
+        '        p = params["model"]  # sizes and rates are checked by params (common/params.py NAME_RULES)\n',
+        '        p = params["model"]  # sizes and rates are checked by params (common/params.py NAME_RULES)\n'
+        '        if p["extra"] is not None:\n            self.scale = p["extra"]["scale"]\n'))
+    (folder / "configs" / "scaled.yaml").write_text("base: params.yaml\nmodel:\n  extra: {scale: 2.0}\n")
+    report = port_check.check(str(folder), capture=False)
+    assert [f for f in report.findings if f.kind == "params_missing"] == []
+    (folder / "configs" / "unscaled.yaml").write_text("base: params.yaml\nmodel:\n  extra: {other: 1}\n")
+    report = port_check.check(str(folder), capture=False)
+    missing = [f for f in report.findings if f.kind == "params_missing"]
+    assert len(missing) == 1 and "reads model.extra.scale, which neither configs/unscaled.yaml nor" in \
+        missing[0].message

@@ -149,8 +149,8 @@ def prompt_rows(lengths, width, seed=3):
 def test_decoding_with_the_cache_equals_decoding_without_it(overrides):
     net = tiny_net(*overrides)
     tokens, lengths = prompt_rows([3, 9, 6], width=9 + 12)
-    cached = model.greedy_decode(net, tokens, lengths, 12)["tokens"]
-    plain = model.greedy_decode(net, tokens, lengths, 12, use_cache=False)["tokens"]
+    cached = model.greedy_decode(net, tokens, lengths, 12)
+    plain = model.greedy_decode(net, tokens, lengths, 12, use_cache=False)
     np.testing.assert_array_equal(cached, plain)
     for row, n in enumerate(lengths.tolist()):  # each row alone, the whole sequence each step: the definition
         ids = tokens[row, :n].tolist()
