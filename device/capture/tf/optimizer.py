@@ -483,8 +483,9 @@ def _assigned_spec(assigned: list[AssignedAdam], views: list[OpView], train_op: 
     unmatched = sorted(set(_assigned_params(views, params)) - {a.var for a in assigned})
     if unmatched:
         raise UserError(f"train_op {train_op.name!r} assigns {unmatched[0]!r} with ops the device does not read as "
-                        "an optimizer update (it runs Apply ops, and BERT's AdamWeightDecay written out: "
-                        "m = b1*m + (1-b1)*g, v = b2*v + (1-b2)*g^2, var -= lr * (m / (sqrt(v) + eps) + wd*var))")
+                        "an optimizer update: use a tf.compat.v1.train optimizer (its Apply ops), or BERT's "
+                        "AdamWeightDecay written out (m = b1*m + (1-b1)*g, v = b2*v + (1-b2)*g^2, "
+                        "var -= lr * (m / (sqrt(v) + eps) + wd*var))")
     settings = {(a.beta1, a.beta2, a.eps, a.powers is not None) for a in assigned}
     if len(settings) > 1:
         raise UserError(f"train_op {train_op.name!r} updates variables with different Adam settings "
