@@ -32,6 +32,7 @@ import re
 import numpy as np
 
 from common.errors import UserError
+from common.name_table import NameTable
 
 # --- the table of names -------------------------------------------------------------------
 # One row per module: (TF scope, torch scope, kind); kinds as common/bert_names.py:
@@ -67,40 +68,21 @@ NAMES: tuple[tuple[str, str, bool], ...] = tuple(
 _CONV1D = re.compile(r"transformer\.h\.\d+\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.weight")
 
 
-def _pattern(template: str) -> re.Pattern:
-    return re.compile("".join(r"(\d+)" if part == "{i}" else re.escape(part)
-                              for part in re.split(r"(\{i\})", template)))
-
-
-_TF = [(_pattern(tf), torch, transpose) for tf, torch, transpose in NAMES]
-_TORCH = [(_pattern(torch), tf, transpose) for tf, torch, transpose in NAMES]
-
-
-def _convert(name: str, table) -> tuple[str, bool] | None:
-    for pattern, other, transpose in table:
-        if m := pattern.fullmatch(name):
-            return other.replace("{i}", m.group(1)) if "{i}" in other else other, transpose
-    return None
+TABLE = NameTable(NAMES, "TF GPT-2 variable name (transformer/..., lm_head/...)", "PyTorch GPT-2 weight name (transformer...., lm_head....)")
 
 
 def tf_name_to_torch(name: str) -> tuple[str, bool]:
     """(zoo PyTorch name, transpose) of a TF GPT-2 variable name."""
-    found = _convert(name, _TF)
-    if found is None:
-        raise UserError(f"{name}: not a TF GPT-2 variable name (transformer/..., lm_head/...)")
-    return found
+    return TABLE.tf_to_torch(name)
 
 
 def torch_name_to_tf(name: str) -> tuple[str, bool]:
     """(TF name, transpose) of a zoo PyTorch GPT-2 weight name."""
-    found = _convert(name, _TORCH)
-    if found is None:
-        raise UserError(f"{name}: not a PyTorch GPT-2 weight name (transformer...., lm_head....)")
-    return found
+    return TABLE.torch_to_tf(name)
 
 
 def is_torch_name(name: str) -> bool:
-    return _convert(name, _TORCH) is not None
+    return TABLE.is_torch_name(name)
 
 
 def hf_transposed(name: str) -> bool:
@@ -147,7 +129,7 @@ def read_gpt2_weights(path: str) -> dict[str, np.ndarray]:
 
         variables = tf_variables(where)
         for name, value in variables.items():
-            found = _convert(name, _TF)
+            found = TABLE.tf_match(name)
             if found is not None:
                 torch_name, transpose = found
                 value = np.asarray(value)
@@ -158,7 +140,7 @@ def read_gpt2_weights(path: str) -> dict[str, np.ndarray]:
         variables = _torch_tensors(kind, where)
         for name, value in variables.items():
             name = _torch_name(name)
-            if _convert(name, _TORCH) is not None:
+            if TABLE.is_torch_name(name):
                 weights[name] = value
     if not weights:
         example = f" (it holds {', '.join(sorted(variables)[:3])} ...)" if variables else ""

@@ -93,7 +93,7 @@ def _hf_to_zoo_name(family: str, name: str) -> tuple[str | None, bool]:
         if name.startswith("cls.predictions.decoder."):  # tied to the word embeddings and cls.predictions.bias
             return None, False
         name = bert_names._torch_name(name)
-        return (name if bert_names._convert(name, bert_names._TORCH) is not None else None), False
+        return (name if bert_names.is_torch_name(name) else None), False
     name = gpt2_names._torch_name(name)
     if not gpt2_names.is_torch_name(name):
         return None, False  # attn.bias / attn.masked_bias: the causal mask buffers of older versions

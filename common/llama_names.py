@@ -24,11 +24,10 @@ embedding table (``share_embedding_weights: false``, Hugging Face's ``tie_word_e
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from common.errors import UserError
+from common.name_table import NameTable
 
 # One row per tensor: (TF name, torch name, transpose); {i} is the layer
 NAMES: tuple[tuple[str, str, bool], ...] = (
@@ -48,40 +47,21 @@ NAMES: tuple[tuple[str, str, bool], ...] = (
 LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
-def _pattern(template: str) -> re.Pattern:
-    return re.compile("".join(r"(\d+)" if part == "{i}" else re.escape(part)
-                              for part in re.split(r"(\{i\})", template)))
-
-
-_TF = [(_pattern(tf), torch, transpose) for tf, torch, transpose in NAMES]
-_TORCH = [(_pattern(torch), tf, transpose) for tf, torch, transpose in NAMES]
-
-
-def _convert(name: str, table) -> tuple[str, bool] | None:
-    for pattern, other, transpose in table:
-        if m := pattern.fullmatch(name):
-            return other.replace("{i}", m.group(1)) if "{i}" in other else other, transpose
-    return None
+TABLE = NameTable(NAMES, "TF Llama variable name (model/..., lm_head/kernel)", "PyTorch Llama weight name (model...., lm_head.weight)")
 
 
 def tf_name_to_torch(name: str) -> tuple[str, bool]:
     """(zoo PyTorch name, transpose) of a tf/llama variable name."""
-    found = _convert(name, _TF)
-    if found is None:
-        raise UserError(f"{name}: not a TF Llama variable name (model/..., lm_head/kernel)")
-    return found
+    return TABLE.tf_to_torch(name)
 
 
 def torch_name_to_tf(name: str) -> tuple[str, bool]:
     """(TF name, transpose) of a zoo PyTorch (Hugging Face) Llama weight name."""
-    found = _convert(name, _TORCH)
-    if found is None:
-        raise UserError(f"{name}: not a PyTorch Llama weight name (model...., lm_head.weight)")
-    return found
+    return TABLE.torch_to_tf(name)
 
 
 def is_torch_name(name: str) -> bool:
-    return _convert(name, _TORCH) is not None
+    return TABLE.is_torch_name(name)
 
 
 def torch_names(num_hidden_layers: int, tied: bool = False) -> list[str]:
@@ -111,7 +91,7 @@ def read_llama_weights(path: str) -> dict[str, np.ndarray]:
 
         variables = tf_variables(where)
         for name, value in variables.items():
-            found = _convert(name, _TF)  # Adam's slots (.../kernel/Adam) and the step are not Llama's names
+            found = TABLE.tf_match(name)  # Adam's slots (.../kernel/Adam) and the step are not Llama's names
             if found is not None:
                 torch_name, transpose = found
                 value = np.asarray(value)
