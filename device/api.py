@@ -22,7 +22,8 @@ capture (device.capture.torch, device.capture.tf, reached through the capture fu
 below, which import their framework on first use: importing device.api imports neither),
 the op records ``OPS``, the compute ``PRECISIONS`` (``HALF_PRECISIONS``: the 16-bit ones
 mixed_precision.dtype may name), and the optimizer semantics (``OptimizerSpec``, its
-``KINDS``, ``excluded_from_weight_decay``, the loss-scale bounds and defaults).
+``KINDS``, the framework classes the frontends read (``FRAMEWORK_OPTIMIZERS``),
+``excluded_from_weight_decay``, the loss-scale bounds and defaults).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from device.dtypes import HALF_PRECISIONS, PRECISIONS
 from device.errors import DeviceCompileError
 from device.ir import Graph
 from device.ops import OPS
-from device.optimizer import (DEFAULT_INITIAL_LOSS_SCALE, DEFAULT_STEPS_PER_INCREASE, KINDS, MAX_LOSS_SCALE,
-                              MIN_LOSS_SCALE, OptimizerSpec, excluded_from_weight_decay)
+from device.optimizer import (DEFAULT_INITIAL_LOSS_SCALE, DEFAULT_STEPS_PER_INCREASE, FRAMEWORK_OPTIMIZERS, KINDS,
+                              MAX_LOSS_SCALE, MIN_LOSS_SCALE, OptimizerSpec, excluded_from_weight_decay)
 from device.passes import Finding, Kernel, ValidationReport, match, validate
 from device.passes.validate import dtype_suggestion, suggestion_for
 from device.place import EXECUTION_MODES, Placement, place
@@ -48,7 +49,8 @@ from device.report import render_text, write_report
 from device.runtime.program import Program
 from zoo_base.errors import UserError
 
-__all__ = ["DEFAULT_INITIAL_LOSS_SCALE", "DEFAULT_STEPS_PER_INCREASE", "EXECUTION_MODES", "HALF_PRECISIONS", "KINDS",
+__all__ = ["DEFAULT_INITIAL_LOSS_SCALE", "DEFAULT_STEPS_PER_INCREASE", "EXECUTION_MODES", "FRAMEWORK_OPTIMIZERS",
+           "HALF_PRECISIONS", "KINDS",
            "MAX_LOSS_SCALE", "MIN_LOSS_SCALE", "OPS", "PRECISIONS", "CompileResult", "DeviceCompileError", "Graph",
            "OptimizerSpec", "Program", "build_program", "capture_tf", "capture_torch", "compile_graph",
            "dtype_suggestion", "excluded_from_weight_decay", "load_torch_weights", "render_report", "suggestion_for",

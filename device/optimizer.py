@@ -41,6 +41,14 @@ from zoo_base.errors import UserError
 KINDS = ("sgd", "momentum", "adam", "adamw")
 SEMANTICS = ("torch", "tf")
 ADAM_FORMS = ("kernel", "bert")
+# The framework optimizer classes the frontends read into a spec (capture/torch/optimizer.py,
+# capture/tf/optimizer.py's Apply ops; a TF Adam written out in ops is matched by its ops), and
+# the runners' optimizer_type names: what the porting assistant (common/port/static.py) accepts.
+FRAMEWORK_OPTIMIZERS: dict[str, tuple[str, ...]] = {
+    "torch": ("SGD", "Adam", "AdamW"),
+    "tf": ("GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer"),
+    "optimizer_type": KINDS,
+}
 # fp32 state per parameter, by the names the emulator's checkpoints use
 SLOTS: dict[str, tuple[str, ...]] = {"sgd": (), "momentum": ("momentum",), "adam": ("m", "v"), "adamw": ("m", "v")}
 

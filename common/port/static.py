@@ -29,7 +29,7 @@ from typing import Callable, Iterable
 
 from common.port.findings import Finding, Note
 from common.port.source import NOT_LITERAL, Source, keyword, literal
-from device.api import dtype_suggestion, suggestion_for
+from device.api import FRAMEWORK_OPTIMIZERS, dtype_suggestion, suggestion_for
 
 # --- regions ------------------------------------------------------------------------------
 
@@ -104,9 +104,8 @@ UNSUPPORTED_LAYERS: dict[str, tuple[str | None, str]] = {
 _CONV_FIX = ("an ordinary convolution (groups=1), or upsampling followed by one (nn.Upsample / "
              "keras.layers.UpSampling2D, then a convolution) in place of a transposed one")
 
-# Optimizers the runners build and the device runs (optimizer.optimizer_type).
-SUPPORTED_OPTIMIZERS = {"SGD", "Adam", "AdamW", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",
-                        "sgd", "adam", "adamw"}
+# Optimizers the device runs: the framework classes its frontends read, and the runners' optimizer_type names
+SUPPORTED_OPTIMIZERS = frozenset(name for names in FRAMEWORK_OPTIMIZERS.values() for name in names)
 OPTIMIZER_MODULES = ("torch.optim.", "keras.optimizers.", "tensorflow.train.", "tensorflow.optimizers.")
 _OPTIMIZER_FIX = ("optimizer.optimizer_type in params: sgd, momentum, adam or adamw (the runner builds it, "
                   "with optimizer.learning_rate, a number or a schedule)")

@@ -7,11 +7,10 @@ from dataclasses import dataclass
 
 import torch
 
-from device.optimizer import DEFAULT_INITIAL_LOSS_SCALE, DEFAULT_STEPS_PER_INCREASE, OptimizerSpec
+from device.optimizer import DEFAULT_INITIAL_LOSS_SCALE, DEFAULT_STEPS_PER_INCREASE, FRAMEWORK_OPTIMIZERS, OptimizerSpec
 from zoo_base.errors import UserError
 
-
-SUPPORTED_OPTIMIZERS = ("SGD", "Adam", "AdamW")
+SUPPORTED_OPTIMIZERS = FRAMEWORK_OPTIMIZERS["torch"]
 
 
 @dataclass
