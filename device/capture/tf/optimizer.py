@@ -241,25 +241,25 @@ def _decoupled_decay(apply: OpView, views: list[OpView], session) -> float | Non
     return None
 
 
-def _lr_refs(views: list[OpView], params: list[str]) -> list:
+def _lr_refs(views: list[OpView], assigned: list[AssignedAdam]) -> list:
     """The learning-rate input of every update train_op runs (Apply ops, assigned Adams)."""
     refs = [v.inputs[apply_entry(v.type)[1]["lr"]] for v in views if apply_entry(v.type) is not None]
-    return refs + [a.lr for a in assigned_adams(views, params)]
+    return refs + [a.lr for a in assigned]
 
 
 def learning_rate_tensor(views: list[OpView], params: list[str]) -> tf.Tensor | None:
     """The learning rate of train_op's updates when it is a tensor of the graph that is not a
     constant (a schedule of the global step), else None. The spec leaves such a rate out:
     its value changes every step."""
-    for ref in _lr_refs(views, params):
+    for ref in _lr_refs(views, assigned_adams(views, params)):
         if isinstance(ref, tf.Tensor) and tf.get_static_value(ref) is None:
             return ref
     return None
 
 
-def _check_one_learning_rate(views: list[OpView], params: list[str], train_op: tf.Operation) -> None:
+def _check_one_learning_rate(views: list[OpView], assigned: list[AssignedAdam], train_op: tf.Operation) -> None:
     rates = set()
-    for ref in _lr_refs(views, params):
+    for ref in _lr_refs(views, assigned):
         value = _ref_value(ref, None)
         rates.add(("value", value) if value is not None else ("tensor", _ref_name(ref)))
     if len(rates) > 1:
@@ -270,9 +270,9 @@ def _check_one_learning_rate(views: list[OpView], params: list[str], train_op: t
 def optimizer_spec(views: list[OpView], train_op: tf.Operation, params: list[str], session) -> OptimizerSpec:
     """The update rule of ``train_op``, read from its Apply ops ("tf" semantics), or from the
     assignments of an Adam written out in ops (form "bert")."""
-    _check_one_learning_rate(views, params, train_op)
-    applies = [v for v in views if _is_apply_op(v.type)]
     assigned = assigned_adams(views, params)
+    _check_one_learning_rate(views, assigned, train_op)
+    applies = [v for v in views if _is_apply_op(v.type)]
     if assigned or (not applies and _assigned_params(views, params)):
         if applies:
             raise UserError(f"train_op {train_op.name!r} mixes optimizer Apply ops with assigned updates; "
