@@ -129,3 +129,47 @@ def test_the_twins_configs_agree(name, config):
         return params
 
     assert effective("pytorch") == effective("tf")
+
+
+# Code that folders of one framework share without being framework twins: each folder stands
+# alone when a user copies it, so these are copies, declared here and kept equal. The first
+# folder holds the original; a change to one is made to every folder of its row.
+COPIES = [
+    ("pytorch", "data.py", ("check_meta", "seq2seq_dataset", "_dataloader"), ("t5", "transformer")),
+    ("pytorch", "data.py", ("check_meta", "_dataloader"), ("gpt2", "llama")),
+    ("pytorch", "data.py", ("collate",), ("gpt2", "llama", "t5", "transformer")),
+    ("pytorch", "data.py", ("check_lengths",), ("bert", "gpt2", "llama")),
+    ("pytorch", "model.py", ("lm_loss", "token_losses", "Perplexity", "NextTokenAccuracy"), ("gpt2", "llama")),
+    ("tf", "data.py", ("check_meta",), ("t5", "transformer")),
+    ("tf", "data.py", ("check_meta", "check_lengths"), ("gpt2", "llama")),
+    ("tf", "data.py", ("shard_files",), ("gpt2", "bert", "llama", "t5", "transformer")),
+    ("tf", "model.py", ("lm_loss", "token_losses", "lm_metrics", "rows"), ("gpt2", "llama")),
+    ("tf", "model.py", ("exact_matches",), ("t5", "transformer")),
+    ("tf", "model.py", ("layer_norm",), ("gpt2", "transformer")),
+    ("tf", "model.py", ("compute_dtype",), ("gpt2", "bert", "llama", "t5", "transformer")),
+    ("tf", "model.py", ("dropout",), ("gpt2", "bert", "t5", "transformer")),
+]
+
+
+def top_level_definitions(path: str) -> dict[str, str]:
+    """The source text of each top-level function and class of the file ``path``, by name."""
+    import ast
+
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    return {node.name: ast.get_source_segment(source, node) for node in ast.parse(source).body
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+
+
+@pytest.mark.parametrize("framework, filename, names, folders", COPIES,
+                         ids=[f"{c[0]}-{'-'.join(c[3])}-{c[1]}" for c in COPIES])
+def test_the_declared_copies_stay_equal(framework, filename, names, folders):
+    original, *copies = (os.path.join(zoo.ROOT, framework, folder, filename) for folder in folders)
+    expected = top_level_definitions(original)
+    for copy in copies:
+        found = top_level_definitions(copy)
+        for name in names:
+            assert name in expected and name in found, f"{name} is missing from {original} or {copy}"
+            assert found[name] == expected[name], (
+                f"{os.path.relpath(copy, zoo.ROOT)}: {name} differs from {os.path.relpath(original, zoo.ROOT)}'s "
+                "(a declared copy: tests/test_model_folders.py COPIES; change every copy alike)")
