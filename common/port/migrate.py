@@ -29,7 +29,9 @@ Like ``tf_upgrade_v2`` for TF 1 code, it rewrites only what must change, line by
                                                           torch 1 took its default, 2, and ignored it)
 
 A library the vendor's code imports that this environment has not (nltk, spacy) is listed with
-the pip command that installs it.
+the pip command that installs it; a top-level ``import spacy`` becomes
+``spacy = optional_module("spacy", <pip command>)`` (common/optional_module.py), so that the
+module imports without it (the vendor's TF bert's data.py imports its spaCy data processors).
 
 The checkout is the folder above the ``modelzoo`` package SRC lies in; a SRC outside one is a
 standalone folder whose own modules are ``modelzoo.<family>.<fw>.<mod>``. A carried module
@@ -47,6 +49,7 @@ import argparse
 import ast
 import functools
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -313,7 +316,26 @@ class _Planner:
                 self._from(node)
             elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "modelzoo" for a in node.names):
                 self._import(node)
+            elif isinstance(node, ast.Import) and node in tree.body and node.lineno not in self.plan.guarded:
+                self._optional(node)
         return self.plan
+
+    def _optional(self, node: ast.Import) -> None:
+        """A top-level ``import X`` (``as Y``) of a library this zoo does not install (TO_INSTALL): the module
+        then imports without it, and the library's first use is one error with its pip command."""
+        if len(node.names) != 1 or node.names[0].name not in TO_INSTALL:
+            return
+        alias = node.names[0]
+        m = re.match(r"(\s*)import\s+([\w.]+)(?:\s+as\s+(\w+))?\s*(#.*)?$", self._body(node.lineno))
+        if not m or node.end_lineno != node.lineno:
+            return
+        comment = f"  {m.group(4)}" if m.group(4) else ""
+        self._rewrite(node.lineno, f"{m.group(1)}from common.optional_module import optional_module; "
+                                   f"{alias.asname or alias.name} = optional_module({json.dumps(alias.name)}, "
+                                   f"{json.dumps(TO_INSTALL[alias.name])}){comment}",
+                      f"{alias.name} is not installed here ({TO_INSTALL[alias.name]}): common.optional_module "
+                      f"imports it where it is, and where it is not the module still imports and the first "
+                      f"use of {alias.name} is one error saying so")
 
     def _body(self, number: int) -> str:
         return _split_ending(self.lines[number - 1])[0]

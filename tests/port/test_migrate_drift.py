@@ -7,6 +7,7 @@ in the shape of the vendor's lines, is written here; so are the expected values 
 common.keras_text, worked by hand from Keras-Preprocessing's documented behaviour."""
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 
 from common.errors import UserError
 from common.keras_text import Tokenizer, text_to_word_sequence
+from common.optional_module import optional_module
 from common.port import migrate as migrate_module
 from common.port.migrate import REPORT, migrate
 from common.pytorch.hf_compat import HfFolder, Repository
@@ -136,7 +138,24 @@ def test_a_library_not_installed_here_is_listed_with_its_pip_command(migrated):
     left = {(x.file, x.line): x.why for x in migration.left}
     rel = "summaries.py"
     assert left[(rel, 1)].startswith("nltk is not installed here: pip install nltk ")
-    assert left[(rel, 2)].startswith("spacy is not installed here: pip install spacy, then python -m spacy download")
+    assert (rel, 2) not in left  # import spacy: written as optional_module (below)
+
+
+def test_a_top_level_import_of_a_library_not_installed_here_imports_and_fails_at_first_use(migrated):
+    out, migration = migrated
+    change = _change(migration, "summaries.py", 2)
+    assert change.after.startswith("from common.optional_module import optional_module; spacy = optional_module("
+                                   '"spacy", "pip install spacy, then python -m spacy download')
+    namespace = {}
+    exec(compile(change.after.replace('"spacy"', '"spacy_absent_here"'), "summaries.py", "exec"), namespace)
+    with pytest.raises(UserError, match=r"^spacy_absent_here\.load: spacy_absent_here is not installed here: "
+                                        r"pip install spacy"):
+        namespace["spacy"].load("en_core_web_sm")
+    assert namespace["spacy"].__class__.__name__ == "AbsentModule"
+
+
+def test_an_import_of_an_installed_library_through_optional_module_is_the_library():
+    assert optional_module("json", "pip install nothing") is json
 
 
 def test_a_name_that_did_not_move_stays_and_an_unknown_keras_preprocessing_name_is_listed(tmp_path, monkeypatch):
