@@ -43,7 +43,7 @@ from device.optimizer import (DEFAULT_INITIAL_LOSS_SCALE, DEFAULT_STEPS_PER_INCR
                               MAX_LOSS_SCALE, MIN_LOSS_SCALE, OptimizerSpec, excluded_from_weight_decay)
 from device.passes import Finding, Kernel, ValidationReport, match, validate
 from device.passes.validate import dtype_suggestion, suggestion_for
-from device.place import EXECUTION_MODES, Placement, place
+from device.place import EXECUTION_MODES, Placement, activation_sizes, place
 from device.profiles import Profile, get_profile
 from device.report import render_text, write_report
 from device.runtime.program import Program
@@ -113,7 +113,8 @@ def compile_graph(graph: Graph, *, mode: str, profile_name: str, execution_mode:
     training = mode == "train"
     kernels = match(graph)
     placement = place(kernels, profile, execution_mode, graph.optimizer, training=training,
-                      precision=graph.precision, micro_batch_size=micro_batch_size)
+                      precision=graph.precision, micro_batch_size=micro_batch_size,
+                      value_bytes=activation_sizes(graph) if execution_mode == "weight_streaming" else None)
     cost = estimate(graph, kernels, placement, profile, training=training)
     result = CompileResult(graph, mode, execution_mode, profile, report, kernels, placement, cost)
     if out_dir is not None:

@@ -23,6 +23,11 @@ layer's weights again: per kernel and pass max(its compute, SRAM and fabric time
 pass's samples, weight bytes / external link rate), summed over kernels and passes, plus
 the bubble once per iteration. Weight bytes per kernel and pass in training: fp32 weights
 in for the forward, again for the backward, fp32 gradients out (3x); forward only: 1x.
+Recompute (activation checkpointing, device/place.py): where the placement keeps only the
+checkpoints at layer boundaries, each layer's forward runs again in the backward before its
+gradients, so a kernel's compute, SRAM and fabric work per pass are those of two forwards and
+one backward; its weights are already on the wafer for the backward, so the external link
+carries no more bytes.
 The bubble: at the iteration boundary the external store must finish the update before
 the next iteration's first weights leave, so the last kernel's gradients and the first
 kernel's weights cross the link with no compute to hide behind.
@@ -62,10 +67,13 @@ BOUNDS = ("compute", "memory", "fabric", "weight streaming")
 SYSTEMS = (1, 2, 4, 8, 16)
 
 
-def pe_cycles(kernel: Kernel, profile: Profile, precision: str, training: bool) -> tuple[float, float]:
-    """(compute cycles, SRAM cycles) of the kernel's work for one batch on a single PE."""
-    compute = kernel.flops(training) / profile.flops_per_cycle(precision)
-    sram = kernel.sram_bytes(training) / profile.sram_bytes_per_cycle
+def pe_cycles(kernel: Kernel, profile: Profile, precision: str, training: bool,
+              recompute: bool = False) -> tuple[float, float]:
+    """(compute cycles, SRAM cycles) of the kernel's work for one batch on a single PE; ``recompute``
+    adds the forward run again in the backward."""
+    again = recompute and training
+    compute = (kernel.flops(training) + (kernel.flops_fwd if again else 0.0)) / profile.flops_per_cycle(precision)
+    sram = (kernel.sram_bytes(training) + (kernel.sram_bytes_fwd if again else 0.0)) / profile.sram_bytes_per_cycle
     return compute, sram
 
 
@@ -85,6 +93,7 @@ class KernelCost:
     time_s: float  # weight streaming: summed over the passes, max(compute share, weight transfer) each
     bound_by: str  # one of BOUNDS, or free (a layout kernel: no PEs, no time)
     passes: int = 0  # weight streaming: micro-batch passes, each streaming the kernel's weights
+    recompute_flops: float = 0.0  # weight streaming with recompute: the forward run again in the backward
 
 
 @dataclass
@@ -111,6 +120,7 @@ class CostReport:
     # weight streaming only: the micro-batches, the external store's bytes, the multi-system table
     micro_batch_size: int = 0
     micro_batches: int = 0
+    recompute: bool = False  # each layer's activations recomputed from checkpoints in the backward
     external_memory: dict[str, int] = field(default_factory=dict)  # weights, optimizer state, gradients (fp32)
     systems: list[dict[str, float]] = field(default_factory=list)  # per N systems (SYSTEMS)
 
@@ -176,7 +186,8 @@ def estimate(graph: Graph, kernels: list[Kernel], placement, profile: Profile, *
     rows = []
     for kernel in kernels:
         rect = placement.get(kernel.name)
-        rows.append(_kernel_cost(kernel, rect, profile, precision, training, passes))
+        rows.append(_kernel_cost(kernel, rect, profile, precision, training, passes,
+                                 recompute=streaming and training and placement.recompute))
 
     working = [(k, r) for k, r in zip(kernels, rows) if not k.free]
     bubble = 0.0
@@ -205,6 +216,7 @@ def estimate(graph: Graph, kernels: list[Kernel], placement, profile: Profile, *
         tokens_per_sample=_tokens_per_sample(graph))
     if streaming and working:
         report.micro_batch_size, report.micro_batches = placement.micro_batch, placement.micro_batches
+        report.recompute = training and placement.recompute
         weights = 4 * sum(_numel(graph, v) for v in graph.params)  # fp32 master weights
         report.external_memory = {
             "weights": weights,
@@ -252,22 +264,24 @@ def _tokens_per_sample(graph: Graph) -> int:
 
 
 def roofline(kernel: Kernel, w: int, h: int, profile: Profile, precision: str, training: bool,
-             streaming: bool = False) -> dict[str, float]:
-    """Seconds of one batch of ``kernel`` on a w x h rectangle, per bound (BOUNDS)."""
-    compute_cycles, sram_cycles = pe_cycles(kernel, profile, precision, training)
+             streaming: bool = False, recompute: bool = False) -> dict[str, float]:
+    """Seconds of one batch of ``kernel`` on a w x h rectangle, per bound (BOUNDS); ``recompute``:
+    its forward runs again in the backward (weight streaming with activation checkpointing)."""
+    compute_cycles, sram_cycles = pe_cycles(kernel, profile, precision, training, recompute)
     pes = w * h
     boundary_links = 2 * (w + h)  # one outward link per edge PE (4 links per PE, wafer-facts.md)
     return {
         "compute": compute_cycles / (pes * profile.clock_hz),
         "memory": sram_cycles / (pes * profile.clock_hz),  # SRAM bandwidth
-        "fabric": _fabric_bytes(kernel, training) / (boundary_links * profile.link_bytes_s),
+        "fabric": _fabric_bytes(kernel, training, recompute) / (boundary_links * profile.link_bytes_s),
         "weight streaming": _stream_bytes(kernel, training, streaming) / profile.external_link_bytes_s,
     }
 
 
-def _fabric_bytes(kernel: Kernel, training: bool) -> float:
-    """Activations in and out; when training the gradients cross the same boundary back."""
-    return (kernel.input_bytes + kernel.activation_bytes) * (2 if training else 1)
+def _fabric_bytes(kernel: Kernel, training: bool, recompute: bool = False) -> float:
+    """Activations in and out; when training the gradients cross the same boundary back, and a
+    recomputed forward moves its activations again."""
+    return (kernel.input_bytes + kernel.activation_bytes) * ((3 if recompute else 2) if training else 1)
 
 
 def _stream_bytes(kernel: Kernel, training: bool, streaming: bool) -> float:
@@ -277,22 +291,24 @@ def _stream_bytes(kernel: Kernel, training: bool, streaming: bool) -> float:
 
 
 def _kernel_cost(kernel: Kernel, rect, profile: Profile, precision: str, training: bool,
-                 passes: list[int]) -> KernelCost:
-    """The kernel's cost for one batch; ``passes``: weight streaming's micro-batch sizes (empty: pipelined)."""
+                 passes: list[int], recompute: bool = False) -> KernelCost:
+    """The kernel's cost for one batch; ``passes``: weight streaming's micro-batch sizes (empty: pipelined);
+    ``recompute``: its forward runs again in the backward (in flops, SRAM and fabric bytes, and time)."""
     streaming = bool(passes)
-    flops = kernel.flops(training)
-    sram_bytes = kernel.sram_bytes(training)
-    fabric_bytes = _fabric_bytes(kernel, training)
+    again = recompute and training
+    flops = kernel.flops(training) + (kernel.flops_fwd if again else 0.0)
+    sram_bytes = kernel.sram_bytes(training) + (kernel.sram_bytes_fwd if again else 0.0)
+    fabric_bytes = _fabric_bytes(kernel, training, again)
     stream_bytes = _stream_bytes(kernel, training, streaming) * len(passes)
     if kernel.free or rect.pes == 0:
         return KernelCost(kernel.name, kernel.kind, 0, flops, sram_bytes, fabric_bytes, 0.0,
                           0.0, 0.0, 0.0, 0.0, 0.0, "free")
-    times = roofline(kernel, rect.w, rect.h, profile, kernel.precision or precision, training, streaming)
+    times = roofline(kernel, rect.w, rect.h, profile, kernel.precision or precision, training, streaming, again)
     times["weight streaming"] *= len(passes)  # once per micro-batch pass
     bound_by = max(times, key=times.get)
     cost = KernelCost(kernel.name, kernel.kind, rect.pes, flops, sram_bytes, fabric_bytes, stream_bytes,
                       times["compute"], times["memory"], times["fabric"], times["weight streaming"], times[bound_by],
-                      bound_by, passes=len(passes))
+                      bound_by, passes=len(passes), recompute_flops=kernel.flops_fwd if again else 0.0)
     if streaming:  # the passes' sum; equal to the bound's seconds when the micro-batches are equal
         cost.time_s = _streamed_time(cost, sum(passes), passes)
     return cost

@@ -38,15 +38,27 @@ micro-batch; here the largest that fits, or device.micro_batch_size): on the waf
 the activations of one micro-batch (from each kernel's forward until its backward) and
 the tile of weights in flight (assumed double-buffered: at most half the SRAM), and the
 weights cross the external link once per micro-batch pass (device/cost.py).
+
+Activation checkpointing (recompute) in weight streaming: where the batch's activations do
+not fit on the wafer in one pass, only the values at each layer boundary (the checkpoints)
+are kept from the forward to the backward, and each layer's inner activations are computed
+again from its checkpoint during the backward (one more forward of every kernel,
+device/cost.py). A layer boundary is a narrow point of the kernel order: a cut crossed by
+fewer bytes of activations than the cuts beside it (``checkpoint_cuts``: in a stack of
+layers, the residual stream between them). A sample then holds the checkpoints of every
+boundary plus the largest layer's inner activations; it is used when it lets a larger
+micro-batch fit than keeping every activation does.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from device.cost import pe_cycles, roofline
+from device.dtypes import BYTES
 from device.errors import DeviceCompileError
 from device.optimizer import SLOTS, OptimizerSpec
 from device.passes.match import Kernel
@@ -107,6 +119,14 @@ class Placement:
     # weight streaming: samples per pass over the layers, and passes per batch (gradients accumulate)
     micro_batch: int = 0
     micro_batches: int = 0
+    # weight streaming: layers' inner activations recomputed in the backward from checkpoints at the
+    # layer boundaries; bytes of one sample kept (recomputing: checkpoints + the largest layer's
+    # inner activations), and what keeping every activation would need
+    recompute: bool = False
+    activation_bytes_per_sample: int = 0
+    full_activation_bytes_per_sample: int = 0
+    checkpoint_bytes_per_sample: int = 0
+    layers: int = 0  # recomputed segments between checkpoints
 
     @property
     def fabric_pes(self) -> int:
@@ -127,6 +147,9 @@ class Placement:
                 "sram_bytes_per_pe": self.sram_bytes_per_pe, "optimizer": self.optimizer,
                 "training": self.training, "active_pes": self.active_pes, "fabric_pes": self.fabric_pes,
                 "micro_batch": self.micro_batch, "micro_batches": self.micro_batches,
+                "recompute": self.recompute, "activation_bytes_per_sample": self.activation_bytes_per_sample,
+                "full_activation_bytes_per_sample": self.full_activation_bytes_per_sample,
+                "checkpoint_bytes_per_sample": self.checkpoint_bytes_per_sample, "layers": self.layers,
                 "kernels": [{**asdict(k), "pes": k.pes, "memory_bytes": k.memory_bytes,
                              "memory_per_pe": k.memory_per_pe} for k in self.kernels]}
 
@@ -145,10 +168,13 @@ def optimizer_slots(optimizer: OptimizerSpec | str | None) -> tuple[str, int]:
 
 def place(kernels: list[Kernel], profile: Profile, mode: str = "pipelined",
           optimizer: OptimizerSpec | str | None = None, *, training: bool = True,
-          precision: str = "float32", micro_batch_size: int | None = None) -> Placement:
+          precision: str = "float32", micro_batch_size: int | None = None,
+          value_bytes: dict[str, int] | None = None) -> Placement:
     """Place ``kernels`` (from device.passes.match) on ``profile``'s fabric.
 
     ``micro_batch_size`` (weight streaming only): samples per pass; None takes the largest that fits.
+    ``value_bytes`` (weight streaming only): bytes of each activation value for the batch
+    (``activation_sizes``), which find the layer boundaries for recompute; without it no recompute.
     """
     if mode not in EXECUTION_MODES:
         raise UserError(f"unknown device.execution_mode {mode!r}; valid modes: {', '.join(EXECUTION_MODES)}")
@@ -159,7 +185,7 @@ def place(kernels: list[Kernel], profile: Profile, mode: str = "pipelined",
     if mode == "pipelined":
         _place_pipelined(placement, kernels, profile, slots, precision)
     else:
-        _place_streaming(placement, kernels, profile, micro_batch_size)
+        _place_streaming(placement, kernels, profile, micro_batch_size, value_bytes or {})
     return placement
 
 
@@ -338,16 +364,90 @@ def _b(n: float) -> str:
     return f"{int(n):,} bytes ({n / 2**20:,.1f} MiB)"
 
 
+def activation_sizes(graph) -> dict[str, int]:
+    """Bytes of each value of ``graph`` (a device.ir.Graph) for the captured batch: floating-point
+    values in the compute format (device.dtypes.BYTES of the graph's precision), others at their own
+    dtype. What recompute's layer boundaries are found with (``checkpoint_cuts``)."""
+    elem = BYTES.get(graph.precision, 4)
+    sizes = {}
+    for name, value in graph.values.items():
+        n = 1
+        for d in value.shape:
+            n *= d or 0
+        sizes[name] = n * (elem if value.dtype.startswith(("float", "bfloat")) else BYTES.get(value.dtype, 4))
+    return sizes
+
+
+def checkpoint_cuts(kernels: list[Kernel], value_bytes: dict[str, int]) -> tuple[list[int], int]:
+    """The layer boundaries of ``kernels`` (in order, free ones included) and the bytes of their checkpoints.
+
+    A cut before kernel i (0 < i < len) is crossed by every activation that a kernel before it (or
+    the feed: a graph input) made and a kernel at or after it reads; its bytes are theirs. Values made
+    from weights and constants alone (a transposed weight, rotary tables) are no activations: they
+    cross nothing. The boundaries are the narrow points: cuts crossed by fewer bytes than the cuts on
+    either side of them (in a stack of layers the residual stream between them, with whatever every
+    layer reads; equal cuts in a row count as one); the checkpoints are the values crossing any
+    boundary, each counted once. One pass over the kernels' inputs: a value's span (made, last read)
+    marks the cuts it crosses, summed by a running total.
+    """
+    produced = {v for k in kernels for v in k.outputs}
+    made: dict[str, int] = {}  # activation -> the kernel that made it
+    for i, k in enumerate(kernels):
+        if any(v in made or v not in produced for v in k.inputs):  # reads the batch: makes activations
+            made.update(dict.fromkeys(k.outputs, i))
+    last_read: dict[str, int] = {}
+    for i, k in enumerate(kernels):
+        for v in k.inputs:
+            if v in made or v not in produced:  # an activation, or fed (a graph input)
+                last_read[v] = i
+    n = len(kernels)
+    delta = [0] * (n + 1)
+    for v, last in last_read.items():
+        first = made.get(v, -1) + 1  # the first cut it crosses; graph inputs cross from the start
+        if max(first, 1) <= last:
+            delta[max(first, 1)] += value_bytes.get(v, 0)
+            delta[last + 1] -= value_bytes.get(v, 0)
+    crossing, running = {}, 0
+    for i in range(1, n):
+        running += delta[i]
+        crossing[i] = running
+    if not crossing:
+        return [], 0
+    # narrow points: a run of equal cuts (a layout kernel between them moves nothing) with more bytes on
+    # either side; the run's first cut is the boundary
+    values = [crossing[i] for i in range(1, n)]
+    cuts = []
+    for i, c in enumerate(values):
+        if i > 0 and values[i - 1] == c:
+            continue
+        j = i
+        while j + 1 < len(values) and values[j + 1] == c:
+            j += 1
+        if (i == 0 or values[i - 1] > c) and (j + 1 == len(values) or values[j + 1] > c):
+            cuts.append(i + 1)
+    kept = [v for v, last in last_read.items() if _crosses_one(cuts, made.get(v, -1) + 1, last)]
+    return cuts, sum(value_bytes.get(v, 0) for v in kept)
+
+
+def _crosses_one(cuts: list[int], first: int, last: int) -> bool:
+    """Does a value crossing cuts first..last cross one of ``cuts`` (sorted)? The first at or after ``first``."""
+    j = bisect.bisect_left(cuts, first)
+    return j < len(cuts) and cuts[j] <= last
+
+
 def _place_streaming(placement: Placement, kernels: list[Kernel], profile: Profile,
-                     micro_batch_size: int | None) -> None:
+                     micro_batch_size: int | None, value_bytes: dict[str, int]) -> None:
     """Every working kernel on the whole fabric in turn, the batch split into micro-batches.
 
     On the wafer at once: the weight tile in flight of the kernel at work (its weights in, its
     gradients out, double-buffered: at most half the SRAM) and the activations of one
-    micro-batch (training: every kernel's stash, from its forward to its backward; forward only:
-    the largest kernel's inputs and outputs). The micro-batch is the largest that fits, or
+    micro-batch (training: every kernel's stash, from its forward to its backward, or, recomputing,
+    the checkpoints of every layer boundary and the largest layer's stash; forward only: the
+    largest kernel's inputs and outputs). The micro-batch is the largest that fits, or
     ``micro_batch_size`` (device.micro_batch_size); the batch is split into as few passes as
-    that allows, of sizes as equal as whole samples allow.
+    that allows, of sizes as equal as whole samples allow. Recompute is used where keeping every
+    activation would split the batch into more passes than keeping the checkpoints
+    (or into any, for a chosen micro-batch too large to keep them all).
     """
     working = [k for k in kernels if not k.free]
     batch = working[0].batch if working else 0
@@ -355,7 +455,6 @@ def _place_streaming(placement: Placement, kernels: list[Kernel], profile: Profi
         stash = sum(k.stash_bytes for k in working)  # whole batch, from each kernel's forward to its backward
     else:
         stash = max((k.input_bytes + k.activation_bytes for k in working), default=0)
-    per_sample = stash / max(batch, 1)
     tile = profile.sram_bytes // 2  # double-buffered weight tiles: at most half the SRAM
     rows = {}
     for k in kernels:
@@ -371,15 +470,40 @@ def _place_streaming(placement: Placement, kernels: list[Kernel], profile: Profi
         return
     worst = max((rows[k.name] for k in working), key=lambda r: r.memory_bytes)  # the largest tile beside the activations
     room = profile.sram_bytes - worst.memory_bytes
-    # micro samples fit where micro * stash / batch <= room: in integers (bytes are whole), since
-    # float division undercounts an exact fit by one (1 // 0.1 is 9.0) and rounds a product past it
-    fits = batch if stash == 0 else min(batch, room * batch // stash)
+
+    def fitting(need: int) -> int:
+        # micro samples fit where micro * need / batch <= room: in integers (bytes are whole), since
+        # float division undercounts an exact fit by one (1 // 0.1 is 9.0) and rounds a product past it
+        return batch if need == 0 else max(0, min(batch, room * batch // need))
+
+    full_fits = fitting(stash)
+    kept, cuts, checkpoints = stash, [], 0
+    if placement.training and value_bytes and full_fits < batch:
+        cuts, checkpoints = checkpoint_cuts(kernels, value_bytes)
+        bounds = [0, *cuts, len(kernels)]
+        inner = max(sum(k.stash_bytes for k in kernels[a:b] if not k.free) for a, b in zip(bounds, bounds[1:]))
+        if checkpoints + inner < stash:
+            kept = checkpoints + inner
+    recompute_fits = fitting(kept)
+    wanted = micro_batch_size if micro_batch_size is not None else batch
+    # recompute where it lets more samples fit a pass than keeping every activation, and the batch
+    # (or the chosen micro-batch) needs more; where neither fits one sample, the refusal names its figures
+    recompute = kept < stash and wanted > full_fits and (recompute_fits > full_fits or full_fits < 1)
+    need, fits = (kept, recompute_fits) if recompute else (stash, full_fits)
+    placement.recompute = recompute
+    placement.full_activation_bytes_per_sample = -(-stash // max(batch, 1))
+    placement.activation_bytes_per_sample = -(-need // max(batch, 1))
+    if kept < stash:
+        placement.checkpoint_bytes_per_sample = -(-checkpoints // max(batch, 1))
+        placement.layers = len(cuts) + 1
+    per_sample = need / max(batch, 1)
     if micro_batch_size is None:
         if fits < 1:
             raise DeviceCompileError(
                 f"in weight streaming the activations of one sample need {_b(per_sample)} of SRAM next to the "
                 f"weight tile of {worst.name!r} ({_b(worst.memory_bytes)}), {_b(profile.sram_bytes)} are available "
-                f"on {profile.name}; shorten the sequence or the image, or use a profile with more SRAM")
+                f"on {profile.name}{_recompute_figures(placement)}; shorten the sequence or the image, or use a "
+                "profile with more SRAM")
         passes = math.ceil(batch / fits)
         micro = math.ceil(batch / passes)  # as few passes as fit, as even as whole samples allow
     else:
@@ -391,10 +515,21 @@ def _place_streaming(placement: Placement, kernels: list[Kernel], profile: Profi
             raise DeviceCompileError(
                 f"device.micro_batch_size {micro_batch_size}: the activations of a micro-batch of {micro_batch_size} "
                 f"need {_b(micro_batch_size * per_sample)} of SRAM next to the weight tile of {worst.name!r} "
-                f"({_b(worst.memory_bytes)}), {_b(profile.sram_bytes)} are available on {profile.name}; "
+                f"({_b(worst.memory_bytes)}), {_b(profile.sram_bytes)} are available on {profile.name}"
+                f"{_recompute_figures(placement)}; "
                 + (f"the largest that fits is {fits}" if fits >= 1 else "not even one sample fits"))
         micro, passes = micro_batch_size, math.ceil(batch / micro_batch_size)
     placement.micro_batch, placement.micro_batches = micro, passes
     for k in working:
-        rows[k.name].activation_bytes = -(-micro * stash // max(batch, 1))  # ceil, in integers
+        rows[k.name].activation_bytes = -(-micro * need // max(batch, 1))  # ceil, in integers
         rows[k.name].inflight = micro
+
+
+def _recompute_figures(placement: Placement) -> str:
+    """The refusal's account of recompute: the checkpoints, the largest layer, and keeping every activation."""
+    if not placement.recompute:
+        return ""
+    inner = placement.activation_bytes_per_sample - placement.checkpoint_bytes_per_sample
+    return (f" (recomputing each layer's activations in the backward: the checkpoints of {placement.layers} layers, "
+            f"{_b(placement.checkpoint_bytes_per_sample)}, and the largest layer's inner activations, {_b(inner)}; "
+            f"keeping every activation would need {_b(placement.full_activation_bytes_per_sample)})")

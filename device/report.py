@@ -117,6 +117,8 @@ def render_text(result) -> str:
             lines.append(f"  micro-batch               {cost.micro_batch_size:,} samples x {cost.micro_batches:,} "
                          f"{passes} per batch of {cost.batch_size:,}   (device.micro_batch_size, or the largest whose "
                          f"activations fit beside a weight tile; every pass streams the weights again{accumulate})")
+        if result.training:
+            lines.append(_recompute_line(result.placement))
         lines += _external_memory(cost, result.training) + _systems_table(cost)
     free = sum(1 for c in cost.kernels if c.bound_by == "free")
     lines += ["", f"Kernels (estimates for one batch of {cost.batch_size}"
@@ -147,6 +149,22 @@ def render_text(result) -> str:
                       f"{100 * per_pe / profile.sram_bytes_per_pe:.1f} %"))
     lines += _table(table)
     return "\n".join(lines) + "\n"
+
+
+def _recompute_line(placement) -> str:
+    """Weight streaming, training: whether activations are recomputed, with the bytes of one sample."""
+    full = _mib(placement.full_activation_bytes_per_sample)
+    if not placement.recompute:
+        return (f"  activations               kept, not recomputed   ({full} a sample, from each kernel's forward to "
+                "its backward)")
+    inner = placement.activation_bytes_per_sample - placement.checkpoint_bytes_per_sample
+    return (f"  activations               recomputed in the backward   (checkpoints at {placement.layers - 1:,} layer "
+            f"boundaries, {_mib(placement.checkpoint_bytes_per_sample)} a sample, and the largest layer's inner "
+            f"activations, {_mib(inner)}, against {full} to keep them all; each layer's forward runs again)")
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
 
 
 def _external_memory(cost, training: bool) -> list[str]:

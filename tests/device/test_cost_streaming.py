@@ -54,9 +54,17 @@ def test_gptj_compiles_at_batch_64_in_micro_batches(gptj, tmp_path):
     assert 6.0e9 < graph.num_params() < 6.2e9
     micro, passes = cost.micro_batch_size, cost.micro_batches
     assert 1 <= micro < 64 and passes == math.ceil(64 / micro) >= 2
-    # the largest micro-batch that fits: one more sample per pass would not fit beside the largest tile
-    with pytest.raises(DeviceCompileError, match=f"device.micro_batch_size {micro + 1}: .* the largest that fits is"):
-        _compile(gptj_graph(64), micro_batch_size=micro + 1)
+    # as few passes as the largest micro-batch that fits allows, as even as whole samples allow: one more
+    # sample than the largest would not fit beside the largest tile
+    with pytest.raises(DeviceCompileError, match="device.micro_batch_size 64: .* the largest that fits is") as info:
+        _compile(gptj_graph(64), micro_batch_size=64)
+    fits = int(str(info.value).rsplit(" ", 1)[1])
+    assert passes == math.ceil(64 / fits) and micro == math.ceil(64 / passes)
+    # a 2048-token sample keeps 6.3 GiB of activations: the micro-batch's would not fit, their
+    # checkpoints at the layer boundaries and one layer's do (recomputed in the backward)
+    assert gptj.placement.recompute and cost.recompute
+    assert micro * gptj.placement.full_activation_bytes_per_sample > gptj.profile.sram_bytes
+    assert micro * gptj.placement.activation_bytes_per_sample <= gptj.profile.sram_bytes
     rows = [r for r in gptj.placement.kernels if r.pes]
     assert all(r.memory_bytes <= gptj.profile.sram_bytes and r.inflight == micro for r in rows)
     # per system: samples/s and tokens/s of 2048-token samples
