@@ -149,6 +149,18 @@ FOLDERS: dict[str, Folder] = {f.name: f for f in (
         ("train_input.batch_size=8 eval_input.batch_size=8", "size"),
         _TF_SHUFFLE_SEED,
     ), family=TF_FAMILY),
+    Folder("tf/bert", "configs/params_bert_base_msl128.yaml",
+           _prepare("vendor_bert", "--format", "tfrecords", "--max_seq_length", "128"), (
+        ("model.num_hidden_layers=2 model.hidden_size=64 model.num_heads=2 model.filter_size=128 "
+         "model.max_position_embeddings=128 model.mixed_precision=false model.dropout_rate=0.0 "
+         "model.attention_dropout_rate=0.0", "small size, dropout off"),
+        ("train_input.batch_size=8 eval_input.batch_size=8", "size"),
+        ("train_input.buckets=1", "its config's bucket boundaries are for batch 256 (its comment says so); one "
+                                  "bucket batches in the reader's order"),
+        ("model.use_vsl=false", "variable sequence length is for the vendor's system: with it the reader pads "
+                                "masked_lm_ids with -1, which TF's sparse cross entropy refuses on the CPU"),
+        _TF_SHUFFLE_SEED,
+    ), family=TF_FAMILY),
 )}
 
 
