@@ -1,6 +1,6 @@
 """Make T5 pretraining text in the vendor's layout (pieces a line, meta.dat), for a migrated vendor T5 folder.
 
-    python datasets/prepare_vendor_t5.py --output_dir DIR [--vocab_size 4096] [--num_files 8]
+    python datasets/prepare_vendor_t5.py --output_dir DIR [--framework pytorch|tf] [--vocab_size 4096] [--num_files 8]
 
 From the default corpus (the Python documentation's prose, shipped with CPython) and a
 SentencePiece-style unigram vocab trained on it (<pad> </s> <unk> <s> first, as T5's),
@@ -8,7 +8,10 @@ writes what the vendor's T5DynamicDataProcessor reads (common/data/vendor/text.p
 DIR/vocab.txt (one piece a line), DIR/train/ and DIR/eval/ (meta.dat, c4-1.txt ..
 c4-K.txt), a line a stretch of --sentences_per_line sentences of one document, its pieces
 separated by spaces. The vendor's reader makes the span-corruption examples itself, with
-extra_ids sentinels past the vocab's last id. The last lines give the config keys to set.
+extra_ids sentinels past the vocab's last id. The last lines give the config keys to set:
+the PyTorch folder's (src_data_dir, src_vocab_file, model.src_vocab_size), or with
+--framework tf the TF folder's (data_dir, vocab_file; it counts the vocab itself), which
+reads the same files (DIR/<split>/*.txt).
 DIR must be new or empty (nothing is overwritten). On bad input prints "error: ..." to
 stderr and exits with status 2.
 """
@@ -24,6 +27,8 @@ from common.errors import UserError
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output_dir", required=True, help="a new or empty folder")
+    parser.add_argument("--framework", choices=("pytorch", "tf"), default="pytorch",
+                        help="whose config keys the last line gives: the vendor's PyTorch t5 folder's or its TF one's")
     parser.add_argument("--vocab_size", type=int, default=4096, help="size of the trained vocab (at most)")
     parser.add_argument("--num_files", type=int, default=8,
                         help="text files of the training split (at least the config's train_input.num_workers)")
@@ -43,6 +48,9 @@ def main(argv=None) -> int:
         return e.exit_code
     out = Path(args.output_dir).resolve()
     print("set in the vendor config (extra_ids: 100 as its configs have it; batch_size at most the lines of a split):")
+    if args.framework == "tf":
+        print(f"  train_input.data_dir={out / 'train'} eval_input.data_dir={out / 'eval'} vocab_file={out / 'vocab.txt'}")
+        return 0
     print(f"  train_input.src_data_dir={out / 'train'} eval_input.src_data_dir={out / 'eval'} "
           f"src_vocab_file={out / 'vocab.txt'} model.src_vocab_size={made['vocab_size'] + 100}")
     return 0

@@ -1,6 +1,6 @@
 """Make translation-shaped text in the vendor's layout (pieces a line, meta.dat), for a vendor Transformer folder.
 
-    python datasets/prepare_vendor_transformer.py --output_dir DIR [--vocab_size 4096] [--num_files 8]
+    python datasets/prepare_vendor_transformer.py --output_dir DIR [--framework pytorch|tf] [--vocab_size 4096]
 
 The pairs are the zoo's default sequence-to-sequence task when there is no parallel text
 (common/data/text/seq2seq.py reversal_pairs): each sentence of the default corpus (the
@@ -12,7 +12,10 @@ TransformerDynamicDataProcessor looks the target's pieces up in src_vocab_file t
 DIR/<split>/src/ (meta.dat, text-K.src) and DIR/<split>/tgt/ (text-K.tgt), line k of a
 .src and a .tgt a pair, pieces separated by spaces; meta.dat names the files by absolute
 path, as the vendor's reader opens them as written (move DIR and prepare it again). The
-last lines give the config keys to set. DIR must be new or empty (nothing is
+last lines give the config keys to set: the PyTorch folder's, or with --framework tf the
+TF folder's, whose reader takes src_data_dir and tgt_data_dir as glob patterns of the
+same files (DIR/<split>/src/*.src, DIR/<split>/tgt/*.tgt: sorted, file K of each side
+pairs up) and counts the vocab itself. DIR must be new or empty (nothing is
 overwritten). On bad input prints "error: ..." to stderr and exits with status 2.
 """
 
@@ -27,6 +30,9 @@ from common.errors import UserError
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output_dir", required=True, help="a new or empty folder")
+    parser.add_argument("--framework", choices=("pytorch", "tf"), default="pytorch",
+                        help="whose config keys the last line gives: the vendor's PyTorch transformer folder's or "
+                             "its TF one's")
     parser.add_argument("--vocab_size", type=int, default=4096, help="size of the trained BPE (at most)")
     parser.add_argument("--num_files", type=int, default=8,
                         help="file pairs of the training split (at least the config's train_input.num_workers)")
@@ -46,6 +52,11 @@ def main(argv=None) -> int:
     out = Path(args.output_dir).resolve()
     vocab = out / "vocab.txt"
     print("set in the vendor config (batch_size at most the pairs of a split):")
+    if args.framework == "tf":
+        print(f"  train_input.src_data_dir={out / 'train/src/*.src'} train_input.tgt_data_dir={out / 'train/tgt/*.tgt'} "
+              f"eval_input.src_data_dir={out / 'eval/src/*.src'} eval_input.tgt_data_dir={out / 'eval/tgt/*.tgt'} "
+              f"src_vocab_file={vocab} tgt_vocab_file={vocab}")
+        return 0
     print(f"  train_input.src_data_dir={out / 'train/src'} train_input.tgt_data_dir={out / 'train/tgt'} "
           f"eval_input.src_data_dir={out / 'eval/src'} eval_input.tgt_data_dir={out / 'eval/tgt'} "
           f"src_vocab_file={vocab} tgt_vocab_file={vocab} "
