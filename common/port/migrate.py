@@ -844,7 +844,8 @@ def next_steps(checkout: "Checkout | None", src: str, dest: str) -> list[str]:
         command = [a.format(out=out) for a in folder.data[folder.data.index("prepare") + 1:]]
         steps.append("zoo prepare " + " ".join(command) + "    # its last line: the overrides for that data")
         data_keys = " <those overrides>"
-    run = (f"python {os.path.join(dest, 'run.py')} -m train -p {os.path.join(dest, *folder.config.split('/'))} "
+    env = "".join(f"{text} " for text, _ in folder.env)  # what no params key reaches (FOLDERS says why)
+    run = (f"{env}python {os.path.join(dest, 'run.py')} -m train -p {os.path.join(dest, *folder.config.split('/'))} "
            f"-o model_dir/{os.path.basename(os.path.normpath(dest))}")
     settings = f"{' '.join(folder.override_args())}{data_keys} runconfig.max_steps=10"
     if folder.framework == "tf":  # its run.py takes no overrides: they go into the params file

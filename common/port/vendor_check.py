@@ -82,8 +82,10 @@ def error_line(output: str) -> str:
     return lines[-1].strip() if lines else "(no output)"
 
 
-def _run(argv: list[str], cwd: str, log: str, timeout: float) -> tuple[int, str]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+def _run(argv: list[str], cwd: str, log: str, timeout: float, extra_env: dict[str, str] | None = None
+         ) -> tuple[int, str]:
+    extra_env = extra_env or {}
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **extra_env)
     try:
         done = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, timeout=timeout)
@@ -94,7 +96,7 @@ def _run(argv: list[str], cwd: str, log: str, timeout: float) -> tuple[int, str]
         output = partial.decode("utf-8", "replace") if isinstance(partial, bytes) else partial
         output += f"\nerror: stopped after {timeout:.0f} s (--timeout)"
     with open(log, "w", encoding="utf-8") as f:
-        f.write(" ".join(argv) + "\n\n" + output)
+        f.write("".join(f"{k}={v} " for k, v in extra_env.items()) + " ".join(argv) + "\n\n" + output)
     return rc, output
 
 
@@ -140,7 +142,7 @@ def check_folder(folder: Folder, checkout: str, work: str, timeout: float) -> Ro
     else:
         out = os.path.join(work, "data", slug)
         argv = [a.format(python=sys.executable, out=out) for a in folder.data]
-        rc, output = _run(argv, work, os.path.join(logs, "data.log"), timeout)
+        rc, output = _run(argv, work, os.path.join(logs, "data.log"), timeout, folder.environment())
         if rc == 0:
             data_overrides = data_keys(output)
             row.cells["data"] = "ok"
@@ -160,7 +162,7 @@ def check_folder(folder: Folder, checkout: str, work: str, timeout: float) -> Ro
             written = os.path.join(logs, f"{name.replace(' ', '_')}.yaml")
             write_params(params, [*overrides, *settings], written)
             argv = [sys.executable, run_py, *extra, "-p", written, "-o", os.path.join(model_dirs, model_dir)]
-        rc, output = _run(argv, work, os.path.join(logs, f"{name}.log"), timeout)
+        rc, output = _run(argv, work, os.path.join(logs, f"{name}.log"), timeout, folder.environment())
         losses = _losses(output)
         if rc != 0:
             fail(name, error_line(output))

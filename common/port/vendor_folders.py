@@ -42,6 +42,8 @@ class Folder:
     # why the first losses cannot be compared (randomness no setting reaches): the row is then not passed
     uncomparable: str = ""
     family: tuple[str, ...] = FAMILY  # TF_FAMILY for the TF folders
+    # (NAME=value, why) pairs set in the environment of each of its runs: what no params key reaches
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -58,6 +60,9 @@ class Folder:
 
     def override_args(self) -> list[str]:
         return [o for text, _ in self.overrides for o in text.split()]
+
+    def environment(self) -> dict[str, str]:
+        return dict(text.split("=", 1) for text, _ in self.env)
 
 
 def _prepare(name: str, *extra: str) -> tuple[str, ...]:

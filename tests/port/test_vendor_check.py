@@ -320,3 +320,36 @@ def test_a_tf_folder_gets_its_settings_in_a_params_file_in_the_vendors_spellings
     written = (work / "logs" / "tf_demo" / "cpu_train.yaml").read_text()
     assert "save_summary_steps: 1\n" in written and "save_checkpoints_steps: 10\n" in written
     assert f"data_dir: {work / 'data' / 'tf_demo'}" in written  # the data command's last line
+
+
+# a run.py whose emulator run gets another first batch unless FAKE_ORDER=fixed is in its environment, as the
+# vendor's TF t5 reader does unless TF_DETERMINISTIC_OPS=1 (its stateful random ops in parallel maps)
+FAKE_ENV_RUN = '''import os
+import sys
+
+device = "emulator" if "emulator" in sys.argv else "cpu"
+shift = 0.01 if device == "emulator" and os.environ.get("FAKE_ORDER") != "fixed" else 0.0
+if "-m" in sys.argv and sys.argv[sys.argv.index("-m") + 1] == "eval":
+    print("| Eval Device=cpu Step=10 loss=1.00000")
+elif "--validate_only" in sys.argv:
+    print("validation passed: 0 error(s)")
+elif "--compile_only" in sys.argv:
+    print("12:00:00 INFO compile report: here")
+else:
+    for step in range(1, 11):
+        print(f"12:00:00 INFO | Train Device={device} Step={step} Loss={1.1 - step / 100 + shift:.5f} Rate=1.00")
+'''
+
+
+@pytest.mark.parametrize("env, result", [((), "failed"), ((("FAKE_ORDER=fixed", "its reader's order"),), "passed")])
+def test_a_folders_environment_reaches_every_run_and_its_logs(tmp_path, capsys, env, result):
+    folders = write_checkout(tmp_path / "vendor", run_py=FAKE_ENV_RUN)
+    folders = {"demo": dataclasses.replace(folders["demo"], env=env)}
+    work = tmp_path / "work"
+    assert vendor_check.check(str(tmp_path / "vendor"), [], str(work), timeout=60,
+                              folders=folders) == (0 if result == "passed" else 1)
+    assert _row(capsys.readouterr().out).rstrip().endswith(f"| {result} |")
+    logs = sorted((work / "logs" / "demo").glob("*.log"))
+    runs = [log for log in logs if log.name != "migrate.log"]
+    assert len(runs) == 6  # data and the five steps
+    assert all(log.read_text().startswith("FAKE_ORDER=fixed ") == bool(env) for log in runs)
