@@ -13,6 +13,7 @@
     torch_weights / torch_state / load_torch_weights                      torch module <-> arrays
     tf_read_* / tf_write_*                                                 TF session <-> arrays
     tf_learning_rate(tf_graph, train_op, graph) -> tensor or None          a schedule, read every step
+    refused_op(framework, framework_op, form="") -> suggestion or None     what a frontend cannot lower
 
 compile_graph runs the stages in pipeline order: validate -> match -> place -> cost, and
 writes the report files (device/report.py) only once every stage has succeeded.
@@ -34,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from device.capture import refused_tf, refused_torch
 from device.cost import CostReport, estimate
 from device.dtypes import HALF_PRECISIONS, PRECISIONS
 from device.errors import DeviceCompileError
@@ -42,7 +44,7 @@ from device.ops import OPS
 from device.optimizer import (DEFAULT_INITIAL_LOSS_SCALE, DEFAULT_STEPS_PER_INCREASE, FRAMEWORK_OPTIMIZERS, KINDS,
                               MAX_LOSS_SCALE, MIN_LOSS_SCALE, OptimizerSpec, excluded_from_weight_decay)
 from device.passes import Finding, Kernel, ValidationReport, match, validate
-from device.passes.validate import dtype_suggestion, suggestion_for
+from device.passes.validate import dtype_suggestion
 from device.place import EXECUTION_MODES, Placement, activation_sizes, place
 from device.profiles import Profile, get_profile
 from device.report import render_text, write_report
@@ -53,7 +55,7 @@ __all__ = ["DEFAULT_INITIAL_LOSS_SCALE", "DEFAULT_STEPS_PER_INCREASE", "EXECUTIO
            "HALF_PRECISIONS", "KINDS",
            "MAX_LOSS_SCALE", "MIN_LOSS_SCALE", "OPS", "PRECISIONS", "CompileResult", "DeviceCompileError", "Graph",
            "OptimizerSpec", "Program", "build_program", "capture_tf", "capture_torch", "compile_graph",
-           "dtype_suggestion", "excluded_from_weight_decay", "load_torch_weights", "render_report", "suggestion_for",
+           "dtype_suggestion", "excluded_from_weight_decay", "load_torch_weights", "refused_op", "render_report",
            "tf_learning_rate", "tf_read_optimizer_state", "tf_read_state", "tf_read_variables", "tf_read_weights",
            "tf_write_optimizer_state", "tf_write_variables", "tf_write_weights", "torch_batch", "torch_state",
            "torch_weights", "validate_and_match", "validate_graph"]
@@ -179,6 +181,18 @@ def capture_tf(tf_graph, **options) -> Graph:
     """A TF graph's forward pass (and optimizer) as the IR (device/capture/tf: capture)."""
     from device.capture import tf as frontend
     return frontend.capture(tf_graph, **options)
+
+
+def refused_op(framework: str, framework_op: str, form: str = "") -> str | None:
+    """What the ``framework`` frontend ("torch" or "tf") tells the user to use in place of
+    ``framework_op`` (an aten op such as ``aten.sort.default``, a TF op type such as ``TopKV2``),
+    or in place of its refused ``form`` where the frontend lowers the op in other forms; None
+    where the frontend does not refuse it. The frontends' own tables answer
+    (device/capture/refused_torch.py, refused_tf.py), so a tool that asks never keeps a copy."""
+    tables = {"torch": refused_torch, "tf": refused_tf}
+    if framework not in tables:
+        raise ValueError(f"refused_op: framework {framework!r} is not one of {', '.join(tables)}")
+    return tables[framework].suggestion(framework_op, form) or None
 
 
 def tf_learning_rate(tf_graph, train_op, graph: Graph):

@@ -29,7 +29,7 @@ from typing import Callable, Iterable
 
 from common.port.findings import Finding, Note
 from common.port.source import NOT_LITERAL, Source, keyword, literal
-from device.api import FRAMEWORK_OPTIMIZERS, dtype_suggestion, suggestion_for
+from device.api import FRAMEWORK_OPTIMIZERS, dtype_suggestion, refused_op
 
 # --- regions ------------------------------------------------------------------------------
 
@@ -51,10 +51,11 @@ KERAS_BUILDERS = {"keras.Sequential", "keras.Model", "keras.Input", "keras.model
 
 # --- rule tables --------------------------------------------------------------------------
 
-# Calls with no device kernel -> the framework op validation reports them as, so that the
-# alternative offered is the device compiler's own (device/passes/validate.py SUGGESTIONS).
-# A leading dot matches the method on any object (x.topk(2)); only names no Python list,
-# dict or string has are listed that way.
+# Calls -> the framework op the capture records them as (an aten op for torch's, a TF op type for
+# tensorflow's): whether the device takes it, and what to use instead, is the frontend's answer
+# (device.api.refused_op), so that a frontend that learns to lower one ends the finding here too.
+# A leading dot matches the method on any object (x.topk(2)); only names no Python list, dict or
+# string has are listed that way, and those are torch's methods.
 UNSUPPORTED_CALLS: dict[str, str] = {
     "torch.sort": "aten.sort.default",
     "torch.argsort": "aten.sort.default",
@@ -88,21 +89,24 @@ UNSUPPORTED_CALLS: dict[str, str] = {
     "tensorflow.strings.to_hash_bucket_strong": "StringToHashBucketStrong",
 }
 UNSUPPORTED_PREFIXES = {"torch.fft.": "aten._fft_r2c.default", "tensorflow.signal.": "FFT",
-                        "tensorflow.ragged.": "ragged"}
+                        "tensorflow.ragged.": "ragged"}  # ragged: many ops, none recorded as one; the reader's own
 _RAGGED = ("ragged tensors have a row length per example; the device needs static shapes: pad to one "
            "length in the input pipeline")
-# Layers the device has no kernel for, with the argument that decides it (None: always).
-UNSUPPORTED_LAYERS: dict[str, tuple[str | None, str]] = {
-    "torch.nn.ConvTranspose1d": (None, "transposed convolution"),
-    "torch.nn.ConvTranspose2d": ("groups", "grouped transposed convolution"),  # conv_transpose2d takes groups=1
-    "torch.nn.ConvTranspose3d": (None, "transposed convolution"),
-    "keras.layers.Conv1DTranspose": (None, "transposed convolution"),
-    # torch.nn.Conv1d(groups=g), torch.nn.Conv2d(groups=g), keras DepthwiseConv2D and SeparableConv2D run (conv2d's groups); Keras 3
-    # builds Conv2D(groups=g) as a function call (StatefulPartitionedCall) the TF capture cannot enter
-    "keras.layers.Conv2D": ("groups", "grouped convolution"),
+# Layers the device takes in some forms only: layer -> (the argument that decides it, None: always;
+# what it is; the form of the aten op the torch frontend declines, whose suggestion it gives through
+# device.api.refused_op). torch.nn.Conv1d / Conv2d with groups, Keras Conv2D(groups), DepthwiseConv2D
+# and SeparableConv2D run (conv2d's groups).
+UNSUPPORTED_LAYERS: dict[str, tuple[str | None, str, str]] = {
+    "torch.nn.ConvTranspose1d": (None, "transposed 1-d convolution", "transposed 1-d"),
+    "torch.nn.ConvTranspose2d": ("groups", "grouped transposed convolution", "transposed groups"),
+    "torch.nn.ConvTranspose3d": (None, "3-d convolution", "3-d"),
+    "torch.nn.Conv3d": (None, "3-d convolution", "3-d"),
 }
-_CONV_FIX = ("an ordinary convolution (groups=1), or upsampling followed by one (nn.Upsample / "
-             "keras.layers.UpSampling2D, then a convolution) in place of a transposed one")
+# Keras layers the reader cannot map onto a TF op the TF frontend refuses (Conv1DTranspose is
+# written out in several TF ops, none of which is refused by type), so its own word stays
+KERAS_UNSUPPORTED_LAYERS: dict[str, str] = {"keras.layers.Conv1DTranspose": "transposed 1-d convolution"}
+_CONV_FIX = ("an ordinary convolution, or upsampling followed by one (keras.layers.UpSampling1D, then a "
+             "Conv1D) in place of a transposed one")
 
 # Optimizers the device runs: the framework classes its frontends read, and the runners' optimizer_type names
 SUPPORTED_OPTIMIZERS = frozenset(name for names in FRAMEWORK_OPTIMIZERS.values() for name in names)
@@ -552,11 +556,11 @@ class Reader:
         if (name == "tensorflow.boolean_mask" or (name == "tensorflow.where" and one_argument)) and \
                 self.in_device_code(src, call):
             self.add("model", "dynamic_shape", src, call,
-                     f"{src.segment(call)} selects a data-dependent number of elements", suggestion_for("Where"))
+                     f"{src.segment(call)} selects a data-dependent number of elements", refused_op("tf", "Where"))
         if name == "torch.where" and one_argument and self.in_device_code(src, call):
             self.add("model", "dynamic_shape", src, call,
                      f"{src.segment(call)} selects a data-dependent number of elements",
-                     suggestion_for("aten.nonzero.default"))
+                     refused_op("torch", "aten.nonzero.default"))
 
     def _none_dims(self, src: Source, call: ast.Call, shape, key: str) -> None:
         if isinstance(shape, (tuple, list)) and any(d is None for d in shape):
@@ -575,18 +579,22 @@ class Reader:
         if op is not None and fn is not None and fn.name in CONSTRUCTION_METHODS and \
                 isinstance(src.parents.get(fn), ast.ClassDef):
             op = None  # a tensor op while the model is constructed runs on the host, once
-        if op is not None:
+        suggestion = op and refused_op("tf" if name.startswith("tensorflow.") else "torch", op)
+        if suggestion:  # None: the frontend lowers it
             what = name[1:] if name.startswith(".") else src.segment(call.func)  # as the user spelt it
             self.add("model", "unsupported_op", src, call, f"{src.segment(call)}: {what} has no kernel on the device",
-                     suggestion_for(op))
+                     suggestion)
             return
         layer = UNSUPPORTED_LAYERS.get(name)
+        if layer is None and name in KERAS_UNSUPPORTED_LAYERS:
+            layer = (None, KERAS_UNSUPPORTED_LAYERS[name], "")
         if layer is not None:
-            arg, what = layer
+            arg, what, form = layer
+            fix = refused_op("torch", "aten.convolution.default", form) if form else _CONV_FIX
             value = literal(keyword(call, arg), NOT_LITERAL) if arg else None
-            if arg is None or (isinstance(value, int) and value > 1):
+            if fix and (arg is None or (isinstance(value, int) and value > 1)):
                 self.add("model", "unsupported_op", src, call,
-                         f"{src.segment(call)}: {what} has no kernel on the device", _CONV_FIX)
+                         f"{src.segment(call)}: {what} has no kernel on the device", fix)
             elif keyword(call, arg) is not None and value is NOT_LITERAL:
                 self.note(src, call, f"{arg}={src.segment(keyword(call, arg))}: could not tell whether it is 1 "
                                      f"(more is a {what}, which has no kernel on the device)")
@@ -603,7 +611,7 @@ class Reader:
                 lines.add(node.lineno)
                 self.add("model", "dynamic_shape", src, node,
                          f"{src.segment(node)} selects a data-dependent number of elements",
-                         suggestion_for("aten.masked_select.default"))
+                         refused_op("torch", "aten.masked_select.default"))
 
     def _assigned_a_comparison(self, src: Source, name: ast.Name) -> bool:
         scope = src.enclosing(name, ast.FunctionDef, ast.AsyncFunctionDef)

@@ -3,8 +3,12 @@
 Runs in one pass over the nodes and values (no shape inference, no kernel matching), so
 that ``--validate_only`` answers in well under a second. Each finding points at the
 user's source line (the node's ``loc``) and, where there is one, says what to use
-instead. Problems that propagate (a dynamic batch makes every later shape dynamic, a
-float64 input makes every later value float64) are reported once, where they start.
+instead: for an op the device cannot take, the suggestion the frontend that refused it
+attached to the node (device/capture/refused_torch.py, refused_tf.py: each frontend keeps
+the table of the framework ops it cannot lower; this module names none), else a
+framework-neutral default. Problems that propagate (a dynamic batch makes every later
+shape dynamic, a float64 input makes every later value float64) are reported once, where
+they start.
 """
 
 from __future__ import annotations
@@ -21,200 +25,9 @@ MODES = ("train", "eval", "eval_all", "predict", "train_and_eval")
 
 DEFAULT_SUGGESTION = ("rewrite it with supported ops (device/ops/, the table in device/README.md), or move it "
                       "out of the model: into the input pipeline, or into host_call for eval metrics")
-_DYNAMIC_SHAPES = "data-dependent output shape; the device needs static shapes"
-_HASH_ON_HOST = "strings are not device data: hash them in the input pipeline (tf.data map) and feed int ids"
 _FFT_ON_HOST = ("complex numbers are not device data: compute the FFT in the input pipeline (a tf.data map, "
                 "or the PyTorch Dataset) and feed real float32 features: the magnitude, or the real and "
                 "imaginary parts as channels")
-
-# framework op -> what to use instead. Keys are the names the frontends record in
-# SourceLoc.framework_op: torch aten overloads, TF op types.
-SUGGESTIONS: dict[str, str] = {
-    # torch
-    "aten.sort.default": "sort in the input pipeline, or use reduce_max / argmax if only the extreme is needed",
-    "aten.sort.stable": "sort in the input pipeline, or use reduce_max / argmax if only the extreme is needed",
-    "aten.topk.default": "argmax for top-1, or compute top-k in an eval metric on the host (host_call)",
-    "aten.nonzero.default": f"{_DYNAMIC_SHAPES}: multiply by a mask (x * (x != 0)) instead of selecting",
-    "aten.index_put_.default": "in-place indexed write: build the result with a one-hot mask (mul, add)",
-    "aten.index_put.default": "indexed write at positions from the data: build the result with a one-hot mask "
-                              "(mul, add); x[mask] = value with one value runs as it is",
-    "aten._unique2.default": f"{_DYNAMIC_SHAPES}: compute unique values in the input pipeline",
-    "aten.unique_dim.default": f"{_DYNAMIC_SHAPES}: compute unique values in the input pipeline",
-    "aten.median.default": "compute the median on the host, or use reduce_mean",
-    "aten.masked_select.default": f"{_DYNAMIC_SHAPES}: multiply by the mask instead of selecting",
-    "aten.item.default": "keep the value a tensor; reading it on the host breaks the static graph",
-    "aten._local_scalar_dense.default": "keep the value a tensor; reading it on the host breaks the static graph",
-    "aten._fft_r2c.default": _FFT_ON_HOST,
-    "aten._fft_c2c.default": _FFT_ON_HOST,
-    "aten._fft_c2r.default": _FFT_ON_HOST,
-    "aten.view_as_complex.default": _FFT_ON_HOST,
-    # tensorflow
-    "Unique": f"{_DYNAMIC_SHAPES}: compute unique values in the input pipeline (tf.data)",
-    "UniqueV2": f"{_DYNAMIC_SHAPES}: compute unique values in the input pipeline (tf.data)",
-    "UniqueWithCounts": f"{_DYNAMIC_SHAPES}: compute unique values in the input pipeline (tf.data)",
-    "Where": f"tf.where(cond) with one argument has a {_DYNAMIC_SHAPES}: use tf.where(cond, x, y) or a mask multiply",
-    "Sort": "sort in the input pipeline, or tf.reduce_max / tf.argmax if only the extreme is needed",
-    "TopKV2": "tf.argmax for top-1, or compute top-k in an eval metric through host_call",
-    "StringToHashBucketFast": _HASH_ON_HOST,
-    "StringToHashBucketStrong": _HASH_ON_HOST,
-    "PyFunc": "Python code cannot run on the device: move it into the input pipeline or host_call",
-    "EagerPyFunc": "Python code cannot run on the device: move it into the input pipeline or host_call",
-    "Print": "remove tf.Print from the model; log from host_call or the runner's summaries",
-    "PrintV2": "remove tf.print from the model; log from host_call or the runner's summaries",
-    **{fft: _FFT_ON_HOST for fft in ("FFT", "IFFT", "RFFT", "IRFFT", "FFT2D", "IFFT2D", "RFFT2D", "IRFFT2D",
-                                     "FFT3D", "IFFT3D", "RFFT3D", "IRFFT3D", "Complex")},
-}
-
-
-# vision and losses: the forms of these ops the device lacks, and the nearest form it has
-_RESIZE = "nn.Upsample / F.interpolate with mode 'nearest' (whole-number factors) or 'bilinear', align_corners=False"
-SUGGESTIONS.update({
-    "aten.upsample_bilinear2d.vec": _RESIZE,
-    "aten.upsample_nearest2d.vec": _RESIZE,
-    "aten._upsample_bilinear2d_aa.vec": f"antialias=False: {_RESIZE}",
-    "aten._upsample_nearest_exact2d.vec": f"{_RESIZE} (nearest-exact equals nearest for whole-number factors)",
-    "aten.upsample_bicubic2d.vec": f"{_RESIZE}, or resize in the input pipeline",
-    "aten.convolution.default": "1-d and 2-d convolutions, grouped and depthwise included",
-    "aten._adaptive_avg_pool2d.default": "an (N, C, H, W) input",
-    "aten.as_strided.default": ("reshape, permute and slicing for a view, Tensor.unfold for sliding windows "
-                                "(the device runs a strided view that keeps the elements in order)"),
-    "aten.adaptive_max_pool2d.default": ("F.max_pool2d with a kernel and stride that divide the input, or "
-                                         "nn.AdaptiveAvgPool2d"),
-    "aten.binary_cross_entropy_with_logits.default": ("a pos_weight fixed when the step is captured: a constant "
-                                                      "tensor or a buffer, not computed from the batch"),
-    "aten.cross_entropy_loss.default": ("class ids as targets, and class weights fixed when the step is "
-                                        "captured; ignore_index and label_smoothing are supported"),
-    "aten.reflection_pad2d.default": "padding narrower than the input (at most size - 1 per side)",
-    "aten.replication_pad2d.default": "non-negative padding; crop by slicing",
-    "aten.constant_pad_nd.default": "non-negative padding; crop by slicing",
-    "MirrorPad": "padding narrower than the input (REFLECT: at most size - 1 per side, SYMMETRIC: size)",
-    "ResizeBilinear": "tf.image.resize(method='bilinear') or Keras UpSampling2D (half-pixel centres)",
-    "ResizeNearestNeighbor": "Keras UpSampling2D, or tf.image.resize(method='nearest') by whole-number factors",
-    "ResizeBicubic": "tf.image.resize(method='bilinear'), or resize in the input pipeline",
-})
-
-
-# the common ops the device lacks, and what to write instead
-_NO_SCAN = ("a product along an axis: exp(cumsum(log(x))) for positive x, or compute it in the input pipeline")
-_INT_BITS = ("bit operations on integers: compute them in the input pipeline; on bool masks use "
-             "logical and / or / not (&, |, ~ on bool tensors)")
-_BRANCH = ("control flow on a tensor's value: the device runs one static graph; compute both branches and "
-           "pick with where(cond, a, b), or unroll a loop to a fixed count")
-_SPARSE = "sparse tensors are not device data: use dense tensors (to_dense in the input pipeline)"
-_RAGGED = "ragged tensors are not device data: pad to a fixed length in the input pipeline and pass a mask"
-_SCATTER = "an indexed write: build the result from a one-hot mask (one_hot, mul, add, reduce)"
-_DEPTHWISE = ("a depthwise (grouped) convolution: one Conv2D per channel group joined by concat, or a full "
-              "Conv2D")
-_LINALG = "linear algebra beyond matmul: compute it in the input pipeline, or on the host (host_call)"
-_SAMPLE = "sampling in the model: draw the samples in the input pipeline and feed them as a batch tensor"
-_STRINGS = "strings are not device data: turn them into int ids in the input pipeline (tf.data map)"
-SUGGESTIONS.update({
-    "aten.cumprod.default": _NO_SCAN,
-    "aten.prod.dim_int": "a product: exp(sum(log(x))) for positive x, or compute it in the input pipeline",
-    "aten.prod.default": "a product: exp(sum(log(x))) for positive x, or compute it in the input pipeline",
-    **{f"aten.{op}.{overload}": _INT_BITS for op in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
-                                                       "bitwise_left_shift", "bitwise_right_shift",
-                                                       "__lshift__", "__rshift__")
-       for overload in ("Tensor", "Scalar", "default")},
-    "aten.argsort.default": "sort in the input pipeline, or argmax if only the extreme is needed",
-    "aten.argsort.stable": "sort in the input pipeline, or argmax if only the extreme is needed",
-    "aten.median.dim": "compute the median on the host, or use reduce_mean",
-    "aten.scatter_reduce.two": _SCATTER,
-    "aten.scatter.src": _SCATTER,
-    "aten.scatter.value": _SCATTER,
-    "aten.scatter_add.default": _SCATTER,
-    "aten.index_add.default": _SCATTER,
-    "aten.slice_scatter.default": ("an in-place write into a view (x[:, :2].exp_()): build the new tensor with "
-                                   "torch.cat of the slices instead"),
-    "aten.select_scatter.default": "an in-place write into a view: build the new tensor with torch.stack / cat",
-    "aten.remainder.Scalar": "x - floor(x / n) * n (floor_divide, mul, sub)",
-    "aten.remainder.Tensor": "x - floor(x / n) * n (floor_divide, mul, sub)",
-    "aten.repeat_interleave.Tensor": f"{_DYNAMIC_SHAPES}: repeat by a Python int (x.repeat_interleave(2))",
-    "aten.bincount.default": f"{_DYNAMIC_SHAPES}: one_hot(x, n).sum(0) with a fixed n",
-    "aten.histc.default": "one_hot of the bucket ids, summed, with a fixed number of buckets",
-    "aten.multinomial.default": _SAMPLE,
-    "aten.bernoulli.default": _SAMPLE,
-    "aten.bernoulli.p": _SAMPLE,
-    "aten.normal.Tensor_Tensor": _SAMPLE,
-    "aten.linalg_inv_ex.default": _LINALG,
-    "aten._linalg_svd.default": _LINALG,
-    "aten._linalg_det.default": _LINALG,
-    "aten.linalg_solve_ex.default": _LINALG,
-    "aten._to_sparse.default": _SPARSE,
-    "aten._to_sparse.sparse_dim": _SPARSE,
-    "aten._sparse_sum.dim": _SPARSE,
-    "aten._to_dense.default": _SPARSE,
-    "cond": _BRANCH,
-    "while_loop": _BRANCH,
-    "aten.scalar_tensor.default": "keep the value a tensor; a number read from the data breaks the static graph",
-    # tensorflow
-    "Cumprod": _NO_SCAN,
-    "Prod": "a product: tf.exp(tf.reduce_sum(tf.math.log(x))) for positive x, or compute it in the input pipeline",
-    **{op: _INT_BITS for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor", "Invert", "LeftShift", "RightShift")},
-    "DepthwiseConv2dNative": _DEPTHWISE,
-    "If": _BRANCH, "StatelessIf": _BRANCH, "While": _BRANCH, "StatelessWhile": _BRANCH,
-    "Switch": _BRANCH, "Merge": _BRANCH, "Enter": _BRANCH, "Exit": _BRANCH, "LoopCond": _BRANCH,
-    "NextIteration": _BRANCH,
-    **{op: _SPARSE for op in ("SparseTensorDenseMatMul", "SparseReduceSum", "SparseReduceSumSparse",
-                              "SparseToDense", "SparseAdd", "SparseSoftmax", "SparseReshape", "SparseTensorDenseAdd",
-                              "SparseReorder", "SparseFillEmptyRows", "SparseSegmentSum", "SparseSegmentMean")},
-    **{op: _RAGGED for op in ("RaggedTensorToTensor", "RaggedTensorFromVariant", "RaggedTensorToVariant",
-                              "RaggedGather", "RaggedRange", "RaggedTensorToSparse", "RaggedCross")},
-    **{op: _STRINGS for op in ("AsString", "StringJoin", "StringSplit", "StringSplitV2", "StringToNumber",
-                               "Substr", "RegexReplace", "StringLength", "StringFormat", "StringLower",
-                               "StringUpper", "StaticRegexReplace", "ReduceJoin")},
-    "ScatterNd": _SCATTER, "TensorScatterUpdate": _SCATTER, "TensorScatterAdd": _SCATTER,
-    "TensorScatterMax": _SCATTER, "TensorScatterMin": _SCATTER,
-    **{op: f"{_DYNAMIC_SHAPES}: tf.math.unsorted_segment_* with a fixed num_segments is a one_hot and a matmul; "
-           "or compute it in the input pipeline" for op in ("SegmentSum", "SegmentMean", "SegmentMax", "SegmentMin",
-                                                            "SegmentProd")},
-    "UnsortedSegmentSum": "tf.one_hot(segment_ids, num_segments) and tf.matmul",
-    "UnsortedSegmentMax": "compute it in the input pipeline, or with a one_hot mask and reduce_max",
-    "Bincount": f"{_DYNAMIC_SHAPES}: tf.reduce_sum(tf.one_hot(x, n), 0) with a fixed n",
-    "DenseBincount": "tf.reduce_sum(tf.one_hot(x, n), 0) with a fixed n",
-    "HistogramFixedWidth": "tf.one_hot of the bucket ids, summed",
-    "MatrixInverse": _LINALG, "MatrixDeterminant": _LINALG, "Svd": _LINALG, "MatrixSolve": _LINALG,
-    "Qr": _LINALG, "Cholesky": _LINALG,
-    "Multinomial": _SAMPLE, "RandomGamma": _SAMPLE, "RandomPoissonV2": _SAMPLE,
-    "StatelessMultinomial": _SAMPLE,
-    "DynamicPartition": f"{_DYNAMIC_SHAPES}: multiply by a mask per partition instead",
-    "DynamicStitch": "tf.where(cond, a, b) or a one-hot mask",
-    "ArgSort": "sort in the input pipeline, or tf.argmax if only the extreme is needed",
-    **{op: _FFT_ON_HOST for op in ("Real", "Imag", "ComplexAbs", "Angle", "Conj")},
-    "GatherNd": "tf.gather on one axis (with batch_dims), or a one-hot matmul",
-})
-
-# framework op -> the call a user writes, for frontends that record only the op (TF op types);
-# the torch frontend records the call itself (SourceLoc.call)
-CALLS: dict[str, str] = {
-    "Cumprod": "tf.math.cumprod", "TopKV2": "tf.math.top_k / tf.sort / tf.argsort", "Prod": "tf.reduce_prod",
-    "DepthwiseConv2dNative": "DepthwiseConv2D / tf.nn.depthwise_conv2d", "MirrorPad": "tf.pad(mode='REFLECT')",
-    "BitwiseAnd": "tf.bitwise.bitwise_and", "BitwiseOr": "tf.bitwise.bitwise_or",
-    "BitwiseXor": "tf.bitwise.bitwise_xor", "Invert": "tf.bitwise.invert", "LeftShift": "tf.bitwise.left_shift",
-    "RightShift": "tf.bitwise.right_shift", "Unique": "tf.unique", "UniqueV2": "tf.unique",
-    "UniqueWithCounts": "tf.unique_with_counts", "Where": "tf.where(cond) / tf.boolean_mask",
-    "PyFunc": "tf.numpy_function", "EagerPyFunc": "tf.py_function", "If": "tf.cond", "StatelessIf": "tf.cond",
-    "While": "tf.while_loop", "StatelessWhile": "tf.while_loop", "Switch": "tf.cond", "Merge": "tf.cond",
-    "RFFT": "tf.signal.rfft", "FFT": "tf.signal.fft", "IRFFT": "tf.signal.irfft", "Complex": "tf.complex",
-    "StringToHashBucketFast": "tf.strings.to_hash_bucket_fast", "AsString": "tf.strings.as_string",
-    "SegmentSum": "tf.math.segment_sum", "UnsortedSegmentMax": "tf.math.unsorted_segment_max",
-    "Bincount": "tf.math.bincount", "DenseBincount": "tf.math.bincount", "MatrixInverse": "tf.linalg.inv",
-    "Multinomial": "tf.random.categorical", "ScatterNd": "tf.scatter_nd",
-    "TensorScatterUpdate": "tf.tensor_scatter_nd_update", "PrintV2": "tf.print",
-    "SparseReduceSum": "tf.sparse.reduce_sum", "SparseTensorDenseMatMul": "tf.sparse.sparse_dense_matmul",
-    "RaggedTensorToTensor": "tf.RaggedTensor.to_tensor", "HistogramFixedWidth": "tf.histogram_fixed_width",
-    "ResizeBicubic": "tf.image.resize(method='bicubic')",
-    "Real": "tf.math.real", "Imag": "tf.math.imag", "ComplexAbs": "tf.abs of a complex tensor",
-    "GatherNd": "tf.gather_nd",
-}
-
-
-def suggestion_for(framework_op: str, op: str = "") -> str:
-    """What to use instead of a framework op the device lacks (the default if unknown)."""
-    for key in (framework_op, f"{framework_op.rsplit('.', 1)[0]}.default", op):
-        if key in SUGGESTIONS:
-            return SUGGESTIONS[key]
-    return DEFAULT_SUGGESTION
 
 
 @dataclass(frozen=True)
@@ -323,7 +136,7 @@ def _one_per_call(findings: list[tuple[str, Finding]]) -> list[tuple[str, Findin
 
 
 def _at(loc: SourceLoc, kind: str, message: str, suggestion: str = "", node: str = "") -> Finding:
-    call = getattr(loc, "call", "") or CALLS.get(loc.framework_op, "")
+    call = getattr(loc, "call", "")
     return Finding(kind, message, loc.framework_op, loc.file, loc.line, suggestion, node, call)
 
 
@@ -346,7 +159,7 @@ def _check_ops(graph: Graph) -> list[tuple[str, Finding]]:
             if node.attrs.get("reason"):  # a supported op in a form the device lacks (e.g. a grouped conv)
                 message += f": {node.attrs['reason']}"
             out.append(("error", _at(node.loc, "unsupported_op", message,
-                                     suggestion_for(node.loc.framework_op, node.op), node.name)))
+                                     node.attrs.get("suggestion") or DEFAULT_SUGGESTION, node.name)))
             continue
         found = len(out)
         if not record.variadic and len(node.inputs) != len(record.inputs):
@@ -428,7 +241,7 @@ def _check_frontend_issues(graph: Graph) -> list[tuple[str, Finding]]:
         loc = _as_loc(issue.get("loc"))
         kind = str(issue.get("kind", "frontend"))
         severity = "warning" if issue.get("severity") == "warning" else "error"
-        suggestion = issue.get("suggestion") or (suggestion_for(loc.framework_op) if kind == "unsupported_op" else "")
+        suggestion = issue.get("suggestion") or (DEFAULT_SUGGESTION if kind == "unsupported_op" else "")
         out.append((severity, _at(loc, kind, str(issue.get("message", "")), suggestion)))
     return out
 

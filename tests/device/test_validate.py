@@ -5,9 +5,10 @@ import json
 import numpy as np
 import pytest
 
+from device.capture import refused_tf, refused_torch
 from device.graphs import GraphBuilder
 from device.ir import SourceLoc
-from device.passes.validate import DEFAULT_SUGGESTION, SUGGESTIONS, validate
+from device.passes.validate import DEFAULT_SUGGESTION, validate
 from device.profiles import get_profile
 from tests.device.graphs import mlp_graph
 
@@ -34,15 +35,18 @@ def test_float32_compute_is_a_warning_not_an_error():
 def test_two_unsupported_ops_are_both_reported_with_file_and_line():
     b = GraphBuilder(file="train.py")
     x = b.input("x", (4, 8))
-    y = b.op("sort", [x], (4, 8), framework_op="aten.sort.default", line=12)
-    z = b.op("nonzero", [y], (4, 8), framework_op="aten.nonzero.default", line=17)
+    # the suggestions the torch frontend attaches to the nodes it refuses
+    y = b.op("sort", [x], (4, 8), framework_op="aten.sort.default", line=12,
+             attrs={"suggestion": refused_torch.OPS["aten.sort.default"]})
+    z = b.op("nonzero", [y], (4, 8), framework_op="aten.nonzero.default", line=17,
+             attrs={"suggestion": refused_torch.OPS["aten.nonzero.default"]})
     b.graph.loss = b.op("reduce_mean", [z], (), attrs={"axes": [0, 1], "keepdims": False})
     b.param("w", (8,))
     report = validate(b.graph, mode="train", profile=TINY)
     unsupported = _errors(report, "unsupported_op")
     assert [(f.file, f.line, f.framework_op) for f in unsupported] == [
         ("train.py", 12, "aten.sort.default"), ("train.py", 17, "aten.nonzero.default")]
-    assert unsupported[0].suggestion == SUGGESTIONS["aten.sort.default"]
+    assert unsupported[0].suggestion == refused_torch.OPS["aten.sort.default"]
     assert "mask" in unsupported[1].suggestion
     lines = report.to_text().splitlines()
     assert lines[0].startswith("train.py:12: aten.sort.default: op 'sort' is not supported on the device "
@@ -61,24 +65,34 @@ def test_a_supported_op_in_an_unsupported_form_says_why():
     assert finding.message.endswith(": groups=2: only groups=1 convolutions have a device kernel")
 
 
-@pytest.mark.parametrize("framework_op, expected", [
-    ("StringToHashBucketFast", "input pipeline"),
-    ("PyFunc", "host_call"),
-    ("TopKV2", "argmax"),
-    ("aten.topk.default", "argmax"),
-    ("aten._unique2.default", "unique"),
-    ("aten.index_put_.default", "one-hot"),
-    ("aten.median.default", "median"),
-    ("Where", "tf.where(cond, x, y)"),
-    ("MyCustomOp", DEFAULT_SUGGESTION),
+@pytest.mark.parametrize("table, framework_op, expected", [
+    (refused_tf, "StringToHashBucketFast", "input pipeline"),
+    (refused_tf, "PyFunc", "host_call"),
+    (refused_tf, "TopKV2", "argmax"),
+    (refused_torch, "aten.topk.default", "argmax"),
+    (refused_torch, "aten._unique2.default", "unique"),
+    (refused_torch, "aten.index_put_.default", "one-hot"),
+    (refused_torch, "aten.median.default", "median"),
+    (refused_tf, "Where", "tf.where(cond, x, y)"),
 ])
-def test_suggestions_name_what_to_use_instead(framework_op, expected):
+def test_suggestions_name_what_to_use_instead(table, framework_op, expected):
+    """The suggestion on the node (the frontend's, from its table) is the finding's; validate adds none."""
     b = GraphBuilder(frontend="tf")
     x = b.input("x", (4, 8))
-    b.graph.outputs["y"] = b.op("custom", [x], (4, 8), framework_op=framework_op)
+    b.graph.outputs["y"] = b.op("custom", [x], (4, 8), framework_op=framework_op,
+                                attrs={"suggestion": table.suggestion(framework_op)})
     report = validate(b.graph, mode="predict", profile=TINY)
     (finding,) = _errors(report, "unsupported_op")
     assert expected in finding.suggestion
+
+
+def test_a_node_without_a_suggestion_gets_the_default_whatever_its_framework_op():
+    b = GraphBuilder(frontend="tf")
+    x = b.input("x", (4, 8))
+    y = b.op("custom", [x], (4, 8), framework_op="MyCustomOp", line=3)
+    b.graph.outputs["y"] = b.op("sort", [y], (4, 8), framework_op="TopKV2", line=4)  # not attached: not looked up
+    report = validate(b.graph, mode="predict", profile=TINY)
+    assert [f.suggestion for f in _errors(report, "unsupported_op")] == [DEFAULT_SUGGESTION] * 2
 
 
 def test_dynamic_batch_is_reported_once_and_points_at_drop_remainder():
@@ -120,7 +134,8 @@ def test_a_framework_dtype_the_ir_lacks_is_the_users_finding_not_a_frontend_bug(
     """complex64 from an FFT: the op, its line and the dtype, with what to do instead, once."""
     b = GraphBuilder(file="model.py")
     x = b.input("x", (4, 8))
-    spectrum = b.op("aten._fft_r2c.default", [x], (4, 5), "complex64", framework_op="aten._fft_r2c.default", line=21)
+    spectrum = b.op("aten._fft_r2c.default", [x], (4, 5), "complex64", framework_op="aten._fft_r2c.default", line=21,
+                    attrs={"suggestion": refused_torch.OPS["aten._fft_r2c.default"]})
     scaled = b.op("mul", [spectrum, b.constant("two", np.complex64(2))], (4, 5), "complex64", line=22)
     b.graph.outputs["y"] = b.op("aten.abs.default", [scaled], (4, 5), line=23)
     report = validate(b.graph, mode="predict", profile=TINY)
@@ -176,12 +191,13 @@ def test_training_needs_a_loss_eval_needs_outputs():
 def test_frontend_issues_are_reported_and_not_duplicated():
     graph = mlp_graph()
     loc = SourceLoc("Print", "model.py", 40)
-    graph.issues.append({"kind": "unsupported_op", "message": "tf.Print has no device kernel", "loc": loc})
+    graph.issues.append({"kind": "unsupported_op", "message": "tf.Print has no device kernel", "loc": loc,
+                         "suggestion": refused_tf.OPS["Print"]})
     graph.issues.append({"kind": "metric_in_train", "message": "a metric in the training graph",
                          "loc": {"framework_op": "Mean", "file": "model.py", "line": 41}})
     x = graph.inputs[0]
     graph.add_value("printed", graph.values[x].shape, "float32")
-    graph.add_node("print", [x], ["printed"], loc=loc)  # the same op, also kept as a node
+    graph.add_node("print", [x], ["printed"], {"suggestion": refused_tf.OPS["Print"]}, loc=loc)  # also a node
     report = validate(graph, mode="train", profile=TINY)
     assert [(f.kind, f.line) for f in report.errors] == [("unsupported_op", 40), ("metric_in_train", 41)]
     assert "tf.Print" in report.errors[0].suggestion

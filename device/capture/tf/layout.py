@@ -213,6 +213,8 @@ def map_pad(low: Lowering, tensor):
     """Pad / PadV2 (tf.pad mode CONSTANT, Keras ZeroPadding2D), MirrorPad (tf.pad REFLECT, SYMMETRIC)."""
     op = tensor.op
     x = op.inputs[0]
+    if op.type == "MirrorPad" and low.const(op.inputs[1]) is None:
+        raise CannotMap("the paddings are not a constant", form="paddings")
     pads = [[int(a), int(b)] for a, b in low.attr(op.inputs[1], "the paddings")]
     if op.type == "MirrorPad":
         attrs = {"pads": pads, "mode": op.get_attr("mode").decode().lower()}  # reflect or symmetric

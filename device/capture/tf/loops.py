@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
 
+from device.capture import refused_tf
 from device.capture.tf.constants import ConstantFolder
 from device.capture.tf.lowering import Lowering
 from device.capture.tf.plan import CannotMap, Plan, TensorList
@@ -63,7 +64,7 @@ def plan(low: Lowering, tensor: tf.Tensor) -> Plan | None:
     try:
         planned = _plan(low, tensor)
     except CannotMap as reason:
-        return refusal(low, tensor, str(reason))
+        return refusal(low, tensor, str(reason), reason.form)
 
     def build():
         first, values = len(low.graph.nodes), set(low.graph.values)
@@ -76,7 +77,7 @@ def plan(low: Lowering, tensor: tf.Tensor) -> Plan | None:
                 low.graph.constants.pop(name, None)
             message = str(reason) if isinstance(reason, CannotMap) else \
                 f"it could not be unrolled ({type(reason).__name__}: {reason})"
-            _refuse(low, tensor, message, inherited=isinstance(reason, _Inherited))
+            _refuse(low, tensor, message, inherited=isinstance(reason, _Inherited), form=getattr(reason, "form", ""))
     return Plan(planned.deps, build)
 
 
@@ -84,14 +85,16 @@ class _Inherited(CannotMap):
     """Refused only because an input is (a list made by a refused op): reported where it starts."""
 
 
-def refusal(low: Lowering, tensor: tf.Tensor, reason: str) -> Plan:
+def refusal(low: Lowering, tensor: tf.Tensor, reason: str, form: str = "") -> Plan:
     """A refused loop or list op: one IR node named after the TF op, for validation to report."""
-    return Plan([t for t in tensor.op.inputs if t.dtype != tf.variant], lambda: _refuse(low, tensor, reason))
+    return Plan([t for t in tensor.op.inputs if t.dtype != tf.variant], lambda: _refuse(low, tensor, reason,
+                                                                                         form=form))
 
 
-def _refuse(low: Lowering, tensor: tf.Tensor, reason: str, inherited: bool = False) -> None:
-    """The node of a refused op; its list and variable outputs are marked done with no value, so
-    that what reads them is refused as inherited instead of named again."""
+def _refuse(low: Lowering, tensor: tf.Tensor, reason: str, inherited: bool = False, form: str = "") -> None:
+    """The node of a refused op, with the suggestion refused_tf keeps for its refused ``form``; its
+    list and variable outputs are marked done with no value, so that what reads them is refused as
+    inherited instead of named again."""
     op = tensor.op
     inputs = [low.value_of[t.name] for t in op.inputs if low.value_of.get(t.name) in low.graph.values]
     outputs = []
@@ -103,6 +106,8 @@ def _refuse(low: Lowering, tensor: tf.Tensor, reason: str, inherited: bool = Fal
         else:
             outputs.append(t)
     attrs = {"reason": reason, **({"inherited": True} if inherited else {})}
+    if not inherited and refused_tf.suggestion(op.type, form):
+        attrs["suggestion"] = refused_tf.suggestion(op.type, form)
     low.emit(op.type, inputs, op, outputs, attrs)
 
 
@@ -332,7 +337,8 @@ def _trip(low: Lowering, op: tf.Operation) -> list[_Iteration]:
         (go,) = _fold(graph, [test])
         if go is None:
             raise CannotMap("a loop whose condition depends on the data: the device runs a static number of "
-                            "steps (a sequence of a fixed length, or a tf.while_loop that stops at a constant)")
+                            "steps (a sequence of a fixed length, or a tf.while_loop that stops at a constant)",
+                            form="data-dependent")
         if not bool(go):
             return iterations
         if len(iterations) == MAX_ITERATIONS:
@@ -372,7 +378,8 @@ def _run_body(low: Lowering, op: tf.Operation, iteration: _Iteration, state: lis
     child = type(low)(iteration.graph, [], None, low.updated, low.rules)
     child.graph, child.trainable, child.lists = low.graph, low.trainable, {}
     where = low.loc(op)
-    child.loc = lambda body_op, label=None: dataclasses.replace(where, framework_op=label or body_op.type)
+    child.loc = lambda body_op, label=None: dataclasses.replace(
+        where, framework_op=label or body_op.type, call=refused_tf.CALLS.get(label or body_op.type, ""))
     child.unrolled = low.unrolled
     for placeholder, value, number in zip(iteration.inputs, state, iteration.known):
         if number is not None:

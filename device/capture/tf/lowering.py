@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from device import ir
+from device.capture import refused_tf
 from device.capture.tf.constants import ConstantFolder
 from device.capture.tf.plan import CannotMap, Plan, TensorList
 from device.capture.tf.tensors import ir_dtype, reachable, source_loc, static_shape, variable_name
@@ -122,12 +123,13 @@ class Lowering:
             try:
                 return mapper(self, tensor)
             except CannotMap as reason:
-                return self._unsupported(tensor, str(reason))
+                return self._unsupported(tensor, str(reason), form=reason.form)
         return self._unsupported(tensor)
 
-    def _unsupported(self, tensor: tf.Tensor, reason: str = "", inherited: bool = False) -> Plan:
+    def _unsupported(self, tensor: tf.Tensor, reason: str = "", inherited: bool = False, form: str = "") -> Plan:
         """A node named after the TF op type, for validation to report (``inherited``: only
-        because an input is already refused, reported there)."""
+        because an input is already refused, reported there), with the suggestion
+        refused_tf keeps for the op type (in its refused ``form``)."""
         op = tensor.op
         data = [t for t in op.inputs]
 
@@ -136,6 +138,8 @@ class Lowering:
             attrs = {"reason": reason} if reason else {}
             if inherited:
                 attrs["inherited"] = True
+            elif refused_tf.suggestion(op.type, form):
+                attrs["suggestion"] = refused_tf.suggestion(op.type, form)
             self.emit(op.type, [self.value_of[t.name] for t in data], op, outs, attrs)
         return Plan(data, build)
 

@@ -8,7 +8,12 @@ from typing import Callable
 
 
 class CannotMap(Exception):
-    """An op that is normally lowered cannot be here (a non-constant attribute input)."""
+    """An op that is normally lowered cannot be here (a non-constant attribute input); ``form``
+    names the refused form where refused_tf.FORMS keeps a suggestion for it."""
+
+    def __init__(self, reason: str, form: str = ""):
+        super().__init__(reason)
+        self.form = form
 
 
 @dataclass

@@ -47,7 +47,8 @@ A new op is one entry here and its mapping in the module of its family (the fami
 device/ops/): elementwise.py, activations.py, linalg.py, layout.py, reductions.py,
 normalization.py, vision.py, language.py, losses.py. Patterns of several TF ops (Keras layers
 written out in ops) are patterns.py's, loops and TensorLists loops.py's; an op type in none of
-them becomes an unsupported node that validation reports at the user's line.
+them becomes an unsupported node that validation reports at the user's line, with the
+suggestion device/capture/refused_tf.py keeps for it (OPS; a form a mapping refuses: FORMS).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from device import ir
+from device.capture import refused_tf
 from device.capture.frames import ZOO_DIRS
 
 # TF dtype name -> IR dtype; any other dtype keeps its TF name, which validation rejects
@@ -36,11 +37,14 @@ def ir_dtype(dtype: tf.DType) -> str:
 
 
 def source_loc(op: tf.Operation, framework_op: str | None = None) -> ir.SourceLoc:
-    """The op's innermost stack frame in the user's code (outside TF, Keras, common/ and device/)."""
+    """The op's innermost stack frame in the user's code (outside TF, Keras, common/ and device/),
+    and the call the user wrote for an op type refused_tf.CALLS names."""
+    framework_op = framework_op or op.type
+    call = refused_tf.CALLS.get(framework_op, "")
     for frame in reversed(op.traceback):
         if not _is_library(frame.filename):
-            return ir.SourceLoc(framework_op or op.type, frame.filename, frame.lineno)
-    return ir.SourceLoc(framework_op or op.type)
+            return ir.SourceLoc(framework_op, frame.filename, frame.lineno, call)
+    return ir.SourceLoc(framework_op, call=call)
 
 
 @functools.lru_cache(maxsize=None)

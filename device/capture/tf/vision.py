@@ -104,16 +104,17 @@ def map_resize(low: Lowering, tensor):
     """ResizeBilinear / ResizeNearestNeighbor with half-pixel centres (tf.image.resize, Keras UpSampling2D)."""
     op = tensor.op
     if op.get_attr("align_corners"):
-        raise CannotMap("align_corners=True (only False)")
+        raise CannotMap("align_corners=True (only False)", form="corners")
     if not op.get_attr("half_pixel_centers"):
-        raise CannotMap("half_pixel_centers=False (only True, tf.image.resize's)")
+        raise CannotMap("half_pixel_centers=False (only True, tf.image.resize's)", form="corners")
     x = op.inputs[0]
     (_, h, w, _), (_, out_h, out_w, _) = static_shape(x), static_shape(tensor)
     if None in (h, w, out_h, out_w):
         raise CannotMap("the image sizes are not static")
     method = "bilinear" if op.type == "ResizeBilinear" else "nearest"
     if method == "nearest" and (out_h % h or out_w % w):
-        raise CannotMap(f"nearest resizing from {h}x{w} to {out_h}x{out_w} (only by whole-number factors)")
+        raise CannotMap(f"nearest resizing from {h}x{w} to {out_h}x{out_w} (only by whole-number factors)",
+                        form="factor")
     attrs = {"size": [out_h, out_w], "method": method, "layout": "NHWC"}
     return Plan([x], lambda: low.emit("resize2d", [low.value(x)], op, [tensor], attrs))
 

@@ -76,7 +76,7 @@ def _bernoulli(self: _Lowering, node, self_, p=0.5, generator=None):
     are never read). In-place dropout (``nn.Dropout(inplace=True)``) and torchvision's stochastic depth draw
     their masks so; the emulator draws it as dropout of ones at rate 1 - p (the values 1 / p), times p."""
     if generator is not None:
-        return self.decline("a generator argument (the device draws from its own)")
+        return self.decline("a generator argument (the device draws from its own)", form="generator")
     shape, dtype = self.out(node)
     ones = self.emit("broadcast_to", [self.scalar(1.0, dtype)], shape, dtype, shape=list(shape))
     kept = self.emit("dropout", [ones], shape, dtype, rate=1.0 - float(p))

@@ -181,7 +181,8 @@ def _bitwise(self: _Lowering, node, op: str, self_, other=None):
     operands = [self_] + ([] if other is None else [other])
     kinds = {a.meta["val"].dtype for a in operands if isinstance(a, torch.fx.Node)}
     if kinds != {torch.bool}:
-        return self.decline(f"bitwise operation on {', '.join(sorted(_ir_dtype(k) for k in kinds))} (only bool)")
+        return self.decline(f"bitwise operation on {', '.join(sorted(_ir_dtype(k) for k in kinds))} (only bool)",
+                            form="integers")
     return _logical(self, node, op, self_, other)
 
 
@@ -190,7 +191,8 @@ def _xor(bitwise: bool):
     def lower(self: _Lowering, node, self_, other):
         kinds = {a.meta["val"].dtype for a in (self_, other) if isinstance(a, torch.fx.Node)}
         if bitwise and kinds != {torch.bool}:
-            return self.decline(f"bitwise operation on {', '.join(sorted(_ir_dtype(k) for k in kinds))} (only bool)")
+            return self.decline(f"bitwise operation on {', '.join(sorted(_ir_dtype(k) for k in kinds))} (only bool)",
+                                form="integers")
         shape, dtype = self.out(node)
         return self.emit("not_equal", [self.tensor(self_, "bool"), self.tensor(other, "bool")], shape, dtype)
     return lower

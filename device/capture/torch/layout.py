@@ -50,7 +50,7 @@ def _as_strided(self: _Lowering, node, self_, size, stride, storage_offset=None)
         return self.reshape(self.tensor(self_), size)
     return self.decline(f"a strided window (size {size}, stride {stride}, offset {storage_offset or 0}) over a "
                         f"tensor of shape {list(val.shape)}: only a view that keeps the elements in order runs "
-                        "on the device; write it with reshape, permute, slicing or Tensor.unfold")
+                        "on the device; write it with reshape, permute, slicing or Tensor.unfold", form="window")
 
 
 def _expand(self: _Lowering, node, self_, **_):
@@ -158,7 +158,8 @@ def _mode_pad(mode: str) -> Callable:
         for i in range(len(padding) // 2):
             pairs[len(shape) - 1 - i] = [int(padding[2 * i]), int(padding[2 * i + 1])]
         if any(p < 0 for pair in pairs for p in pair):
-            return self.decline(f"padding={list(padding)} with negative entries (cropping): slice instead")
+            return self.decline(f"padding={list(padding)} with negative entries (cropping): slice instead",
+                                form="crop")
         return self.emit("pad", [x], shape, dtype, pads=pairs, mode=mode)
     return lower
 
@@ -166,7 +167,7 @@ def _mode_pad(mode: str) -> Callable:
 def _constant_pad(self: _Lowering, node, self_, pad, value=0):
     """F.pad(x, pad, value=...): pad pairs run from the last axis backwards."""
     if any(p < 0 for p in pad):
-        return self.decline(f"pad={list(pad)} with negative entries (cropping): slice instead")
+        return self.decline(f"pad={list(pad)} with negative entries (cropping): slice instead", form="crop")
     shape, dtype = self.out(node)
     x = self.tensor(self_)
     pairs = [[0, 0] for _ in shape]
@@ -227,7 +228,7 @@ def _index_put(self: _Lowering, node, self_, indices, values, accumulate=False):
     shape, dtype = self.out(node)
     used = [i for i, t in enumerate(indices) if t is not None]
     if accumulate:
-        return self.decline("accumulate=True (index_put_ with sums: a scatter)")
+        return self.decline("accumulate=True (index_put_ with sums: a scatter)", form="accumulate")
     if len(used) != 1:
         return self.decline("indices on more than one axis")
     index = indices[used[0]]
@@ -235,12 +236,13 @@ def _index_put(self: _Lowering, node, self_, indices, values, accumulate=False):
     if index.meta["val"].dtype == torch.bool:
         mask_shape = tuple(index.meta["val"].shape)
         if used[0] != 0 or mask_shape != shape[:len(mask_shape)] or value.numel() != 1:
-            return self.decline("a boolean index with a value per selected element (a count read from the data)")
+            return self.decline("a boolean index with a value per selected element (a count read from the data)",
+                                form="mask")
         mask = self.reshape(self.tensor(index), mask_shape + (1,) * (len(shape) - len(mask_shape)))
         fill = self.reshape(self.tensor(values, dtype), ())
         return self.emit("where", [mask, fill, self.tensor(self_, dtype)], shape, dtype)
     if index not in self.known:
-        return self.decline("positions read from the data")
+        return self.decline("positions read from the data", form="positions")
     if self.known[index].dim() != 1:
         return self.decline("positions in a tensor of more than one dimension")
     dim, size = used[0], shape[used[0]]

@@ -35,9 +35,9 @@ def _nll_loss(self: _Lowering, node, self_, target, weight, reduction, ignore_in
 def _cross_entropy(self: _Lowering, node, logits, target, weight, reduction, ignore_index, label_smoothing):
     """cross_entropy_loss over the classes at axis 1 ((N, C), (N, C, H, W), ...; (C,) unbatched)."""
     if weight is not None and weight not in self.known:
-        return self.decline("weight (class weights) computed in the step (only a constant vector)")
+        return self.decline("weight (class weights) computed in the step (only a constant vector)", form="weight")
     if not isinstance(target, torch.fx.Node) or target.meta["val"].dtype.is_floating_point:
-        return self.decline("class probabilities as the target (only class ids)")
+        return self.decline("class probabilities as the target (only class ids)", form="probabilities")
     shape, dtype = self.out(node) if not isinstance(node.meta["val"], (tuple, list)) else self.out(node, 0)
     z = self.tensor(logits)
     axis = min(1, len(self.shape(z)) - 1)
@@ -60,7 +60,7 @@ def _bce_with_logits(self: _Lowering, node, self_, target, weight=None, pos_weig
     attrs = {}
     if pos_weight is not None:
         if pos_weight not in self.known or self.known[pos_weight].dim() > 1:
-            return self.decline("pos_weight computed in the step (only a constant vector)")
+            return self.decline("pos_weight computed in the step (only a constant vector)", form="pos_weight")
         attrs["pos_weight"] = self.known[pos_weight].double().flatten().tolist()
     shape, dtype = self.out(node)
     x = self.tensor(self_)

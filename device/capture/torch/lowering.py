@@ -19,6 +19,7 @@ import torch
 import torch.fx
 from torch.export.graph_signature import InputKind, OutputKind
 
+from device.capture import refused_torch
 from device.capture.torch.source import _source_loc
 from device.capture.torch.step import _CHECK_KEY, _Step
 from device.capture.torch.variables import _first_names, _named_tensors
@@ -119,6 +120,7 @@ class _Lowering:
         self.loc = SourceLoc("<unknown>")
         self.hint = ""
         self.reason = ""
+        self.form = ""  # the declined form, the key of its suggestion (refused_torch.FORMS)
 
     # ---- the walk ----
 
@@ -130,7 +132,7 @@ class _Lowering:
         for node in self.ep.graph.nodes:
             if node.op != "call_function" or str(node.target) in _IGNORED:
                 continue
-            self.loc, self.hint, self.reason = _source_loc(node), node.name, ""
+            self.loc, self.hint, self.reason, self.form = _source_loc(node), node.name, "", ""
             if node.target is operator.getitem:
                 self._getitem(node)
             elif self._fold(node):
@@ -337,11 +339,11 @@ class _Lowering:
     def _missing_output(self, getitem: torch.fx.Node) -> str:
         """A result the lowering of its op does not produce, now used: an unsupported node."""
         source = self.missing[getitem]
-        current = self.loc, self.hint, self.reason
-        self.loc, self.hint = _source_loc(source), getitem.name
+        current = self.loc, self.hint, self.reason, self.form
+        self.loc, self.hint, self.form = _source_loc(source), getitem.name, ""
         self.reason = f"output {getitem.args[1]} is not supported"
         name = self._unsupported(getitem, op=str(source.target), inputs=self._tensor_args(source))
-        self.loc, self.hint, self.reason = current
+        self.loc, self.hint, self.reason, self.form = current
         return name
 
     def cast(self, name: str, dtype: str) -> str:
@@ -354,9 +356,10 @@ class _Lowering:
         val = node.meta["val"] if index is None else node.meta["val"][index]
         return _ir_shape(val.shape), _ir_dtype(val.dtype)
 
-    def decline(self, reason: str) -> None:
-        """A handler's answer for a variant the IR cannot express: the node becomes unsupported."""
-        self.reason = reason
+    def decline(self, reason: str, form: str = "") -> None:
+        """A handler's answer for a variant the IR cannot express: the node becomes unsupported,
+        with the suggestion refused_torch.FORMS keeps for (its aten op, ``form``)."""
+        self.reason, self.form = reason, form
         return None
 
     def _tensor_args(self, node: torch.fx.Node) -> list[str]:
@@ -388,6 +391,9 @@ class _Lowering:
             else:
                 outputs.append(None)
         attrs = {"reason": self.reason} if self.reason else {}
+        suggestion = refused_torch.suggestion(op, self.form)
+        if suggestion:
+            attrs["suggestion"] = suggestion  # what validation tells the user to use instead
         self.g.add_node(op, inputs, [o for o in outputs if o is not None], attrs, self.loc,
                         name=next((o for o in outputs if o), None))
         return tuple(outputs) if many else outputs[0]

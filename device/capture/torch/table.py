@@ -3,7 +3,8 @@
 A new op is one entry here and its handler in the module of its family (the families of
 device/ops/): elementwise.py, activations.py, linalg.py, layout.py, reductions.py,
 normalization.py, vision.py, language.py, losses.py, recurrent.py. An aten op that is not
-a key here becomes an unsupported node that validation reports at the user's line.
+a key here becomes an unsupported node that validation reports at the user's line, with the
+suggestion device/capture/refused_torch.py keeps for it (OPS; a form a handler declines: FORMS).
 """
 
 from __future__ import annotations

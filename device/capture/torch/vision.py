@@ -19,7 +19,7 @@ def _convolution(self: _Lowering, node, input, weight, bias, stride, padding, di
     if len(stride) == 1:  # audio: the 2-d convolution over a height of 1
         return _conv1d(self, node, input, weight, bias, stride, padding, dilation, transposed, groups)
     if len(stride) != 2:
-        return self.decline(f"{len(stride)}-d convolution (only 2-d)")
+        return self.decline(f"{len(stride)}-d convolution (only 2-d)", form="3-d")
     if transposed:
         return _conv_transpose(self, node, input, weight, bias, stride, padding, dilation, output_padding, groups)
     shape, dtype = self.out(node)
@@ -37,7 +37,7 @@ def _convolution(self: _Lowering, node, input, weight, bias, stride, padding, di
 def _conv1d(self: _Lowering, node, input, weight, bias, stride, padding, dilation, transposed, groups):
     """(N, C, L) convolved as (N, C, 1, L) by the 2-d kernel over a height of 1: the same sums."""
     if transposed:
-        return self.decline("transposed 1-d convolution")
+        return self.decline("transposed 1-d convolution", form="transposed 1-d")
     shape, dtype = self.out(node)  # (N, O, L')
     x, w = self.tensor(input), self.tensor(weight)
     x = self.reshape(x, self.shape(x)[:2] + (1,) + self.shape(x)[2:])
@@ -57,9 +57,10 @@ def _conv1d(self: _Lowering, node, input, weight, bias, stride, padding, dilatio
 def _conv_transpose(self: _Lowering, node, input, weight, bias, stride, padding, dilation, output_padding, groups):
     """ConvTranspose2d: the output size (from the export metadata) fixes output_padding."""
     if groups != 1:
-        return self.decline(f"groups={groups} (only 1)")
+        return self.decline(f"groups={groups} (only 1)", form="transposed groups")
     if any(p >= s for p, s in zip(_pair(output_padding), _pair(stride))):
-        return self.decline(f"output_padding={list(output_padding)} not below the stride {list(stride)}")
+        return self.decline(f"output_padding={list(output_padding)} not below the stride {list(stride)}",
+                            form="output_padding")
     shape, dtype = self.out(node)
     pad = _pair(padding)
     y = self.emit("conv_transpose2d", [self.tensor(input), self.tensor(weight)], shape, dtype,
@@ -112,7 +113,7 @@ def _adaptive_avg_pool(self: _Lowering, node, self_, output_size):
     x = self.tensor(self_)
     (h, w), (out_h, out_w) = self.shape(x)[2:], shape[2:]
     if len(shape) != 4:
-        return self.decline(f"a {len(shape)}-d input (only (N, C, H, W))")
+        return self.decline(f"a {len(shape)}-d input (only (N, C, H, W))", form="rank")
     if h % out_h == 0 and w % out_w == 0:
         kernel = [h // out_h, w // out_w]
         return self.emit("avg_pool2d", [x], shape, dtype, kernel=kernel, strides=kernel,
@@ -128,17 +129,18 @@ def _upsample(method: str):
     def lower(self: _Lowering, node, input, output_size=None, align_corners=False, scale_factors=None,
               scales_h=None, scales_w=None):
         if align_corners:
-            return self.decline("align_corners=True (only False)")
+            return self.decline("align_corners=True (only False)", form="align_corners")
         shape, dtype = self.out(node)
         x = self.tensor(input)
         (h, w), (out_h, out_w) = self.shape(x)[2:], shape[2:]
         scales = scale_factors if scale_factors is not None else [s for s in (scales_h, scales_w) if s is not None]
         # torch maps an output pixel back by 1 / scale_factor when one is given, by in / out otherwise
         if scales and any(float(s) * n != o for s, n, o in zip(_pair(list(scales)), (h, w), (out_h, out_w))):
-            return self.decline(f"scale_factor={list(scales)} that does not give a whole output size")
+            return self.decline(f"scale_factor={list(scales)} that does not give a whole output size",
+                                    form="scale")
         if method == "nearest" and (out_h % h or out_w % w):
             given = f"scale_factor={list(scales)}" if scales else f"size={[out_h, out_w]}"
             return self.decline(f"{given}: nearest resizing from {h}x{w} to {out_h}x{out_w} "
-                                "(only by whole-number factors)")
+                                "(only by whole-number factors)", form="factor")
         return self.emit("resize2d", [x], shape, dtype, size=[out_h, out_w], method=method, layout="NCHW")
     return lower
