@@ -6,4 +6,6 @@ the forward pass up to a scalar loss, the parameters and state by their framewor
 the optimizer as an ``OptimizerSpec``, and every op with the user's file and line.
 
 This package imports neither framework; import the frontend you need by its module.
+``refused_torch`` and ``refused_tf`` are each frontend's table of the framework ops it
+cannot lower, with what to use instead: framework-free, so that device.api reads them.
 """
