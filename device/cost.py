@@ -34,7 +34,8 @@ kernel's weights cross the link with no compute to hide behind.
 
 Weight streaming on N systems (wafer-facts.md: a broadcast-reduce tree sends the weights to
 N systems and sums their gradients: data parallel): each system runs ceil(batch / N) samples
-of the batch in micro-batch passes of at most the same micro-batch; each system's link
+of the batch in micro-batch passes of at most the same micro-batch (recomputing activations
+only where its share does not fit one pass keeping them all); each system's link
 carries the whole weight stream, the tree adding no bandwidth limit of its own (the facts
 give no figure for it); at the iteration boundary each of the tree's ceil(log2 N) levels
 adds one more bubble (the last gradients reduced, the first weights broadcast, a level at a
@@ -223,8 +224,14 @@ def estimate(graph: Graph, kernels: list[Kernel], placement, profile: Profile, *
             "optimizer": len(SLOTS.get(placement.optimizer, ())) * weights,  # fp32 slots (adam: 2)
             "gradients": weights if training else 0,  # fp32 accumulators of the micro-batches' gradients
         }
-        report.systems = [_on_systems(n, batch, placement.micro_batch, working, bubble, transmission_rate,
-                                      report.tokens_per_sample) for n in SYSTEMS]
+        # a system whose share of the batch fits one pass keeping every activation recomputes nothing
+        kept = working
+        if report.recompute:
+            kept = [(k, _kernel_cost(k, placement.get(k.name), profile, precision, training, passes))
+                    for k, _ in working]
+        report.systems = [_on_systems(n, batch, placement.micro_batch,
+                                      kept if math.ceil(batch / n) <= placement.kept_micro_batch else working,
+                                      bubble, transmission_rate, report.tokens_per_sample) for n in SYSTEMS]
     return report
 
 

@@ -127,6 +127,7 @@ class Placement:
     full_activation_bytes_per_sample: int = 0
     checkpoint_bytes_per_sample: int = 0
     layers: int = 0  # recomputed segments between checkpoints
+    kept_micro_batch: int = 0  # the largest micro-batch that fits keeping every activation
 
     @property
     def fabric_pes(self) -> int:
@@ -150,6 +151,7 @@ class Placement:
                 "recompute": self.recompute, "activation_bytes_per_sample": self.activation_bytes_per_sample,
                 "full_activation_bytes_per_sample": self.full_activation_bytes_per_sample,
                 "checkpoint_bytes_per_sample": self.checkpoint_bytes_per_sample, "layers": self.layers,
+                "kept_micro_batch": self.kept_micro_batch,
                 "kernels": [{**asdict(k), "pes": k.pes, "memory_bytes": k.memory_bytes,
                              "memory_per_pe": k.memory_per_pe} for k in self.kernels]}
 
@@ -490,7 +492,7 @@ def _place_streaming(placement: Placement, kernels: list[Kernel], profile: Profi
     # (or the chosen micro-batch) needs more; where neither fits one sample, the refusal names its figures
     recompute = kept < stash and wanted > full_fits and (recompute_fits > full_fits or full_fits < 1)
     need, fits = (kept, recompute_fits) if recompute else (stash, full_fits)
-    placement.recompute = recompute
+    placement.recompute, placement.kept_micro_batch = recompute, full_fits
     placement.full_activation_bytes_per_sample = -(-stash // max(batch, 1))
     placement.activation_bytes_per_sample = -(-need // max(batch, 1))
     if kept < stash:

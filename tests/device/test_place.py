@@ -221,7 +221,7 @@ def test_placement_to_dict_holds_every_field_as_the_report_shows_it():
         "active_pes": 1024, "fabric_pes": 1024, "micro_batch": 8, "micro_batches": 1,
         "recompute": False, "activation_bytes_per_sample": placement.full_activation_bytes_per_sample,
         "full_activation_bytes_per_sample": placement.full_activation_bytes_per_sample,
-        "checkpoint_bytes_per_sample": 0, "layers": 0}
+        "checkpoint_bytes_per_sample": 0, "layers": 0, "kept_micro_batch": 8}
     assert [row["name"] for row in data["kernels"]] == [r.name for r in placement.kernels]
     for row, r in zip(data["kernels"], placement.kernels):
         assert row == {"name": r.name, "kind": r.kind, "x": r.x, "y": r.y, "w": r.w, "h": r.h,

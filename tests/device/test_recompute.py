@@ -122,3 +122,17 @@ def test_a_chosen_micro_batch_beyond_the_checkpoints_is_refused_with_the_figures
                                                  r"activations in the backward: the checkpoints of 9 layers.*"
                                                  r"the largest that fits is 14"):
         _compile(stack_graph(16, 1024, 8), micro_batch_size=16)
+
+
+def test_a_system_whose_share_of_the_batch_fits_whole_recomputes_nothing():
+    # batch 16: 4 samples a pass fit keeping every activation, 8 keeping checkpoints
+    recomputed = _compile(stack_graph(16, 1024, 8))
+    kept = _compile(stack_graph(16, 1024, 8), micro_batch_size=4)
+    assert recomputed.placement.recompute and recomputed.placement.kept_micro_batch == 4
+    rows = {row["systems"]: row for row in recomputed.cost.systems}
+    plain = {row["systems"]: row for row in kept.cost.systems}
+    # on 4 systems each runs 4 samples in one pass, as the compile that keeps every activation does
+    assert rows[4]["micro_batches"] == 1 and rows[4]["iteration_s"] == pytest.approx(plain[4]["iteration_s"], rel=1e-12)
+    # on 2, each runs 8: one pass recomputing against two keeping them
+    assert (rows[2]["micro_batches"], plain[2]["micro_batches"]) == (1, 2)
+    assert rows[2]["iteration_s"] != pytest.approx(plain[2]["iteration_s"], rel=1e-3)
