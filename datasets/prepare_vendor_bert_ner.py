@@ -10,7 +10,10 @@ other word O, a word's later WordPiece pieces X. Writes what the vendor's
 BertTokenClassifierDataProcessor reads: DIR/vocab.txt (uncased WordPiece, one token a
 line), DIR/train/ (label2id.json, meta.dat, ner-1.csv ..) and DIR/dev/ (meta.dat,
 ner-1.csv ..), CSV columns tokens and labels, each space-separated, [CLS] ... [SEP]. The
-last lines give the config keys to set. DIR must be new or empty (nothing is overwritten).
+last lines give the config keys to set. With --format tfrecords, the layout its TF token
+classifier reads (NerDataProcessor): DIR/train/ (label2id.json, ner-1.tfrecords ..) and
+DIR/dev/ (ner-1.tfrecords ..), each example input_ids, input_mask, segment_ids and
+label_ids, padded to max_sequence_length. DIR must be new or empty (nothing is overwritten).
 On bad input prints "error: ..." to stderr and exits with status 2.
 """
 
@@ -34,16 +37,24 @@ def main(argv=None) -> int:
     parser.add_argument("--eval_fraction", type=float, default=0.2, help="share of the documents held out for dev")
     parser.add_argument("--max_documents", type=int, help="use only the first N documents of the corpus")
     parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--format", choices=("csv", "tfrecords"), default="csv",
+                        help="csv for the vendor's PyTorch token classifier, tfrecords for its TF one")
     args = parser.parse_args(argv)
     try:
         made = prepare_vendor_bert_ner(args.output_dir, max_sequence_length=args.max_sequence_length,
                                        vocab_size=args.vocab_size, num_files=args.num_files,
                                        num_eval_files=args.num_eval_files, eval_fraction=args.eval_fraction,
-                                       max_documents=args.max_documents, seed=args.seed)
+                                       max_documents=args.max_documents, seed=args.seed, format=args.format)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
     out = Path(args.output_dir).resolve()
+    if args.format == "tfrecords":  # the TF folder reads the vocab's size from vocab_file
+        print("set in the vendor's TF params (train_input and eval_input):")
+        print(f"  train_input.data_dir={out / 'train'} eval_input.data_dir={out / 'dev'} "
+              f"vocab_file={out / 'vocab.txt'} label_vocab_file={out / 'train' / 'label2id.json'} "
+              f"max_sequence_length={args.max_sequence_length} model.num_classes={len(LABELS)}")
+        return 0
     print("set in the vendor config (train_input and eval_input):")
     print(f"  train_input.data_dir={out / 'train'} eval_input.data_dir={out / 'dev'} vocab_file={out / 'vocab.txt'} "
           f"label_vocab_file={out / 'train' / 'label2id.json'} max_sequence_length={args.max_sequence_length} "

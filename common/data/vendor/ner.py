@@ -15,6 +15,12 @@ The files, as the vendor's BertTokenClassifierDataProcessor reads them:
   ``[SEP]`` on the special tokens, at most max_sequence_length of each;
 - ``label2id.json``: ``{"[PAD]": 0, "B": 1, "I": 2, "O": 3, "X": 4, "[CLS]": 5, "[SEP]": 6}``,
   the vendor's label list in its order (its configs: num_classes 7).
+
+With ``format="tfrecords"``, the same rows as its TF token classifier's NerDataProcessor reads
+them (every ``*.tfrecord*`` of a split's folder): ``<split>/ner-K.tfrecords``, each example
+four int64 lists of max_sequence_length, as the vendor's write_tfrecords_ner.py pads them:
+``input_ids`` (the pieces' ids in vocab.txt, then [PAD]'s), ``input_mask`` (1 on a piece),
+``segment_ids`` (0) and ``label_ids`` (label2id.json's, then [PAD]'s 0); no meta.dat.
 """
 
 from __future__ import annotations
@@ -67,10 +73,33 @@ def sentence_row(encoding, sentence: str, max_sequence_length: int) -> dict[str,
     return {"tokens": " ".join(["[CLS]", *pieces, "[SEP]"]), "labels": " ".join(["[CLS]", *piece_labels, "[SEP]"])}
 
 
+def write_ner_tfrecord(path, rows: list[dict[str, str]], vocab: dict[str, int], max_sequence_length: int) -> None:
+    """``rows`` (as the CSV has them) as TFRecords of the vendor's TF token classifier, padded to
+    max_sequence_length with [PAD]'s id and label."""
+    import tensorflow as tf
+
+    label_id = {label: i for i, label in enumerate(LABELS)}
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for row in rows:
+            pieces, labels = row["tokens"].split(" "), row["labels"].split(" ")
+            pad = max_sequence_length - len(pieces)
+            features = {
+                "input_ids": [vocab[p] for p in pieces] + [vocab["[PAD]"]] * pad,
+                "input_mask": [1] * len(pieces) + [0] * pad,
+                "segment_ids": [0] * max_sequence_length,
+                "label_ids": [label_id[label] for label in labels] + [label_id["[PAD]"]] * pad,
+            }
+            feature = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=v)) for k, v in features.items()}
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+
+
 def prepare_vendor_bert_ner(output_dir, max_sequence_length: int = 128, vocab_size: int = 8192, num_files: int = 1,
                             num_eval_files: int = 1, eval_fraction: float = 0.2, max_documents: int | None = None,
-                            seed: int = 12345, log=print) -> dict:
-    """DIR/vocab.txt, DIR/train/ (label2id.json, meta.dat, ner-K.csv) and DIR/dev/ (meta.dat, ner-K.csv)."""
+                            seed: int = 12345, format: str = "csv", log=print) -> dict:
+    """DIR/vocab.txt, DIR/train/ (label2id.json, meta.dat, ner-K.csv) and DIR/dev/ (meta.dat, ner-K.csv); with
+    format tfrecords, DIR/train/ (label2id.json, ner-K.tfrecords) and DIR/dev/ (ner-K.tfrecords)."""
+    if format not in ("csv", "tfrecords"):
+        raise UserError(f"--format {format!r}: choose from csv, tfrecords")
     from common.data.text.corpus import default_corpus
     from common.data.text.tokenizer import train_wordpiece, write_vocab_txt
 
@@ -94,6 +123,10 @@ def prepare_vendor_bert_ner(output_dir, max_sequence_length: int = 128, vocab_si
     write_vocab_txt(tokenizer, out / "vocab.txt")
     for name, parts in files.items():
         (out / name).mkdir()
+        if format == "tfrecords":
+            for k, part in enumerate(parts, start=1):
+                write_ner_tfrecord(out / name / f"ner-{k}.tfrecords", part, tokenizer.get_vocab(), max_sequence_length)
+            continue
         for k, part in enumerate(parts, start=1):
             with open(out / name / f"ner-{k}.csv", "w", newline="", encoding="utf-8") as f:
                 writer = csv.DictWriter(f, fieldnames=COLUMNS, quoting=csv.QUOTE_MINIMAL)
