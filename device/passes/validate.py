@@ -43,8 +43,8 @@ class Finding:
 
     @property
     def what(self) -> str:
-        """The op as the user wrote it, the framework's own op(s) in brackets: ``torch.cumprod
-        [aten.cumprod]``; the framework op alone when the call is unknown."""
+        """The op as the user wrote it, the framework's own op(s) in brackets (``call [op]``, the
+        ops without a ``.default`` overload suffix); the framework op alone when the call is unknown."""
         if not self.call:
             return self.framework_op
         ops = ", ".join(op.removesuffix(".default") for op in self.framework_op.split(", ") if op)
