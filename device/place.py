@@ -380,16 +380,18 @@ def activation_sizes(graph) -> dict[str, int]:
     return sizes
 
 
-def checkpoint_cuts(kernels: list[Kernel], value_bytes: dict[str, int]) -> tuple[list[int], int]:
-    """The layer boundaries of ``kernels`` (in order, free ones included) and the bytes of their checkpoints.
+def checkpoint_cuts(kernels: list[Kernel], value_bytes: dict[str, int]) -> tuple[list[int], int, int]:
+    """The layer boundaries of ``kernels`` (in order, free ones included), the bytes of their checkpoints
+    and the largest stash between two of them (the inner activations of the largest layer).
 
     A cut before kernel i (0 < i < len) is crossed by every activation that a kernel before it (or
     the feed: a graph input) made and a kernel at or after it reads; its bytes are theirs. Values made
     from weights and constants alone (a transposed weight, rotary tables) are no activations: they
     cross nothing. The boundaries are the narrow points: cuts crossed by fewer bytes than the cuts on
     either side of them (in a stack of layers the residual stream between them, with whatever every
-    layer reads; equal cuts in a row count as one); the checkpoints are the values crossing any
-    boundary, each counted once. One pass over the kernels' inputs: a value's span (made, last read)
+    layer reads; equal cuts in a row count as one), of which those are kept whose checkpoints and
+    largest layer together are the fewest bytes (``_fewest_bytes``); the checkpoints are the values
+    crossing any boundary, each counted once. One pass over the kernels' inputs: a value's span (made, last read)
     marks the cuts it crosses, summed by a running total.
     """
     produced = {v for k in kernels for v in k.outputs}
@@ -427,8 +429,38 @@ def checkpoint_cuts(kernels: list[Kernel], value_bytes: dict[str, int]) -> tuple
             j += 1
         if (i == 0 or values[i - 1] > c) and (j + 1 == len(values) or values[j + 1] > c):
             cuts.append(i + 1)
+    cuts = _fewest_bytes(cuts, [crossing[c] for c in cuts],
+                         [sum(k.stash_bytes for k in kernels[a:b] if not k.free)
+                          for a, b in zip([0, *cuts], [*cuts, n])])
     kept = [v for v, last in last_read.items() if _crosses_one(cuts, made.get(v, -1) + 1, last)]
-    return cuts, sum(value_bytes.get(v, 0) for v in kept)
+    bounds = [0, *cuts, n]
+    inner = max(sum(k.stash_bytes for k in kernels[a:b] if not k.free) for a, b in zip(bounds, bounds[1:]))
+    return cuts, sum(value_bytes.get(v, 0) for v in kept), inner
+
+
+def _fewest_bytes(cuts: list[int], crossing: list[int], stash: list[int]) -> list[int]:
+    """Of the narrow points ``cuts`` (each crossed by ``crossing`` bytes; ``stash``: the kernels' stash
+    between consecutive ones, len(cuts) + 1 parts), those whose checkpoints plus the largest segment
+    between them are the fewest bytes (Chen et al. 2016, "Training Deep Nets with Sublinear Memory
+    Cost": about the square root of the layers). For each number of segments s, a greedy pass cuts
+    where the next part would take a segment past the larger of total / s and the largest part;
+    the checkpoints are counted as the sum of the chosen cuts' bytes (a value crossing several
+    counted each time: the few that every layer reads)."""
+    total, largest = sum(stash), max(stash)
+    best = (total, [])  # no checkpoint: every activation kept
+    for segments in range(2, len(stash) + 1):
+        budget = max(largest, total / segments)
+        chosen, run, peak = [], stash[0], 0
+        for cut, over, part in zip(cuts, crossing, stash[1:]):
+            if run + part > budget:
+                chosen.append((cut, over))
+                peak, run = max(peak, run), part
+            else:
+                run += part
+        need = sum(over for _, over in chosen) + max(peak, run)
+        if need < best[0]:
+            best = (need, [cut for cut, _ in chosen])
+    return best[1]
 
 
 def _crosses_one(cuts: list[int], first: int, last: int) -> bool:
@@ -481,10 +513,8 @@ def _place_streaming(placement: Placement, kernels: list[Kernel], profile: Profi
     full_fits = fitting(stash)
     kept, cuts, checkpoints = stash, [], 0
     if placement.training and value_bytes and full_fits < batch:
-        cuts, checkpoints = checkpoint_cuts(kernels, value_bytes)
-        bounds = [0, *cuts, len(kernels)]
-        inner = max(sum(k.stash_bytes for k in kernels[a:b] if not k.free) for a, b in zip(bounds, bounds[1:]))
-        if checkpoints + inner < stash:
+        cuts, checkpoints, inner = checkpoint_cuts(kernels, value_bytes)
+        if cuts and checkpoints + inner < stash:
             kept = checkpoints + inner
     recompute_fits = fitting(kept)
     wanted = micro_batch_size if micro_batch_size is not None else batch
