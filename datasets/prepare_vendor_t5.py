@@ -49,7 +49,8 @@ def main(argv=None) -> int:
     out = Path(args.output_dir).resolve()
     print("set in the vendor config (extra_ids: 100 as its configs have it; batch_size at most the lines of a split):")
     if args.framework == "tf":
-        print(f"  train_input.data_dir={out / 'train'} eval_input.data_dir={out / 'eval'} vocab_file={out / 'vocab.txt'}")
+        print(f"  train_input.data_dir={out / 'train'} eval_input.data_dir={out / 'eval'} "
+              f"vocab_file={out / 'vocab.txt'}")
         return 0
     print(f"  train_input.src_data_dir={out / 'train'} eval_input.src_data_dir={out / 'eval'} "
           f"src_vocab_file={out / 'vocab.txt'} model.src_vocab_size={made['vocab_size'] + 100}")

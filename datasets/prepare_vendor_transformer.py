@@ -53,7 +53,8 @@ def main(argv=None) -> int:
     vocab = out / "vocab.txt"
     print("set in the vendor config (batch_size at most the pairs of a split):")
     if args.framework == "tf":
-        print(f"  train_input.src_data_dir={out / 'train/src/*.src'} train_input.tgt_data_dir={out / 'train/tgt/*.tgt'} "
+        print(f"  train_input.src_data_dir={out / 'train/src/*.src'} "
+              f"train_input.tgt_data_dir={out / 'train/tgt/*.tgt'} "
               f"eval_input.src_data_dir={out / 'eval/src/*.src'} eval_input.tgt_data_dir={out / 'eval/tgt/*.tgt'} "
               f"src_vocab_file={vocab} tgt_vocab_file={vocab}")
         return 0

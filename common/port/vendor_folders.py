@@ -70,6 +70,9 @@ def _prepare(name: str, *extra: str) -> tuple[str, ...]:
 
 
 _TF_GPT_DATA = _prepare("vendor_gpt2", "--max_seq_length", "128", "--format", "tfrecords")
+_TF_SEQ2SEQ_HALF_MASK = ("as its config has it: its eval metrics multiply the per-token loss by a float16 mask "
+                         "(build_eval_metric_ops), which TF refuses with a float32 loss")
+_TF_SEQ2SEQ_HALF_LOSS = "with mixed precision the vendor's TF t5 and transformer compute their loss in float16"
 _TF_SHUFFLE_SEED = ("train_input.shuffle_seed=1 eval_input.shuffle_seed=1",
                     "its config sets no shuffle seed, and its reader then shuffles unseeded: two CPU runs differ "
                     "from step 2")
@@ -154,6 +157,30 @@ FOLDERS: dict[str, Folder] = {f.name: f for f in (
         ("train_input.batch_size=8 eval_input.batch_size=8", "size"),
         _TF_SHUFFLE_SEED,
     ), family=TF_FAMILY),
+    Folder("tf/t5", "configs/params_small.yaml", _prepare("vendor_t5", "--framework", "tf"), (
+        ("model.encoder_num_hidden_layers=1 model.decoder_num_hidden_layers=1 model.d_model=64 model.d_kv=32 "
+         "model.num_heads=2 model.d_ff=128 model.dropout_rate=0.0 train_input.src_max_sequence_length=128 "
+         "eval_input.src_max_sequence_length=128 train_input.tgt_max_sequence_length=32 "
+         "eval_input.tgt_max_sequence_length=32", "small size, dropout off"),
+        ("model.mixed_precision=true", _TF_SEQ2SEQ_HALF_MASK),
+        ("train_input.batch_size=8 eval_input.batch_size=8", "size"),
+        ("train_input.shuffle_seed=1 eval_input.shuffle_seed=1",
+         "its config's seed: 10 is read by nothing; the reader shuffles files, chunks and examples by shuffle_seed, "
+         "unseeded without it"),
+    ), loss_dtype="float16", loss_dtype_why=_TF_SEQ2SEQ_HALF_LOSS, family=TF_FAMILY, env=(
+        ("TF_DETERMINISTIC_OPS=1",
+         "its reader draws each document's chunk and noise spans with stateful random ops inside parallel maps "
+         "(num_parallel_calls AUTOTUNE), so which example gets which draw follows the threads' timing: two CPU runs "
+         "differ from step 2, and the emulator's first batch is not the CPU's (in float32: first loss 8.71991 against "
+         "8.72545). TF's op determinism runs such a map one element at a time; no params key reaches it"),)),
+    Folder("tf/transformer", "configs/params_base.yaml", _prepare("vendor_transformer", "--framework", "tf"), (
+        ("model.encoder_num_hidden_layers=1 model.decoder_num_hidden_layers=1 model.hidden_size=64 model.num_heads=2 "
+         "model.filter_size=128 model.dropout_rate=0.0 model.attention_dropout_rate=0.0 "
+         "train_input.src_max_sequence_length=64 eval_input.src_max_sequence_length=64 "
+         "train_input.tgt_max_sequence_length=64 eval_input.tgt_max_sequence_length=64", "small size, dropout off"),
+        ("model.mixed_precision=true", _TF_SEQ2SEQ_HALF_MASK),
+        ("train_input.batch_size=8 eval_input.batch_size=8", "size"),
+    ), loss_dtype="float16", loss_dtype_why=_TF_SEQ2SEQ_HALF_LOSS, family=TF_FAMILY),
     Folder("tf/bert", "configs/params_bert_base_msl128.yaml",
            _prepare("vendor_bert", "--format", "tfrecords", "--max_seq_length", "128"), (
         ("model.num_hidden_layers=2 model.hidden_size=64 model.num_heads=2 model.filter_size=128 "

@@ -336,3 +336,16 @@ def test_a_known_vendor_tf_folder_is_told_to_set_its_settings_in_the_params_file
 def test_another_folder_is_told_no_data_command(checkout, tmp_path):
     migrate(str(checkout / TINY), str(tmp_path / "out"))
     assert "## Next" not in (tmp_path / "out" / "MIGRATION.md").read_text()
+
+
+def test_a_vendor_folder_with_an_environment_is_told_to_run_with_it(tmp_path):
+    files = {rel.replace(TINY + "/", "modelzoo/transformers/tf/t5/"): text for rel, text in CHECKOUT.items()}
+    _write(tmp_path / "vendor", files)
+    dest = tmp_path / "t5_tf"
+    assert zoo_cli.main(["port", "migrate", str(tmp_path / "vendor/modelzoo/transformers/tf/t5"),
+                         "--out", str(dest)]) == 0
+    steps = (dest / "MIGRATION.md").read_text().split("## Next: its data, then a first run at a small size\n\n",
+                                                       1)[1].splitlines()
+    assert steps[0].startswith("    zoo prepare vendor_t5 --output_dir data/vendor_tf_t5 --framework tf")
+    # its reader's stateful random ops in parallel maps give another order each run without it (FOLDERS)
+    assert steps[1].startswith(f"    TF_DETERMINISTIC_OPS=1 python {dest / 'run.py'} -m train ")
