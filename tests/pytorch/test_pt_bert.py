@@ -11,7 +11,7 @@ import torch
 from common import zoo
 from common.folder import import_beside, load_run_module
 from common.params import load_params
-from common.summaries import read_scalars
+from tests.tiny_runs import tiny_runner, train_losses, with_data
 
 BERT = os.path.join(zoo.ROOT, "pytorch", "bert")
 CONFIGS = os.path.join(BERT, "configs")
@@ -30,10 +30,6 @@ def data_dir(tmp_path_factory):
 
 def params_of(config=TINY, *overrides):
     return load_params(config, utils.default_params(), list(overrides))
-
-
-def with_data(folder, *overrides):
-    return (f"train_input.data_dir={folder}", f"eval_input.data_dir={folder}", *overrides)
 
 
 def tiny_model(*overrides):
@@ -151,12 +147,7 @@ def test_the_loader_prepares_the_default_corpus_and_yields_tuples(data_dir):
     assert ((picked == 4) | (picked == masked_ids))[real].float().mean() > 0.7  # 80 % [MASK], 10 % kept
 
 
-def train_tiny(model_dir, *argv):
-    return load_run_module(BERT).main(["--params", TINY, "--model_dir", str(model_dir), *argv])
-
-
-def train_losses(model_dir):
-    return [v for _, v in read_scalars(str(model_dir / "train"))["loss"]]
+train_tiny = tiny_runner(BERT, TINY)
 
 
 def test_tiny_pretrains_and_evaluates_on_the_cpu(tmp_path, data_dir):

@@ -15,7 +15,7 @@ from common.data.text.lm import read_lm_meta
 from common.data.text.tokenizer import read_gpt2
 from common.params import load_params
 from common.pytorch.checkpoint import latest_checkpoint, load_checkpoint
-from common.summaries import read_scalars
+from tests.tiny_runs import tiny_runner, train_losses, with_data
 
 GPT2 = os.path.join(zoo.ROOT, "pytorch", "gpt2")
 CONFIGS = os.path.join(GPT2, "configs")
@@ -36,10 +36,6 @@ def data_dir(tmp_path_factory):
 
 def params_of(config=TINY, *overrides):
     return load_params(config, utils.default_params(), list(overrides))
-
-
-def with_data(folder, *overrides):
-    return (f"train_input.data_dir={folder}", f"eval_input.data_dir={folder}", *overrides)
 
 
 def tiny_net(*overrides):
@@ -180,12 +176,7 @@ def test_a_split_smaller_than_a_batch_is_repeated_to_fill_one(data_dir):
     assert len(loader.dataset) == 2 * 54 and len(list(loader)) == 1
 
 
-def train_tiny(model_dir, *argv):
-    return load_run_module(GPT2).main(["--params", TINY, "--model_dir", str(model_dir), *argv])
-
-
-def train_losses(model_dir):
-    return [v for _, v in read_scalars(str(model_dir / "train"))["loss"]]
+train_tiny = tiny_runner(GPT2, TINY)
 
 
 def test_tiny_trains_and_evaluates_on_the_cpu(tmp_path, data_dir):

@@ -17,10 +17,10 @@ pytest.importorskip("h5py")
 from common import zoo  # noqa: E402
 from common.data.text.lm import read_lm_meta  # noqa: E402
 from common.data.text.tokenizer import read_tokenizer_json  # noqa: E402
-from common.folder import import_beside, load_run_module  # noqa: E402
+from common.folder import import_beside  # noqa: E402
 from common.params import load_params  # noqa: E402
 from common.pytorch.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
-from common.summaries import read_scalars  # noqa: E402
+from tests.tiny_runs import tiny_runner, train_losses, with_data
 
 LLAMA = os.path.join(zoo.ROOT, "pytorch", "llama")
 TINY = os.path.join(LLAMA, "configs", "params_tiny.yaml")
@@ -223,16 +223,7 @@ def data_dir(tmp_path_factory):
     return str(folder)
 
 
-def with_data(folder, *overrides):
-    return (f"train_input.data_dir={folder}", f"eval_input.data_dir={folder}", *overrides)
-
-
-def run_tiny(model_dir, *argv):
-    return load_run_module(LLAMA).main(["--params", TINY, "--model_dir", str(model_dir), *argv])
-
-
-def train_losses(model_dir):
-    return [v for _, v in read_scalars(str(model_dir / "train"))["loss"]]
+run_tiny = tiny_runner(LLAMA, TINY)
 
 
 def test_the_loader_writes_tokenizer_json_beside_the_shards(data_dir):

@@ -13,6 +13,7 @@ from common.data.images import write_bmp, write_fake_cifar10, write_fake_image_f
 from common.folder import import_beside, load_run_module
 from common.params import load_params, thaw
 from common.summaries import read_scalars
+from tests.tiny_runs import tiny_runner
 
 RESNET = os.path.join(zoo.ROOT, "pytorch", "resnet")
 CONFIGS = os.path.join(RESNET, "configs")
@@ -120,8 +121,7 @@ def test_image_folder_through_torchvision(tmp_path):
     assert next(iter(data.get_train_dataloader(params)))[0].shape == (6, 3, 16, 16)
 
 
-def train_tiny(model_dir, *argv):
-    return load_run_module(RESNET).main(["--params", TINY, "--model_dir", str(model_dir), *argv])
+train_tiny = tiny_runner(RESNET, TINY)
 
 
 def test_tiny_trains_evaluates_and_predicts_on_the_cpu(tmp_path):

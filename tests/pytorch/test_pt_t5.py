@@ -14,6 +14,7 @@ from common.folder import import_beside, load_run_module
 from common.params import load_params
 from common.summaries import read_scalars
 from tests.rms_norm import RMS_EPSILON, rms_case, rms_reference
+from tests.tiny_runs import tiny_runner, train_losses, with_data
 
 T5_FOLDER = os.path.join(zoo.ROOT, "pytorch", "t5")
 TINY = os.path.join(T5_FOLDER, "configs", "params_tiny.yaml")
@@ -32,10 +33,6 @@ def data_dir(tmp_path_factory):
 
 def params_of(config=TINY, *overrides):
     return load_params(config, utils.default_params(), list(overrides))
-
-
-def with_data(folder, *overrides):
-    return (f"train_input.data_dir={folder}", f"eval_input.data_dir={folder}", *overrides)
 
 
 def tiny_net(*overrides):
@@ -233,12 +230,7 @@ def test_the_loader_prepares_span_corruption_and_yields_tuples(data_dir):
     assert torch.equal(decoder_input_ids[:, 1:][inner], labels[:, :-1][inner])  # the target shifted right
 
 
-def train_tiny(model_dir, *argv):
-    return load_run_module(T5_FOLDER).main(["--params", TINY, "--model_dir", str(model_dir), *argv])
-
-
-def train_losses(model_dir):
-    return [v for _, v in read_scalars(str(model_dir / "train"))["loss"]]
+train_tiny = tiny_runner(T5_FOLDER, TINY)
 
 
 def test_tiny_trains_evaluates_and_predicts_on_the_cpu(tmp_path, data_dir):

@@ -13,6 +13,7 @@ from common import zoo
 from common.folder import import_beside, load_run_module
 from common.params import load_params
 from common.summaries import read_scalars
+from tests.tiny_runs import tiny_runner, train_losses, with_data
 
 TRANSFORMER = os.path.join(zoo.ROOT, "pytorch", "transformer")
 CONFIGS = os.path.join(TRANSFORMER, "configs")
@@ -32,10 +33,6 @@ def data_dir(tmp_path_factory):
 
 def params_of(config=TINY, *overrides):
     return load_params(config, utils.default_params(), list(overrides))
-
-
-def with_data(folder, *overrides):
-    return (f"train_input.data_dir={folder}", f"eval_input.data_dir={folder}", *overrides)
 
 
 def tiny_net(*overrides):
@@ -169,12 +166,7 @@ def test_the_loader_prepares_the_reversal_task_and_yields_tuples(data_dir):
     assert torch.equal(decoder_input_ids[:, 1:][inner], labels[:, :-1][inner])  # the target shifted right
 
 
-def train_tiny(model_dir, *argv):
-    return load_run_module(TRANSFORMER).main(["--params", TINY, "--model_dir", str(model_dir), *argv])
-
-
-def train_losses(model_dir):
-    return [v for _, v in read_scalars(str(model_dir / "train"))["loss"]]
+train_tiny = tiny_runner(TRANSFORMER, TINY)
 
 
 def test_tiny_trains_evaluates_and_predicts_on_the_cpu(tmp_path, data_dir):

@@ -11,6 +11,7 @@ from common.data.segmentation import write_fake_image_mask_folder, write_fake_se
 from common.folder import import_beside, load_run_module
 from common.params import load_params, thaw
 from common.summaries import read_scalars
+from tests.tiny_runs import tiny_runner
 
 UNET = os.path.join(zoo.ROOT, "pytorch", "unet")
 CONFIGS = os.path.join(UNET, "configs")
@@ -70,8 +71,7 @@ def test_image_mask_folder_through_the_loader(tmp_path, extension):
     assert images.shape == (2, 1, 16, 16) and set(masks.unique().tolist()) <= {0, 1}
 
 
-def train_tiny(model_dir, *argv):
-    return load_run_module(UNET).main(["--params", TINY, "--model_dir", str(model_dir), *argv])
+train_tiny = tiny_runner(UNET, TINY)
 
 
 def test_tiny_trains_evaluates_and_predicts_on_the_cpu(tmp_path):

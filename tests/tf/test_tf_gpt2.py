@@ -14,8 +14,8 @@ from common.folder import import_beside, load_run_module
 from common.data.text.lm import read_lm_meta
 from common.data.text.tokenizer import read_gpt2
 from common.params import load_params
-from common.summaries import read_scalars
 from common.tf.estimator import ModeKeys
+from tests.tiny_runs import tiny_runner, train_losses, with_data
 
 GPT2 = os.path.join(zoo.ROOT, "tf", "gpt2")
 CONFIGS = os.path.join(GPT2, "configs")
@@ -29,10 +29,6 @@ GPTJ = ("model.position_embedding_type=rotary", "model.rotary_dim=16", "model.us
 
 def params_of(config=TINY, *overrides):
     return load_params(config, utils.default_params(), list(overrides))
-
-
-def with_data(folder, *overrides):
-    return (f"train_input.data_dir={folder}", f"eval_input.data_dir={folder}", *overrides)
 
 
 @pytest.fixture(scope="module")
@@ -180,12 +176,7 @@ def test_a_split_smaller_than_a_batch_is_repeated_to_fill_one(data_dir):
     assert len(batches) == 1 and batches[0][1].shape == (100, 128)  # 54 eval windows, twice
 
 
-def train_tiny(model_dir, *argv):
-    return load_run_module(GPT2).main(["--params", TINY, "--model_dir", str(model_dir), *argv])
-
-
-def train_losses(model_dir):
-    return [v for _, v in read_scalars(os.path.join(str(model_dir), "train"))["loss"]]
+train_tiny = tiny_runner(GPT2, TINY)
 
 
 def test_tiny_trains_evaluates_and_predicts_on_the_cpu(tmp_path, data_dir):

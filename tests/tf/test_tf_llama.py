@@ -21,6 +21,7 @@ from common.data.text.tokenizer import read_tokenizer_json  # noqa: E402
 from common.folder import import_beside, load_run_module  # noqa: E402
 from common.params import load_params  # noqa: E402
 from common.summaries import read_scalars  # noqa: E402
+from tests.tiny_runs import tiny_runner, with_data
 
 LLAMA = os.path.join(zoo.ROOT, "tf", "llama")
 TINY = os.path.join(LLAMA, "configs", "params_tiny.yaml")
@@ -359,10 +360,6 @@ def test_the_emulator_gives_tensorflows_loss_and_gradients(variant):
 # --- the runner: tiny training, eval and predict on the CPU; bad input -------------------------------
 
 
-def with_data(folder, *overrides):
-    return (f"train_input.data_dir={folder}", f"eval_input.data_dir={folder}", *overrides)
-
-
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     """The default corpus prepared by the input_fn itself, into an empty data_dir (as on a fresh clone)."""
@@ -384,8 +381,7 @@ def test_the_input_fn_prepares_the_default_corpus_with_its_tokenizer_json(data_d
     assert np.array_equal(ids[:, 1:][mask[:, :-1] == 1], labels.numpy()[:, :-1][mask[:, :-1] == 1])
 
 
-def run_tiny(model_dir, *argv):
-    return load_run_module(LLAMA).main(["--params", TINY, "--model_dir", str(model_dir), *argv])
+run_tiny = tiny_runner(LLAMA, TINY)
 
 
 def test_tiny_trains_evaluates_and_completes_prompts_on_the_cpu(tmp_path, capsys, data_dir):

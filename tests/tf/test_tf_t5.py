@@ -14,9 +14,9 @@ import tensorflow as tf
 from common import zoo
 from common.folder import import_beside, load_run_module
 from common.params import load_params
-from common.summaries import read_scalars
 from common.tf.estimator import ModeKeys
 from tests.rms_norm import RMS_EPSILON, rms_case, rms_reference
+from tests.tiny_runs import tiny_runner, train_losses, with_data
 
 T5 = os.path.join(zoo.ROOT, "tf", "t5")
 TINY = os.path.join(T5, "configs", "params_tiny.yaml")
@@ -27,10 +27,6 @@ B, S, T, V = 3, 10, 6, 4096
 
 def params_of(*overrides):
     return load_params(TINY, utils.default_params(), list(overrides))
-
-
-def with_data(folder, *overrides):
-    return (f"train_input.data_dir={folder}", f"eval_input.data_dir={folder}", *overrides)
 
 
 @pytest.fixture(scope="module")
@@ -305,12 +301,7 @@ def test_the_input_fn_prepares_span_corruption_in_this_frameworks_format(data_di
     assert (labels[:, 0] == 4095).all()  # every target starts with <extra_id_0>, the vocab's last id
 
 
-def run_tiny(model_dir, *argv):
-    return load_run_module(T5).main(["--params", TINY, "--model_dir", str(model_dir), *argv])
-
-
-def train_losses(model_dir):
-    return [v for _, v in read_scalars(os.path.join(str(model_dir), "train"))["loss"]]
+run_tiny = tiny_runner(T5, TINY)
 
 
 def test_tiny_trains_evaluates_and_greedy_decodes_on_the_cpu(tmp_path, data_dir):

@@ -13,8 +13,8 @@ import tensorflow as tf
 from common import zoo
 from common.folder import import_beside, load_run_module
 from common.params import load_params
-from common.summaries import read_scalars
 from common.tf.estimator import ModeKeys
+from tests.tiny_runs import tiny_runner, train_losses, with_data
 
 TRANSFORMER = os.path.join(zoo.ROOT, "tf", "transformer")
 TINY = os.path.join(TRANSFORMER, "configs", "params_tiny.yaml")
@@ -26,10 +26,6 @@ B, S, T = 3, 10, 12
 
 def params_of(*overrides):
     return load_params(TINY, utils.default_params(), list(overrides))
-
-
-def with_data(folder, *overrides):
-    return (f"train_input.data_dir={folder}", f"eval_input.data_dir={folder}", *overrides)
 
 
 @pytest.fixture(scope="module")
@@ -217,12 +213,7 @@ def test_greedy_decoding_equals_a_step_by_step_reference():
 # --- the runner: tiny training on the CPU and the emulator, predict's files ---------------------
 
 
-def run_tiny(model_dir, *argv):
-    return load_run_module(TRANSFORMER).main(["--params", TINY, "--model_dir", str(model_dir), *argv])
-
-
-def train_losses(model_dir):
-    return [v for _, v in read_scalars(os.path.join(str(model_dir), "train"))["loss"]]
+run_tiny = tiny_runner(TRANSFORMER, TINY)
 
 
 def test_the_input_fn_prepares_the_reversal_task_and_yields_shifted_targets(data_dir):
