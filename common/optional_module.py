@@ -3,8 +3,9 @@
 ``optional_module(name, install)`` is the module where it is installed; where it is not, a stand-in, so
 that the module importing it still imports (the vendor's TF bert's data.py imports its spaCy-based data
 processors, which it trains without) and the first use of the library is one error naming it and
-``install``, the command that installs it. ``zoo port migrate`` writes the top-level ``import`` of such a
-library (its TO_INSTALL) as a call of this.
+``install``, the command that installs it; ``optional_name(module, name, install)`` likewise for
+``from module import name``. ``zoo port migrate`` writes the top-level imports of such a library (its
+TO_INSTALL) as calls of these.
 """
 
 from __future__ import annotations
@@ -28,6 +29,39 @@ class AbsentModule:
 
     def __repr__(self) -> str:
         return f"<absent module {self._name!r}>"
+
+
+class AbsentName:
+    """Stands for the name ``name`` of the library ``module``, not installed: calling it, or any attribute
+    asked of it, is a UserError."""
+
+    def __init__(self, module: str, name: str, install: str):
+        self._what, self._module, self._install = f"{module}.{name}", module, install
+
+    def _refuse(self):
+        raise UserError(f"{self._what}: {self._module} is not installed here: {self._install}")
+
+    def __call__(self, *args, **kwargs):
+        self._refuse()
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        self._refuse()
+
+    def __repr__(self) -> str:
+        return f"<absent {self._what}>"
+
+
+def optional_name(module: str, name: str, install: str):
+    """``from module import name`` where ``module`` is installed; an AbsentName where it is not."""
+    found = optional_module(module, install)
+    if isinstance(found, AbsentModule):
+        return AbsentName(module, name, install)
+    try:
+        return getattr(found, name)
+    except AttributeError:  # a submodule not imported by its package
+        return importlib.import_module(f"{module}.{name}")
 
 
 def optional_module(name: str, install: str) -> ModuleType | AbsentModule:

@@ -30,8 +30,10 @@ Like ``tf_upgrade_v2`` for TF 1 code, it rewrites only what must change, line by
 
 A library the vendor's code imports that this environment has not (nltk, spacy) is listed with
 the pip command that installs it; a top-level ``import spacy`` becomes
-``spacy = optional_module("spacy", <pip command>)`` (common/optional_module.py), so that the
-module imports without it (the vendor's TF bert's data.py imports its spaCy data processors).
+``spacy = optional_module("spacy", <pip command>)`` and ``from nltk import ngrams``
+``ngrams = optional_name("nltk", "ngrams", <pip command>)`` (common/optional_module.py), so
+that the module imports without it (the vendor's TF bert's data.py imports its spaCy data
+processors, its extractive summarization's BERTSUM one, which takes nltk).
 
 The checkout is the folder above the ``modelzoo`` package SRC lies in; a SRC outside one is a
 standalone folder whose own modules are ``modelzoo.<family>.<fw>.<mod>``. A carried module
@@ -312,7 +314,10 @@ class _Planner:
             if isinstance(node, ast.Try) and any(_catches_import_error(h.type) for h in node.handlers):
                 self.plan.guarded.update(n.lineno for stmt in node.body for n in ast.walk(stmt)
                                          if isinstance(n, (ast.Import, ast.ImportFrom)))
-            if isinstance(node, ast.ImportFrom):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in TO_INSTALL \
+                    and node in tree.body and node.lineno not in self.plan.guarded:
+                self._optional_from(node)
+            elif isinstance(node, ast.ImportFrom):
                 self._from(node)
             elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "modelzoo" for a in node.names):
                 self._import(node)
@@ -336,6 +341,21 @@ class _Planner:
                       f"{alias.name} is not installed here ({TO_INSTALL[alias.name]}): common.optional_module "
                       f"imports it where it is, and where it is not the module still imports and the first "
                       f"use of {alias.name} is one error saying so")
+
+    def _optional_from(self, node: ast.ImportFrom) -> None:
+        """A top-level ``from X import a, b as c`` of such a library: each name through optional_name, which is
+        the library's where it is installed and, where it is not, a stand-in whose use is that one error."""
+        m = re.match(r"(\s*)from\s+\w+\s+import\s+[\w\s,]+?\s*(#.*)?$", self._body(node.lineno))
+        if not m or node.end_lineno != node.lineno or any(a.name == "*" for a in node.names):
+            return
+        install = json.dumps(TO_INSTALL[node.module])
+        names = "; ".join(f"{a.asname or a.name} = optional_name({json.dumps(node.module)}, {json.dumps(a.name)}, "
+                          f"{install})" for a in node.names)
+        comment = f"  {m.group(2)}" if m.group(2) else ""
+        self._rewrite(node.lineno, f"{m.group(1)}from common.optional_module import optional_name; {names}{comment}",
+                      f"{node.module} is not installed here ({TO_INSTALL[node.module]}): common.optional_module "
+                      f"imports it where it is, and where it is not the module still imports and the first "
+                      f"use of a name of it is one error saying so")
 
     def _body(self, number: int) -> str:
         return _split_ending(self.lines[number - 1])[0]

@@ -60,7 +60,7 @@ CHECKOUT = {
         "    tokenizer = Tokenizer(filters='', lower=True)\n"
         "    tokenizer.fit_on_texts(tokens)\n"
         "    return tokenizer\n"),
-    f"{TINY}/summaries.py": "from nltk import ngrams\nimport spacy\n",
+    f"{TINY}/summaries.py": "from nltk import ngrams\nimport spacy\ndef f():\n    from nltk import word_tokenize\n",
     f"{TINY}/__init__.py": "",
     f"{TINY}/run.py": (
         "import os\n"
@@ -137,8 +137,8 @@ def test_a_library_not_installed_here_is_listed_with_its_pip_command(migrated):
     _, migration = migrated
     left = {(x.file, x.line): x.why for x in migration.left}
     rel = "summaries.py"
-    assert left[(rel, 1)].startswith("nltk is not installed here: pip install nltk ")
-    assert (rel, 2) not in left  # import spacy: written as optional_module (below)
+    assert (rel, 1) not in left and (rel, 2) not in left  # written as optional_name, optional_module (below)
+    assert left[(rel, 4)].startswith("nltk is not installed here: pip install nltk ")  # inside a function
 
 
 def test_a_top_level_import_of_a_library_not_installed_here_imports_and_fails_at_first_use(migrated):
@@ -152,6 +152,18 @@ def test_a_top_level_import_of_a_library_not_installed_here_imports_and_fails_at
                                         r"pip install spacy"):
         namespace["spacy"].load("en_core_web_sm")
     assert namespace["spacy"].__class__.__name__ == "AbsentModule"
+
+
+def test_a_top_level_from_import_of_a_library_not_installed_here_imports_and_fails_at_first_call(migrated):
+    _, migration = migrated
+    change = _change(migration, "summaries.py", 1)
+    assert change.after.startswith('from common.optional_module import optional_name; ngrams = optional_name('
+                                   '"nltk", "ngrams", "pip install nltk ')
+    namespace = {}
+    exec(compile(change.after.replace('"nltk", "ngrams"', '"nltk_absent_here", "ngrams"'), "s.py", "exec"), namespace)
+    with pytest.raises(UserError, match=r"^nltk_absent_here\.ngrams: nltk_absent_here is not installed here: "
+                                        r"pip install nltk "):
+        namespace["ngrams"](["a", "b"], 2)
 
 
 def test_an_import_of_an_installed_library_through_optional_module_is_the_library():
