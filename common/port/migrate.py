@@ -128,6 +128,8 @@ TO_INSTALL = {
              "pre-training data scripts split sentences with a spaCy model)",
     "keras_preprocessing": "pip install keras-preprocessing (common.keras_text has only Tokenizer and "
                            "text_to_word_sequence)",
+    "pandas": "pip install pandas (the vendor's unet reads the raw DAGM 2007 and Severstal label CSVs with "
+              "pandas; its TFRecords readers take none)",
 }
 WHY_OWN = "the folder's own module, imported relatively"
 WHY_CARRIED = "a module of the vendor's checkout, carried into vendor_deps/ and imported relatively"

@@ -400,3 +400,17 @@ def test_the_vendor_compilers_settings_come_from_common_tf_stack_config(tmp_path
         ("matching.kernel.numerics.layernorm_compute_dtype", "T_F16"),
         ("matching.match_lair.disabled_converters", ["UnsortedGatherConverter"]),
         ("placement.fix_existing", "TS_DISABLED")])
+
+
+def test_the_vendor_unets_pandas_import_imports_without_pandas(tmp_path, monkeypatch):
+    # the vendor's unet/tf/input/__init__.py imports its raw readers, which import pandas at the top: the TFRecords
+    # readers beside them must import where pandas is not installed
+    _write(tmp_path / "vendor", {"modelzoo/unet/tf/input/dagm.py": "import pandas as pd\n",
+                                 "modelzoo/unet/tf/input/__init__.py": "from .dagm import pd\n",
+                                 "modelzoo/unet/tf/run.py": "from modelzoo.unet.tf.input import pd\n"})
+    monkeypatch.setattr(migrate_module, "installed", lambda package: package != "pandas")
+    migration = migrate(str(tmp_path / "vendor" / "modelzoo/unet/tf"), str(tmp_path / "out"))
+    change = _change(migration, "input/dagm.py", 1)
+    assert change.after == ('from common.optional_module import optional_module; pd = optional_module("pandas", '
+                            '"pip install pandas (the vendor\'s unet reads the raw DAGM 2007 and Severstal label '
+                            'CSVs with pandas; its TFRecords readers take none)")')
