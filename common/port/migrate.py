@@ -30,10 +30,11 @@ Like ``tf_upgrade_v2`` for TF 1 code, it rewrites only what must change, line by
 
 A library the vendor's code imports that this environment has not (nltk, spacy) is listed with
 the pip command that installs it; a top-level ``import spacy`` becomes
-``spacy = optional_module("spacy", <pip command>)`` and ``from nltk import ngrams``
-``ngrams = optional_name("nltk", "ngrams", <pip command>)`` (common/optional_module.py), so
-that the module imports without it (the vendor's TF bert's data.py imports its spaCy data
-processors, its extractive summarization's BERTSUM one, which takes nltk).
+``spacy = optional_module("spacy", <pip command>)`` and ``from nltk import word_tokenize``
+``word_tokenize = optional_name("nltk", "word_tokenize", <pip command>)``
+(common/optional_module.py), so that the module imports without it (the vendor's TF bert's
+data.py imports its spaCy data processors); ``from nltk import ngrams`` becomes
+``from common.ngrams import ngrams``.
 
 The checkout is the folder above the ``modelzoo`` package SRC lies in; a SRC outside one is a
 standalone folder whose own modules are ``modelzoo.<family>.<fw>.<mod>``. A carried module
@@ -100,6 +101,8 @@ MOVED_NAMES = {
     ("transformers.utils.versions", "importlib_metadata"): ("importlib", "metadata",
                                                             "transformers 5 has no importlib_metadata: it is the "
                                                             "standard library's importlib.metadata"),
+    # NLTK (not a dependency here): the one name the vendor calls, written here
+    ("nltk", "ngrams"): ("common.ngrams", "ngrams", "nltk is not installed here: common.ngrams has its ngrams"),
     # Keras-Preprocessing (unmaintained, not a dependency here): the two names the vendor calls, written here
     ("keras_preprocessing.text", "Tokenizer"): ("common.keras_text", "Tokenizer",
                                                 "keras_preprocessing is not installed here: common.keras_text has "
@@ -317,6 +320,7 @@ class _Planner:
                 self.plan.guarded.update(n.lineno for stmt in node.body for n in ast.walk(stmt)
                                          if isinstance(n, (ast.Import, ast.ImportFrom)))
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in TO_INSTALL \
+                    and not any((node.module, a.name) in MOVED_NAMES for a in node.names) \
                     and node in tree.body and node.lineno not in self.plan.guarded:
                 self._optional_from(node)
             elif isinstance(node, ast.ImportFrom):

@@ -17,6 +17,7 @@ import pytest
 
 from common.errors import UserError
 from common.keras_text import Tokenizer, text_to_word_sequence
+from common.ngrams import ngrams
 from common.optional_module import optional_module
 from common.port import migrate as migrate_module
 from common.port.migrate import REPORT, migrate
@@ -60,7 +61,8 @@ CHECKOUT = {
         "    tokenizer = Tokenizer(filters='', lower=True)\n"
         "    tokenizer.fit_on_texts(tokens)\n"
         "    return tokenizer\n"),
-    f"{TINY}/summaries.py": "from nltk import ngrams\nimport spacy\ndef f():\n    from nltk import word_tokenize\n",
+    f"{TINY}/summaries.py": ("from nltk import ngrams\nimport spacy\ndef f():\n    from nltk import word_tokenize\n"
+                             "from nltk import sent_tokenize\n"),
     f"{TINY}/__init__.py": "",
     f"{TINY}/run.py": (
         "import os\n"
@@ -137,7 +139,7 @@ def test_a_library_not_installed_here_is_listed_with_its_pip_command(migrated):
     _, migration = migrated
     left = {(x.file, x.line): x.why for x in migration.left}
     rel = "summaries.py"
-    assert (rel, 1) not in left and (rel, 2) not in left  # written as optional_name, optional_module (below)
+    assert (rel, 2) not in left and (rel, 5) not in left  # written as optional_module, optional_name (below)
     assert left[(rel, 4)].startswith("nltk is not installed here: pip install nltk ")  # inside a function
 
 
@@ -156,14 +158,23 @@ def test_a_top_level_import_of_a_library_not_installed_here_imports_and_fails_at
 
 def test_a_top_level_from_import_of_a_library_not_installed_here_imports_and_fails_at_first_call(migrated):
     _, migration = migrated
-    change = _change(migration, "summaries.py", 1)
-    assert change.after.startswith('from common.optional_module import optional_name; ngrams = optional_name('
-                                   '"nltk", "ngrams", "pip install nltk ')
+    change = _change(migration, "summaries.py", 5)
+    assert change.after.startswith('from common.optional_module import optional_name; sent_tokenize = optional_name('
+                                   '"nltk", "sent_tokenize", "pip install nltk ')
     namespace = {}
-    exec(compile(change.after.replace('"nltk", "ngrams"', '"nltk_absent_here", "ngrams"'), "s.py", "exec"), namespace)
-    with pytest.raises(UserError, match=r"^nltk_absent_here\.ngrams: nltk_absent_here is not installed here: "
-                                        r"pip install nltk "):
-        namespace["ngrams"](["a", "b"], 2)
+    exec(compile(change.after.replace('"nltk", "sent', '"nltk_absent_here", "sent'), "s.py", "exec"), namespace)
+    with pytest.raises(UserError, match=r"^nltk_absent_here\.sent_tokenize: nltk_absent_here is not installed "
+                                        r"here: pip install nltk "):
+        namespace["sent_tokenize"]("A b. C d.")
+
+
+def test_nltk_ngrams_comes_from_common_ngrams_as_nltk_documents_it(migrated):
+    _, migration = migrated
+    assert _change(migration, "summaries.py", 1).after == "from common.ngrams import ngrams"
+    assert list(ngrams("abcd", 2)) == [("a", "b"), ("b", "c"), ("c", "d")]
+    assert list(ngrams([1, 2, 3], 3)) == [(1, 2, 3)] and list(ngrams([1, 2], 3)) == []
+    assert list(ngrams([1, 2], 2, pad_left=True, pad_right=True, left_pad_symbol="<s>", right_pad_symbol="</s>")) == [
+        ("<s>", 1), (1, 2), (2, "</s>")]
 
 
 def test_an_import_of_an_installed_library_through_optional_module_is_the_library():
@@ -414,3 +425,21 @@ def test_the_vendor_unets_pandas_import_imports_without_pandas(tmp_path, monkeyp
     assert change.after == ('from common.optional_module import optional_module; pd = optional_module("pandas", '
                             '"pip install pandas (the vendor\'s unet reads the raw DAGM 2007 and Severstal label '
                             'CSVs with pandas; its TFRecords readers take none)")')
+
+
+def test_a_keras_conv_given_keras_2_2s_positionals_gets_them_named(tmp_path):
+    # the vendor's common/tf/layers/Conv2DLayer.py (its unet's convolutions) passes activation, use_bias, ... by
+    # position after dilation_rate; Keras 2.3 put groups there, so activation would be read as groups
+    text = ("layer = layers.Conv2D(\n    8,\n    3,\n    (1, 1),\n    'same',\n    None,\n    (1, 1),\n"
+            "    'relu',\n    False, 'ones',\n    name='conv',\n)\n")
+    new, changes, _ = migrate_module.FileMigration("Conv2DLayer.py", text, set()).run()
+    assert [(c.line, c.after) for c in changes] == [(8, "    activation='relu',"),
+                                                    (9, "    use_bias=False, kernel_initializer='ones',")]
+
+    def conv2d(filters, kernel_size, strides=(1, 1), padding="valid", data_format=None, dilation_rate=(1, 1),
+               groups=1, activation=None, use_bias=True, kernel_initializer="glorot_uniform", **kwargs):  # Keras 2.3+
+        return groups, activation, use_bias, kernel_initializer
+
+    namespace = {"layers": type("layers", (), {"Conv2D": staticmethod(conv2d)})}
+    exec(compile(new, "Conv2DLayer.py", "exec"), namespace)
+    assert namespace["layer"] == (1, "relu", False, "ones")
