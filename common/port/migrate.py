@@ -24,6 +24,9 @@ Like ``tf_upgrade_v2`` for TF 1 code, it rewrites only what must change, line by
                                                           (in a script of a folder that carries the vendor's
                                                           Keras 2 model library, vendor_deps/common/tf: tf.keras
                                                           is then tf-keras, Keras 2 for TF 2.16 and later)
+    tf.keras.layers.Conv2D(filters, k, s, p, f, d, activation, ...)  -> ..., activation=activation, ...
+                                                          (positional arguments after dilation_rate named:
+                                                          Keras 2.3 put groups there, before activation)
     DataLoader(..., num_workers=W, prefetch_factor=P)  -> prefetch_factor=P if W > 0 else None
                                                           (torch 2 refuses a prefetch factor without workers;
                                                           torch 1 took its default, 2, and ignored it)
@@ -476,6 +479,7 @@ class FileMigration:
         self.is_script = bool(re.search(r"^if __name__ == ['\"]__main__['\"]", text, re.M))
         self.added_after: int | None = None  # the SRC line after which a line was added (the tf_estimator import)
         self.prefetch = _prefetch_factors(text)
+        self.conv_positionals = _conv_positionals(text)
 
     def dest_line(self, src_line: int) -> int:
         """The number in DEST of SRC's line ``src_line``."""
@@ -489,7 +493,7 @@ class FileMigration:
             new, whys = body, []
             for rule in (self._imports, self._common, self._sys_path, self._tf_estimator, self._keras_mixed,
                          self._moved_names, self._moved_modules, self._version_checks, self._prefetch_factor,
-                         self._layer_properties):
+                         self._layer_properties, self._conv_positionals):
                 new, why = rule(new, number)
                 if why:
                     whys.append(why)
@@ -591,6 +595,16 @@ class FileMigration:
             return line, ""
         return f"{m.group(1)}pass  # Layer.{m.group(2)} is this already", \
             f"Keras 2.4 and later layers have {m.group(2)} as a read-only property of this value"
+
+    def _conv_positionals(self, line: str, number: int) -> tuple[str, str]:
+        """A Keras ConvND given its arguments after dilation_rate by position, in Keras 2.2's order: each named, as
+        Keras 2.3 and later put ``groups`` before ``activation`` (its activation would be read as groups)."""
+        if number not in self.conv_positionals:
+            return line, ""
+        for column, name in sorted(self.conv_positionals[number], reverse=True):
+            line = f"{line[:column]}{name}={line[column:]}"
+        return line, ("Keras 2.3 and later take groups after dilation_rate: the arguments the vendor passes there "
+                      "by position (Keras 2.2's order) are named")
 
     def _prefetch_factor(self, line: str, number: int) -> tuple[str, str]:
         """A DataLoader's prefetch_factor, passed whatever its number of workers: None without workers."""
@@ -700,6 +714,29 @@ def _prefetch_factors(text: str) -> dict[int, tuple[str, str]]:
             continue
         found[prefetch.lineno] = (ast.get_source_segment(text, prefetch.value),
                                   ast.get_source_segment(text, workers))
+    return found
+
+
+# Keras 2.2's Conv1D/2D/3D arguments after dilation_rate (the sixth), by position; Keras 2.3 put groups before them
+_CONV_AFTER_DILATION = ("activation", "use_bias", "kernel_initializer", "bias_initializer", "kernel_regularizer",
+                        "bias_regularizer", "activity_regularizer", "kernel_constraint", "bias_constraint")
+
+
+def _conv_positionals(text: str) -> dict[int, list[tuple[int, str]]]:
+    """The Keras ConvND calls (``<module>.Conv2D(...)``) of ``text`` given more than six positional arguments:
+    line -> (column, Keras 2.2's name) of each one past the sixth, each written on one line."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return {}
+    found: dict[int, list[tuple[int, str]]] = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("Conv1D", "Conv2D", "Conv3D") and len(node.args) > 6):
+            continue
+        for arg, name in zip(node.args[6:], _CONV_AFTER_DILATION):
+            if arg.lineno == arg.end_lineno and not isinstance(arg, ast.Starred):
+                found.setdefault(arg.lineno, []).append((arg.col_offset, name))
     return found
 
 
