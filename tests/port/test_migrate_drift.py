@@ -443,21 +443,3 @@ def test_a_keras_conv_given_keras_2_2s_positionals_gets_them_named(tmp_path):
     namespace = {"layers": type("layers", (), {"Conv2D": staticmethod(conv2d)})}
     exec(compile(new, "Conv2DLayer.py", "exec"), namespace)
     assert namespace["layer"] == (1, "relu", False, "ones")
-
-
-def test_a_keras_conv_given_keras_2_2s_positionals_gets_them_named(tmp_path):
-    # the vendor's common/tf/layers/Conv2DLayer.py (its unet's convolutions) passes activation, use_bias, ... by
-    # position after dilation_rate; Keras 2.3 put groups there, so activation would be read as groups
-    text = ("layer = layers.Conv2D(\n    8,\n    3,\n    (1, 1),\n    'same',\n    None,\n    (1, 1),\n"
-            "    'relu',\n    False, 'ones',\n    name='conv',\n)\n")
-    new, changes, _ = migrate_module.FileMigration("Conv2DLayer.py", text, set()).run()
-    assert [(c.line, c.after) for c in changes] == [(8, "    activation='relu',"),
-                                                    (9, "    use_bias=False, kernel_initializer='ones',")]
-
-    def conv2d(filters, kernel_size, strides=(1, 1), padding="valid", data_format=None, dilation_rate=(1, 1),
-               groups=1, activation=None, use_bias=True, kernel_initializer="glorot_uniform", **kwargs):  # Keras 2.3+
-        return groups, activation, use_bias, kernel_initializer
-
-    namespace = {"layers": type("layers", (), {"Conv2D": staticmethod(conv2d)})}
-    exec(compile(new, "Conv2DLayer.py", "exec"), namespace)
-    assert namespace["layer"] == (1, "relu", False, "ones")
