@@ -9,7 +9,9 @@ consecutive sentences of a document, its summary the third of them that share th
 words with the rest. Writes what the vendor's BertSumCSVDataProcessor reads:
 DIR/vocab.txt (uncased WordPiece, one token a line), DIR/train/ and DIR/valid/ (meta.dat,
 bertsum-1.csv ..), columns input_token_ids, labels, segment_ids, cls_ids. The last lines
-give the config keys to set. DIR must be new or empty (nothing is overwritten). On bad
+give the config keys to set. With --format tfrecords, the layout its TF folder reads
+(BertSumTfRecordsProcessor): DIR/train/ and DIR/valid/ (bertsum-1.tfrecords ..), padded as
+its TF writer pads them. DIR must be new or empty (nothing is overwritten). On bad
 input prints "error: ..." to stderr and exits with status 2.
 """
 
@@ -35,17 +37,27 @@ def main(argv=None) -> int:
     parser.add_argument("--eval_fraction", type=float, default=0.2, help="share of the documents held out for valid")
     parser.add_argument("--max_documents", type=int, help="use only the first N documents of the corpus")
     parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--format", choices=("csv", "tfrecords"), default="csv",
+                        help="csv for the vendor's PyTorch extractive summarization, tfrecords for its TF one")
+    parser.add_argument("--max_cls_tokens", type=int, default=50,
+                        help="--format tfrecords: sentences per article at most (its configs' max_cls_tokens)")
     args = parser.parse_args(argv)
     try:
         made = prepare_vendor_bert_summarization(
             args.output_dir, max_sequence_length=args.max_sequence_length,
             sentences_per_article=args.sentences_per_article, vocab_size=args.vocab_size, num_files=args.num_files,
             num_eval_files=args.num_eval_files, eval_fraction=args.eval_fraction, max_documents=args.max_documents,
-            seed=args.seed)
+            seed=args.seed, format=args.format, max_cls_tokens=args.max_cls_tokens)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
     out = Path(args.output_dir).resolve()
+    if args.format == "tfrecords":  # the TF folder reads the vocab's size from vocab_file
+        print("set in the vendor's TF params (train_input and eval_input):")
+        print(f"  train_input.data_dir={out / 'train'} eval_input.data_dir={out / 'valid'} "
+              f"vocab_file={out / 'vocab.txt'} max_sequence_length={args.max_sequence_length} "
+              f"max_cls_tokens={args.max_cls_tokens}")
+        return 0
     print("set in the vendor config (train_input and eval_input):")
     print(f"  train_input.data_dir={out / 'train'} eval_input.data_dir={out / 'valid'} vocab_file={out / 'vocab.txt'} "
           f"max_sequence_length={args.max_sequence_length} model.vocab_size={made['vocab_size']}")

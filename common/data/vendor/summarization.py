@@ -13,6 +13,15 @@ with the header ``input_token_ids, labels, segment_ids, cls_ids``, each a list a
 prints it; ``[CLS] s1 [SEP] [CLS] s2 [SEP] ...``, the segment id of each sentence's
 pieces (its [CLS] and [SEP] included) 0, 1, 0, ... in turn, ``cls_ids`` the positions of
 the [CLS] tokens, ``labels`` one 0 or 1 per sentence.
+
+With ``format="tfrecords"``, the same rows as its TF folder's BertSumTfRecordsProcessor reads
+them (every ``*.tfrecord*`` of a split's folder): ``<split>/bertsum-K.tfrecords``, padded as
+the vendor's TF writer (its input/utils.py) pads them, with [PAD]'s id (0): int64 lists of
+max_sequence_length ``input_ids``, ``segment_ids`` and ``input_mask`` (1 where input_ids is
+[PAD]'s id, the writer's sense, which its reader keeps), and of max_cls_tokens
+``cls_indices``, ``labels`` and the float ``cls_weights`` (1 where cls_indices is not [PAD]'s
+id: the writer's rule, which also gives the first sentence, at position 0, weight 0); no
+meta.dat.
 """
 
 from __future__ import annotations
@@ -55,11 +64,42 @@ def article_row(sentence_pieces: list[list[str]], sentences: list[str], vocab_in
             "segment_ids": str(segments), "cls_ids": str(cls_ids)}
 
 
+def write_bertsum_tfrecord(path, rows: list[dict], pad_id: int, max_sequence_length: int,
+                           max_cls_tokens: int) -> None:
+    """``rows`` (as the CSV has them) as the TFRecords of the vendor's TF extractive summarization (module
+    docstring)."""
+    import ast
+
+    import tensorflow as tf
+
+    def pad(values: list, length: int) -> list:
+        return values + [pad_id] * (length - len(values))
+
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for row in rows:
+            ids = pad(ast.literal_eval(row["input_token_ids"]), max_sequence_length)
+            cls = pad(ast.literal_eval(row["cls_ids"]), max_cls_tokens)
+            ints = {"input_ids": ids, "input_mask": [int(i == pad_id) for i in ids],
+                    "segment_ids": pad(ast.literal_eval(row["segment_ids"]), max_sequence_length),
+                    "cls_indices": cls, "labels": pad(ast.literal_eval(row["labels"]), max_cls_tokens)}
+            feature = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=v)) for k, v in ints.items()}
+            weights = [float(c != pad_id) for c in cls]
+            feature["cls_weights"] = tf.train.Feature(float_list=tf.train.FloatList(value=weights))
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+
+
 def prepare_vendor_bert_summarization(output_dir, max_sequence_length: int = 512, sentences_per_article: int = 12,
                                       vocab_size: int = 8192, num_files: int = 1, num_eval_files: int = 1,
                                       eval_fraction: float = 0.2, max_documents: int | None = None,
-                                      seed: int = 12345, log=print) -> dict:
-    """DIR/vocab.txt, DIR/train/ and DIR/valid/ (meta.dat, bertsum-K.csv); returns the counts."""
+                                      seed: int = 12345, format: str = "csv", max_cls_tokens: int = 50,
+                                      log=print) -> dict:
+    """DIR/vocab.txt, DIR/train/ and DIR/valid/ (meta.dat, bertsum-K.csv; format tfrecords: bertsum-K.tfrecords,
+    each article's sentences cut to max_cls_tokens); returns the counts."""
+    if format not in ("csv", "tfrecords"):
+        raise UserError(f"--format {format!r}: choose from csv, tfrecords")
+    check_positive(max_cls_tokens=max_cls_tokens)
+    if format == "tfrecords":
+        sentences_per_article = min(sentences_per_article, max_cls_tokens)
     from common.data.text.corpus import default_corpus
     from common.data.text.tokenizer import train_wordpiece, vocab_in_id_order, write_vocab_txt
 
@@ -91,6 +131,11 @@ def prepare_vendor_bert_summarization(output_dir, max_sequence_length: int = 512
     write_vocab_txt(tokenizer, out / "vocab.txt")
     for name, parts in files.items():
         (out / name).mkdir()
+        if format == "tfrecords":
+            for k, part in enumerate(parts, start=1):
+                write_bertsum_tfrecord(out / name / f"bertsum-{k}.tfrecords", part, vocab_index["[PAD]"],
+                                       max_sequence_length, max_cls_tokens)
+            continue
         for k, part in enumerate(parts, start=1):
             with open(out / name / f"bertsum-{k}.csv", "w", newline="", encoding="utf-8") as f:
                 writer = csv.DictWriter(f, fieldnames=COLUMNS, quoting=csv.QUOTE_MINIMAL)
