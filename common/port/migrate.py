@@ -89,6 +89,8 @@ WHY_LEGACY_KERAS = ("the vendor's Keras 2 model library is carried (vendor_deps/
                     "Keras 2 for TF 2.16 and later, in this process")
 _STACK_CONFIG = ("the vendor compiler's settings (its system's protobufs): common.tf.stack_config takes them, and "
                  "CSRunConfig ignores them here")
+_TF_PYTHON_KERAS = ("tensorflow.python.keras is TF's internal Keras 2, whose layers take no tf-keras dtype "
+                    "policy: tf_keras.layers is the Keras 2 that tf.keras is in the migrated folder")
 # Third-party API drift: names the vendor's code imports from a library that has since dropped them,
 # (library module, name) -> (where the name is now, the name there, why). One import line becomes
 # one line of ``;``-separated imports, the names that did not move staying where they were.
@@ -106,6 +108,10 @@ MOVED_NAMES = {
                                                             "standard library's importlib.metadata"),
     # NLTK (not a dependency here): the one name the vendor calls, written here
     ("nltk", "ngrams"): ("common.ngrams", "ngrams", "nltk is not installed here: common.ngrams has its ngrams"),
+    # TF's internal copy of Keras 2 (tensorflow.python.keras): its layers refuse the tf-keras dtype policies
+    # that the vendor's carried layers pass (the vendor's unet concatenates with these two)
+    ("tensorflow.python.keras.layers", "concatenate"): ("tf_keras.layers", "concatenate", _TF_PYTHON_KERAS),
+    ("tensorflow.python.keras.layers", "Flatten"): ("tf_keras.layers", "Flatten", _TF_PYTHON_KERAS),
     # Keras-Preprocessing (unmaintained, not a dependency here): the two names the vendor calls, written here
     ("keras_preprocessing.text", "Tokenizer"): ("common.keras_text", "Tokenizer",
                                                 "keras_preprocessing is not installed here: common.keras_text has "

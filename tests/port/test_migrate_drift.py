@@ -443,3 +443,11 @@ def test_a_keras_conv_given_keras_2_2s_positionals_gets_them_named(tmp_path):
     namespace = {"layers": type("layers", (), {"Conv2D": staticmethod(conv2d)})}
     exec(compile(new, "Conv2DLayer.py", "exec"), namespace)
     assert namespace["layer"] == (1, "relu", False, "ones")
+
+
+def test_tfs_internal_keras_layers_come_from_tf_keras():
+    # the vendor's unet imports concatenate and Flatten from tensorflow.python.keras, whose layers refuse the
+    # tf-keras dtype policy the carried layers pass
+    text = "from tensorflow.python.keras.layers import Flatten, concatenate  # merge\n"
+    _, changes, _ = migrate_module.FileMigration("UNetModel.py", text, set()).run()
+    assert [c.after for c in changes] == ["from tf_keras.layers import Flatten, concatenate  # merge"]
