@@ -208,6 +208,21 @@ FOLDERS: dict[str, Folder] = {f.name: f for f in (
         ("train_input.batch_size=8 eval_input.batch_size=8", "size"),
         _TF_SHUFFLE_SEED,
     ), family=TF_FAMILY),
+    Folder("tf/bert/fine_tuning/extractive_summarization", "configs/params_bertsum_base.yaml",
+           _prepare("vendor_bert_summarization", "--format", "tfrecords", "--max_sequence_length", "128"), (
+        ("model.num_hidden_layers=2 model.hidden_size=64 model.num_heads=2 model.filter_size=128 "
+         "model.max_position_embeddings=128 model.mixed_precision=false model.dropout_rate=0.0 "
+         "model.attention_dropout_rate=0.0", "small size, dropout off"),
+        ("model.pretrain_params_path=configs/params_bertsum_base.yaml model.encoder_nonlinearity=gelu "
+         "model.use_ffn_bias=true model.layer_norm_epsilon=1e-5 model.use_position_embedding=true "
+         "model.use_segment_embedding=true model.position_embedding_type=learned model.share_embedding_weights=true "
+         "model.use_vsl=false",
+         "its pretrain_params_path names the pre-training folder's config (../../configs/), which is not migrated "
+         "with it: pointed at the folder's own config, and that config's model keys (params_bert_base_msl512's) "
+         "given here"),
+        ("train_input.batch_size=8 eval_input.batch_size=8", "size"),
+        _TF_SHUFFLE_SEED,
+    ), family=TF_FAMILY),
 )}
 
 
