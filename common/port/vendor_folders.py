@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 FAMILY = ("modelzoo", "transformers", "pytorch")  # where the PyTorch folders lie in a checkout
 TF_FAMILY = ("modelzoo", "transformers")  # the TF folders' paths start with tf/
+VISION_FAMILY = ("modelzoo",)  # a folder outside transformers/ is named by its path below modelzoo/: unet/tf
 
 # what every folder's runs set: dropout and mixed precision off, so the CPU and the emulator compute alike
 _SMALL_BERT = ("model.num_hidden_layers=1 model.hidden_size=64 model.num_heads=2 model.filter_size=128 "
@@ -53,7 +54,7 @@ class Folder:
     def framework(self) -> str:
         """pytorch or tf: a TF folder's run.py (the vendor's own) takes no overrides on its command line, so
         they go into a params file written for the run."""
-        return "tf" if self.family == TF_FAMILY else "pytorch"
+        return "tf" if "tf" in self.path.split("/") else "pytorch"  # tf/gpt2, unet/tf
 
     def source(self, checkout: str) -> str:
         return os.path.join(checkout, *self.family, *self.path.split("/"))
@@ -223,6 +224,16 @@ FOLDERS: dict[str, Folder] = {f.name: f for f in (
         ("train_input.batch_size=8 eval_input.batch_size=8", "size"),
         _TF_SHUFFLE_SEED,
     ), family=TF_FAMILY),
+    Folder("unet/tf", "configs/params_dagm_tfrecords.yaml", _prepare("vendor_unet"), (
+        ("model.encoder_filters=[8,16,32,64] model.decoder_filters=[32,16,8] train_input.train_batch_size=8 "
+         "train_input.eval_batch_size=8", "small size (the image size comes from the data command: 32x32)"),
+        ("model.mixed_precision=false", "its reader casts the images and masks to float16 with it; the CPU and the "
+                                        "emulator compute alike in float32"),
+        ("model.data_format=channels_last", "its config's own comment: channels_last for running on CPU"),
+        ("train_input.augment_data=false train_input.seed=1",
+         "its flips and rotations are random draws inside a parallel map, seeded only by train_input.seed, which "
+         "its config leaves unset (its shuffle too): augmentation off, and a seed for the shuffle"),
+    ), family=VISION_FAMILY),
 )}
 
 

@@ -353,3 +353,12 @@ def test_a_folders_environment_reaches_every_run_and_its_logs(tmp_path, capsys, 
     runs = [log for log in logs if log.name != "migrate.log"]
     assert len(runs) == 6  # data and the five steps
     assert all(log.read_text().startswith("FAKE_ORDER=fixed ") == bool(env) for log in runs)
+
+
+def test_the_vendors_unet_is_named_by_its_path_below_modelzoo_and_runs_as_a_tf_folder():
+    from common.port.vendor_folders import FOLDERS
+
+    unet = FOLDERS["unet/tf"]  # below modelzoo/, outside the transformers family
+    assert unet.source("/co").split("/")[1:] == ["co", "modelzoo", "unet", "tf"]
+    assert unet.framework == "tf"  # its run.py takes no overrides: they go into a params file
+    assert FOLDERS["tf/gpt2"].framework == "tf" and FOLDERS["bert"].framework == "pytorch"
