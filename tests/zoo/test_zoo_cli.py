@@ -162,7 +162,7 @@ def test_prepare_lists_the_data_sets_and_runs_one(capsys, tmp_path):
 
 def test_prepare_bad_input_is_one_line(capsys, tmp_path):
     code, _, err = run(capsys, "prepare", "imagenet")
-    assert code == 2 and err == "error: no data set 'imagenet' to prepare: bert, gpt2, imagefolder, mnist, seq2seq, tfds_mnist, vendor_bert, vendor_bert_classifier, vendor_bert_ner, vendor_bert_qa, vendor_bert_summarization, vendor_gpt2, vendor_t5, vendor_transformer (datasets/README.md)\n"
+    assert code == 2 and err == "error: no data set 'imagenet' to prepare: bert, gpt2, imagefolder, mnist, seq2seq, tfds_mnist, vendor_bert, vendor_bert_classifier, vendor_bert_ner, vendor_bert_qa, vendor_bert_summarization, vendor_gpt2, vendor_t5, vendor_transformer, vendor_unet (datasets/README.md)\n"
     code, _, err = run(capsys, "prepare", "mnist", "--source", str(tmp_path), "--data_dir", str(tmp_path / "d"))
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1
 
