@@ -19,14 +19,12 @@ does not install; its TFRecords reader needs only TF.
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 
 from common.data.segmentation import digit_canvases
 from common.data.vendor.text import check_output_dir, check_positive, claim_output_dir
 from common.errors import UserError
 
 SPLITS = {"train": "train", "test": "test"}  # the zoo's split -> the vendor's folder and file prefix
-VENDOR_FEATURES = ("image", "mask")  # float lists of H * W * C, what its _parse_records asks of a record
 
 
 def zero_centered(images: np.ndarray) -> np.ndarray:
@@ -34,12 +32,13 @@ def zero_centered(images: np.ndarray) -> np.ndarray:
     return images.astype(np.float32) / 127.5 - 1.0
 
 
-def _float_feature(values: np.ndarray) -> tf.train.Feature:
-    return tf.train.Feature(float_list=tf.train.FloatList(value=values.reshape(-1).tolist()))
-
-
 def write_split(images: np.ndarray, masks: np.ndarray, folder, prefix: str, images_per_file: int) -> list[str]:
     """(N, H, W, 1) uint8 images and (N, H, W) 0/1 masks as ``folder/<prefix>-NNN.tfrecords`` files."""
+    import tensorflow as tf  # here, as the other vendor writers: common.data imports without TF
+
+    def floats(values: np.ndarray) -> tf.train.Feature:
+        return tf.train.Feature(float_list=tf.train.FloatList(value=values.reshape(-1).tolist()))
+
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for first in range(0, len(images), images_per_file):
@@ -47,8 +46,8 @@ def write_split(images: np.ndarray, masks: np.ndarray, folder, prefix: str, imag
         with tf.io.TFRecordWriter(str(path)) as writer:
             for image, mask in zip(images[first:first + images_per_file], masks[first:first + images_per_file]):
                 example = tf.train.Example(features=tf.train.Features(feature={
-                    "image": _float_feature(zero_centered(image)),
-                    "mask": _float_feature(mask.astype(np.float32)),
+                    "image": floats(zero_centered(image)),
+                    "mask": floats(mask.astype(np.float32)),
                 }))
                 writer.write(example.SerializeToString())
         paths.append(str(path))
