@@ -2,7 +2,7 @@
 
 The vendor's ``DAGM2007TFRecordsDataset`` (configs/params_dagm_tfrecords.yaml) reads
 ``<dataset_path>/train/train-*.tfrecords`` to train and ``<dataset_path>/test/test-*.tfrecords``
-to evaluate; each record is a ``tf.train.Example`` of two float lists (``VENDOR_FEATURES``),
+to evaluate; each record is a ``tf.train.Example`` of two float lists,
 parsed as ``FixedLenSequenceFeature(image_shape, float32)``:
 
     image   H * W * 1 floats, the grey image already normalized as its raw reader's
