@@ -160,6 +160,7 @@ class _Lowering:
         # a batch input is named as batch_tensors names it (a dict's key), unless a parameter or buffer
         # has that name: then export's name for it (batch_<position>)
         weights = {name for name, _ in _named_tensors(self.wrapper.module)}
+        first_names = _first_names(self.wrapper.module)  # once: a walk of every tensor of the model
         names = iter(self.wrapper.input_names)
         for spec in self.ep.graph_signature.input_specs:
             node = nodes[spec.arg.name]
@@ -178,7 +179,7 @@ class _Lowering:
                 param = self.wrapper.get_parameter(spec.target)
                 # a tied parameter (head.weight = tok_emb.weight) is one weight: export names
                 # it by one of its keys, the IR by the first, as named_parameters() lists it
-                key = _first_names(self.wrapper.module).get(id(param), key)
+                key = first_names.get(id(param), key)
                 if key in self.g.values:  # export may give each key of a tied parameter its own input
                     self.env[node] = key
                     continue
@@ -186,7 +187,7 @@ class _Lowering:
                 (self.g.params if param.requires_grad else self.g.state)[key] = key
             elif spec.kind == InputKind.BUFFER and spec.target in mutated:
                 buffer = self.wrapper.get_buffer(spec.target)
-                key = _first_names(self.wrapper.module).get(id(buffer), key)
+                key = first_names.get(id(buffer), key)
                 self.env[node] = self.g.add_value(key, _ir_shape(buffer.shape), _ir_dtype(buffer.dtype))
                 self.g.state[key] = key
             elif spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
