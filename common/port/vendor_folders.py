@@ -74,6 +74,12 @@ _TF_GPT_DATA = _prepare("vendor_gpt2", "--max_seq_length", "128", "--format", "t
 _TF_SEQ2SEQ_HALF_MASK = ("as its config has it: its eval metrics multiply the per-token loss by a float16 mask "
                          "(build_eval_metric_ops), which TF refuses with a float32 loss")
 _TF_SEQ2SEQ_HALF_LOSS = "with mixed precision the vendor's TF t5 and transformer compute their loss in float16"
+# the model keys of the vendor's TF bert base pre-training configs, which a TF fine-tuning head's
+# pretrain_params_path reads from the pre-training folder (not migrated with the head)
+_BERT_BASE_PRETRAIN_KEYS = ("model.encoder_nonlinearity=gelu model.use_ffn_bias=true model.layer_norm_epsilon=1e-5 "
+                            "model.use_position_embedding=true model.use_segment_embedding=true "
+                            "model.position_embedding_type=learned model.share_embedding_weights=true "
+                            "model.use_vsl=false")
 _TF_SHUFFLE_SEED = ("train_input.shuffle_seed=1 eval_input.shuffle_seed=1",
                     "its config sets no shuffle seed, and its reader then shuffles unseeded: two CPU runs differ "
                     "from step 2")
@@ -199,10 +205,7 @@ FOLDERS: dict[str, Folder] = {f.name: f for f in (
         ("model.num_hidden_layers=2 model.hidden_size=64 model.num_heads=2 model.filter_size=128 "
          "model.max_position_embeddings=128 model.mixed_precision=false model.dropout_rate=0.0 "
          "model.attention_dropout_rate=0.0 model.encoder_output_dropout_rate=0.0", "small size, dropout off"),
-        ("model.pretrain_params_path=configs/params_bert_base_ner_bc5cdr-chem.yaml model.encoder_nonlinearity=gelu "
-         "model.use_ffn_bias=true model.layer_norm_epsilon=1e-5 model.use_position_embedding=true "
-         "model.use_segment_embedding=true model.position_embedding_type=learned model.share_embedding_weights=true "
-         "model.use_vsl=false",
+        ("model.pretrain_params_path=configs/params_bert_base_ner_bc5cdr-chem.yaml " + _BERT_BASE_PRETRAIN_KEYS,
          "its pretrain_params_path names the pre-training folder's config (../../configs/), which is not migrated "
          "with it: pointed at the folder's own config, and that config's model keys (params_bert_base_msl128's) "
          "given here"),
@@ -214,10 +217,7 @@ FOLDERS: dict[str, Folder] = {f.name: f for f in (
         ("model.num_hidden_layers=2 model.hidden_size=64 model.num_heads=2 model.filter_size=128 "
          "model.max_position_embeddings=128 model.mixed_precision=false model.dropout_rate=0.0 "
          "model.attention_dropout_rate=0.0", "small size, dropout off"),
-        ("model.pretrain_params_path=configs/params_bertsum_base.yaml model.encoder_nonlinearity=gelu "
-         "model.use_ffn_bias=true model.layer_norm_epsilon=1e-5 model.use_position_embedding=true "
-         "model.use_segment_embedding=true model.position_embedding_type=learned model.share_embedding_weights=true "
-         "model.use_vsl=false",
+        ("model.pretrain_params_path=configs/params_bertsum_base.yaml " + _BERT_BASE_PRETRAIN_KEYS,
          "its pretrain_params_path names the pre-training folder's config (../../configs/), which is not migrated "
          "with it: pointed at the folder's own config, and that config's model keys (params_bert_base_msl512's) "
          "given here"),
