@@ -8,6 +8,7 @@ line at the user's frame, with what it means for the device.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import traceback
@@ -37,11 +38,18 @@ def _source_loc(node: torch.fx.Node) -> SourceLoc:
     op, call = str(node.target), _user_call(node)
     frames = _FRAME.findall(node.meta.get("stack_trace") or "")
     for path, line in reversed(frames):
-        real = os.path.realpath(path)
-        # "<eval_with_key>" is code torch generated (the branches of torch.cond)
-        if not path.startswith("<") and not any(real.startswith(d + os.sep) for d in _INTERNAL_DIRS):
+        if _is_user_file(path):
             return SourceLoc(op, path, int(line), call)
     return SourceLoc(op, call=call)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_user_file(path: str) -> bool:
+    """Whether a frame's file is the user's: once per file (a model's nodes share a few files, and
+    resolving links costs system calls)."""
+    # "<eval_with_key>" is code torch generated (the branches of torch.cond)
+    real = os.path.realpath(path)
+    return not path.startswith("<") and not any(real.startswith(d + os.sep) for d in _INTERNAL_DIRS)
 
 
 # Python operators on tensors, as the user wrote them
