@@ -69,7 +69,7 @@ def render_text(result) -> str:
     graph, cost, placement, profile = result.graph, result.cost, result.placement, result.profile
     lines = [
         "Device compile report: every figure below is an estimate of the emulator's cost model, not a measurement",
-        f"  throughput  {cost.samples_per_s:,.0f} samples/s"
+        f"  throughput  {_headline(cost.samples_per_s)} samples/s"
         + (f" ({cost.tokens_per_s:,.0f} tokens/s)" if cost.tokens_per_sample else "") + f", bound by {cost.bound_by}",
         f"  why         {_why(result)}",
         f"  model       {graph.frontend} graph, {len(graph.nodes)} nodes, {graph.num_params():,} parameters, "
@@ -229,6 +229,12 @@ def _why(result) -> str:
     kernel = next(k for k in result.kernels if k.name == slowest.name)
     return (f"the slowest kernel, {slowest.name} at {kernel.loc}, {_WAITS[bound]} for {_si(slowest.time_s)}s per "
             f"batch of {cost.batch_size}, and in a pipeline the slowest stage paces them all; {input_could}")
+
+
+def _headline(x: float) -> str:
+    """A rate in the report's first line: whole numbers from 100 up, 3 significant digits below
+    (a 70B model's 0.8 samples/s is not 1)."""
+    return f"{x:,.0f}" if not math.isfinite(x) or x >= 100 else f"{x:.3g}"
 
 
 def _rate(x: float) -> str:

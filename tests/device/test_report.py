@@ -208,3 +208,11 @@ def test_a_failure_while_rendering_leaves_the_old_report_untouched(tmp_path, mon
     with pytest.raises(RuntimeError):
         compile_graph(attention_graph(), mode="train", profile_name="tiny", out_dir=tmp_path)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no partial files, no temp files
+
+
+def test_the_first_line_gives_a_slow_rate_in_significant_digits():
+    from device.report import _headline
+
+    # a 70B model's 0.8 samples/s must not read "1 samples/s"; large rates stay whole numbers
+    assert [_headline(x) for x in (0.8123, 12.37, 99.4, 1234.4, 47_709_924.2)] == \
+        ["0.812", "12.4", "99.4", "1,234", "47,709,924"]
